@@ -1,0 +1,5 @@
+"""``python -m sim2real`` entry point."""
+
+from sim2real.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""User-editable configuration: YAML files in this folder plus ``--set key=value`` overrides.
+
+A task's YAML (``configs/tasks/<task>.yaml``) is the schema: every key a user may set appears there with its
+default, and an override or a user file may only set keys that exist, with a value of the same kind
+(bool, int, float, str, or a list of the same length). Anything else raises :class:`ConfigError` naming the key.
+Robots are described by ``configs/robots/<name>.yaml`` (or a path to such a file) and resolved into the
+``robot`` section of the task config.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent
+ROBOTS_DIR = CONFIG_DIR / "robots"
+TASKS_DIR = CONFIG_DIR / "tasks"
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is not acceptable; the message names the key."""
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping; raises :class:`ConfigError` when the file is missing or not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at top level")
+    return data
+
+
+def available_robots() -> list[str]:
+    """Names of the robots shipped in ``configs/robots``."""
+    return sorted(p.stem for p in ROBOTS_DIR.glob("*.yaml"))
+
+
+def load_robot(name_or_path: str) -> dict:
+    """Robot config by name (``configs/robots/<name>.yaml``) or by path to a YAML file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = ROBOTS_DIR / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"unknown robot '{name_or_path}' (available: {', '.join(available_robots())})")
+    return load_yaml(path)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _check_value(key: str, default: Any, value: Any) -> Any:
+    kd, kv = _kind(default), _kind(value)
+    if kd == "null":
+        return value
+    if kd != kv:
+        raise ConfigError(f"config key '{key}': expected a {kd} like {default!r}, got {value!r}")
+    if kd == "number":
+        if isinstance(default, int) and not isinstance(default, bool) and not float(value).is_integer():
+            raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"config key '{key}': value must be finite, got {value!r}")
+        return type(default)(value)
+    if kd == "list" and default and len(default) != len(value) and all(_kind(d) == "number" for d in default):
+        raise ConfigError(f"config key '{key}': expected {len(default)} numbers, got {value!r}")
+    if kd == "mapping":
+        return merge_checked(default, value, key)
+    return value
+
+
+def merge_checked(base: dict, update: dict, prefix: str = "") -> dict:
+    """Return ``base`` updated with ``update``; keys absent from ``base`` raise :class:`ConfigError`."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if key not in out:
+            known = ", ".join(sorted(map(str, out)))
+            raise ConfigError(f"unknown config key '{full}' (known at this level: {known})")
+        out[key] = _check_value(full, out[key], value)
+    return out
+
+
+def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
+    """Apply ``key.sub=value`` overrides (value parsed as YAML) to ``cfg``; returns a new dict."""
+    out = copy.deepcopy(cfg)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"config key '{key}': cannot parse value {raw!r}") from None
+        node = out
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or part not in node:
+                raise ConfigError(f"unknown config key '{'.'.join(parts[: i + 1])}'")
+            node = node[part]
+        leaf = parts[-1]
+        if not isinstance(node, dict) or leaf not in node:
+            raise ConfigError(f"unknown config key '{key}'")
+        node[leaf] = _check_value(key, node[leaf], value)
+    return out
+
+
+def config_hash(cfg: dict) -> str:
+    """Stable SHA-256 (first 16 hex digits) of a config's canonical JSON form."""
+    blob = json.dumps(cfg, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def resolve_task_config(
+    task_yaml: str | Path, overrides: list[str] | None = None, user_file: str | Path | None = None
+) -> dict:
+    """Task config = task YAML, merged with an optional user YAML file, then ``--set`` overrides.
+
+    The ``robot`` key names a robot (or a path); it is replaced by the robot's full config, which overrides may
+    then address as ``robot.<key>``. Raises :class:`ConfigError` for unknown keys or bad values.
+    """
+    cfg = load_yaml(task_yaml)
+    if user_file is not None:
+        cfg = merge_checked(cfg, load_yaml(user_file))
+    overrides = list(overrides or [])
+    robot_sel = [o for o in overrides if o.split("=", 1)[0].strip() == "robot"]
+    for o in robot_sel:
+        cfg["robot"] = o.split("=", 1)[1].strip()
+        overrides.remove(o)
+    if isinstance(cfg.get("robot"), str):
+        cfg["robot"] = load_robot(cfg["robot"])
+    return apply_overrides(cfg, overrides)

@@ -1,0 +1,134 @@
+"""Run directories and checkpoints: atomic writes, keep-last-K, ``best.pt``, and ``PATH|latest|best`` selection.
+
+A run directory (``runs/<task>/<timestamp>[_<name>]``) holds ``config.yaml`` (the resolved config), ``run.json``
+(git revision, seed, command line), TensorBoard event files, ``model_<it>.pt`` checkpoints and ``best.pt``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+RUNS_ROOT = Path(os.environ.get("SIM2REAL_RUNS", "runs"))
+_MODEL_RE = re.compile(r"^model_(\d+)\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, unreadable or does not belong to the task."""
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder, fsync and rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    """``torch.save`` through :func:`atomic_write_bytes`."""
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def git_revision() -> str:
+    """The project's git revision (with ``-dirty`` when the work tree has changes), or ``unknown``."""
+    here = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain"], capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+        return (rev + ("-dirty" if dirty else "")) if rev else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def new_run_dir(task: str, name: str | None = None, root: Path | None = None) -> Path:
+    """Create ``<root>/<task>/<YYYYmmdd-HHMMSS>[_name]`` (unique) and return it."""
+    root = Path(root or RUNS_ROOT)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = root / task / (f"{stamp}_{name}" if name else stamp)
+    path, k = base, 1
+    while path.exists():
+        path, k = Path(f"{base}-{k}"), k + 1
+    path.mkdir(parents=True)
+    return path
+
+
+def write_run_files(run_dir: Path, cfg: dict, argv: list[str]) -> None:
+    atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
+    info = {"git_revision": git_revision(), "seed": cfg["seed"], "argv": argv, "started": time.time()}
+    atomic_write_bytes(run_dir / "run.json", json.dumps(info, indent=2).encode())
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """``model_<it>.pt`` files of a run, oldest iteration first."""
+    found = [(int(m.group(1)), p) for p in Path(run_dir).glob("model_*.pt") if (m := _MODEL_RE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    for p in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        p.unlink(missing_ok=True)
+
+
+def latest_run(task: str, root: Path | None = None) -> Path:
+    root = Path(root or RUNS_ROOT) / task
+    runs = sorted((p for p in root.glob("*") if p.is_dir() and list_checkpoints(p)), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        raise CheckpointError(f"no run with checkpoints under {root}")
+    return runs[-1]
+
+
+def resolve_checkpoint(spec: str, task: str, root: Path | None = None) -> Path:
+    """``spec``: a checkpoint file, a run directory (its latest), ``latest`` or ``best`` (of the newest run)."""
+    if spec in ("latest", "best"):
+        run = latest_run(task, root)
+        if spec == "best":
+            best = run / "best.pt"
+            if not best.is_file():
+                raise CheckpointError(f"run {run} has no best.pt yet (no evaluation has run)")
+            return best
+        return list_checkpoints(run)[-1]
+    path = Path(spec)
+    if path.is_dir():
+        ckpts = list_checkpoints(path)
+        if not ckpts:
+            raise CheckpointError(f"no checkpoint (model_<it>.pt) in {path}")
+        return ckpts[-1]
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    return path
+
+
+def load_checkpoint(path: Path) -> dict:
+    """Load a checkpoint dict; raises :class:`CheckpointError` if the file is corrupt or not ours."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many kinds for truncated/corrupt files
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(data, dict) or "actor_state_dict" not in data or not isinstance(data.get("infos"), dict) \
+            or "config" not in data["infos"]:
+        raise CheckpointError(f"{path} is not a sim2real checkpoint (missing actor weights or config)")
+    return data

@@ -1,0 +1,70 @@
+"""``sim2real eval``: score a policy on a fixed, seeded, held-out set covering the task's full range.
+
+The set is the task's env in evaluation mode (curriculum at full difficulty, full reward weights) with
+``eval.num_episodes`` envs, every random draw (initial states, goals, DR samples, noise) taken from
+``eval.seed``. Each env runs exactly one episode; its outcome is recorded when it first ends.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+import numpy as np
+import torch
+
+from sim2real.tasks import make_env
+
+
+def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_episodes: int | None = None,
+             seed: int | None = None) -> dict:
+    """Run the held-out set and return the task's metrics.
+
+    Args:
+        cfg: resolved task config.
+        policy: maps the ``policy`` observation group ``[N, D]`` to actions ``[N, A]`` (deterministic).
+        num_episodes: defaults to ``cfg["eval"]["num_episodes"]``.
+        seed: defaults to ``cfg["eval"]["seed"]``.
+
+    Returns:
+        ``{"success_rate", "crash_rate", "pos_error_mean" [m], "pos_error_median" [m], "final_speed_mean" [m/s],
+        "score", "num_episodes", "seed"}``; ``score`` (success rate, ties broken by smaller error) ranks
+        checkpoints. The global RNG states are restored afterwards.
+    """
+    n = int(num_episodes or cfg["eval"]["num_episodes"])
+    seed = int(cfg["eval"]["seed"] if seed is None else seed)
+    rng_state = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    try:
+        torch.manual_seed(seed)
+        env = make_env(cfg, num_envs=n, eval_mode=True)
+        first = torch.zeros(n, dtype=torch.bool)
+        outcome = {k: torch.zeros(n) for k in env.last_outcome}
+        obs = env.get_observations()
+        with torch.inference_mode():
+            for _ in range(env.max_episode_length):
+                actions = policy(obs["policy"])
+                obs, _, dones, _ = env.step(actions)
+                newly = dones.cpu() & ~first
+                if newly.any():
+                    for k in outcome:
+                        outcome[k][newly] = env.last_outcome[k].cpu()[newly]
+                    first |= newly
+                if first.all():
+                    break
+    finally:
+        torch.set_rng_state(rng_state[0])
+        np.random.set_state(rng_state[1])
+        random.setstate(rng_state[2])
+    err = torch.nan_to_num(outcome["pos_error"], nan=10.0)
+    success = float(outcome["success"].mean())
+    return {
+        "task": cfg["task"],
+        "success_rate": success,
+        "crash_rate": float(outcome["crash"].mean()),
+        "pos_error_mean": float(err.mean()),
+        "pos_error_median": float(err.median()),
+        "final_speed_mean": float(torch.nan_to_num(outcome["speed"], nan=10.0).mean()),
+        "score": success - 1e-3 * float(err.clamp_max(10.0).mean()),
+        "num_episodes": n,
+        "seed": seed,
+    }

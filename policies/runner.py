@@ -1,0 +1,172 @@
+"""rsl-rl-lib wiring: the training config mapping and an ``OnPolicyRunner`` with our run-directory conventions.
+
+:class:`Sim2RealRunner` keeps rsl-rl-lib's ``learn()`` loop and PPO untouched and adds, around them:
+atomic checkpoints holding everything needed to resume exactly (models and normaliser, optimiser and learning
+rate, next iteration, curriculum state, RNG states, resolved config), keep-last-K pruning, periodic evaluation on
+the held-out set with ``best.pt``, and a progress bar instead of rsl-rl's per-iteration console block (the
+TensorBoard scalars are still written by rsl-rl's logger).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from rsl_rl.runners import OnPolicyRunner
+
+from sim2real.policies.checkpoints import atomic_torch_save, atomic_write_bytes, load_checkpoint, prune_checkpoints
+from sim2real.policies.evaluation import evaluate
+
+
+def rsl_rl_train_cfg(train: dict) -> dict:
+    """Map the ``train`` section of a task config to rsl-rl-lib 5.5.1's runner configuration."""
+    return {
+        "num_steps_per_env": train["num_steps_per_env"],
+        "save_interval": train["save_interval"],
+        "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
+        "logger": "tensorboard",
+        "check_for_nan": True,
+        "algorithm": {
+            "class_name": "PPO",
+            "learning_rate": train["learning_rate"],
+            "schedule": train["schedule"],
+            "desired_kl": train["desired_kl"],
+            "num_learning_epochs": train["num_learning_epochs"],
+            "num_mini_batches": train["num_mini_batches"],
+            "gamma": train["gamma"],
+            "lam": train["lam"],
+            "entropy_coef": train["entropy_coef"],
+            "clip_param": train["clip_param"],
+            "value_loss_coef": train["value_loss_coef"],
+            "max_grad_norm": train["max_grad_norm"],
+        },
+        "actor": {
+            "class_name": "MLPModel",
+            "hidden_dims": list(train["actor_hidden_dims"]),
+            "activation": train["activation"],
+            "obs_normalization": train["obs_normalization"],
+            "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": train["init_std"]},
+        },
+        "critic": {
+            "class_name": "MLPModel",
+            "hidden_dims": list(train["critic_hidden_dims"]),
+            "activation": train["activation"],
+            "obs_normalization": train["obs_normalization"],
+        },
+    }
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+class Sim2RealRunner(OnPolicyRunner):
+    """``OnPolicyRunner`` for one of our envs and its resolved task config.
+
+    Args:
+        env: a task env (rsl-rl ``VecEnv``) exposing ``curriculum_state_dict()``/``load_curriculum_state_dict()``.
+        cfg: the resolved task config (its ``train`` section configures PPO).
+        run_dir: where TensorBoard logs and checkpoints go (None: no logging, no checkpoints).
+        progress: show a progress bar.
+    """
+
+    def __init__(self, env, cfg: dict, run_dir: Path | None, device: str = "cpu", progress: bool = True):
+        self.task_cfg = cfg
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        with contextlib.redirect_stdout(io.StringIO()):
+            super().__init__(env, rsl_rl_train_cfg(cfg["train"]), str(run_dir) if run_dir else None, device)
+        self.best_score = -float("inf")
+        self.last_eval: dict | None = None
+        self._progress = progress
+        self._bar = None
+        self._rsl_log = self.logger.log
+        self.logger.log = self._log_iteration  # rsl-rl's learn() calls this once per iteration
+        # Record this project's git state in the run (rsl-rl records its own package's by default).
+        self.logger.git_status_repos = [str(Path(__file__).resolve().parent)]
+
+    # --- per-iteration hook --------------------------------------------------------------------------------
+    def _log_iteration(self, it: int, start_it: int, total_it: int, **kwargs) -> None:
+        ep = list(self.logger.ep_extras)  # rsl-rl clears these while logging
+        with contextlib.redirect_stdout(io.StringIO()):
+            self._rsl_log(it=it, start_it=start_it, total_it=total_it, **kwargs)
+        stats = {}
+        for key in ("Metrics/success_rate", "Metrics/final_pos_error", "Curriculum/level_mean"):
+            vals = [float(e[key]) for e in ep if key in e]
+            if vals:
+                stats[key.split("/")[1]] = sum(vals) / len(vals)
+        if self.logger.rewbuffer:
+            stats["reward"] = float(np.mean(self.logger.rewbuffer))
+        every = int(self.task_cfg["train"]["eval_interval"])
+        if self.run_dir is not None and every > 0 and ((it + 1) % every == 0 or it + 1 == total_it):
+            self.evaluate_and_keep_best(it)
+            stats["eval_success"] = self.last_eval["success_rate"]
+        if self._progress:
+            if self._bar is None:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total_it, initial=start_it, desc="train", unit="it", dynamic_ncols=True)
+            self._bar.set_postfix({k: round(v, 3) for k, v in stats.items()}, refresh=False)
+            self._bar.update(1)
+            if it + 1 == total_it:
+                self._bar.close()
+                self._bar = None
+
+    def evaluate_and_keep_best(self, it: int) -> dict:
+        """Score the current policy on the held-out set; write ``best.pt`` when it improves."""
+        policy = self.alg.get_policy()
+        self.alg.eval_mode()
+        try:
+            metrics = evaluate(self.task_cfg, lambda o: policy({"policy": o}),
+                               num_episodes=self.task_cfg["train"]["eval_episodes"])
+        finally:
+            self.alg.train_mode()
+        metrics["iteration"] = it
+        self.last_eval = metrics
+        if self.logger.writer is not None:
+            for k in ("success_rate", "crash_rate", "pos_error_mean"):
+                self.logger.writer.add_scalar(f"Eval/{k}", metrics[k], it)
+        if metrics["score"] > self.best_score:
+            self.best_score = metrics["score"]
+            self.save(str(self.run_dir / "best.pt"), prune=False)
+            atomic_write_bytes(self.run_dir / "best.json", json.dumps(metrics, indent=2).encode())
+        return metrics
+
+    # --- checkpoints ---------------------------------------------------------------------------------------
+    def save(self, path: str, infos: dict | None = None, prune: bool = True) -> None:
+        """Atomically write a resumable checkpoint; ``iter`` is the next iteration to run."""
+        saved = self.alg.save()
+        saved["iter"] = self.current_learning_iteration + 1
+        saved["infos"] = {
+            **(infos or {}),
+            "config": self.task_cfg,
+            "curriculum": self.env.curriculum_state_dict(),
+            "rng": rng_state(),
+            "best_score": self.best_score,
+            "last_eval": self.last_eval,
+        }
+        atomic_torch_save(saved, Path(path))
+        if prune and self.run_dir is not None:
+            prune_checkpoints(self.run_dir, int(self.task_cfg["train"]["keep_last"]))
+
+    def load(self, path: str, load_cfg: dict | None = None, strict: bool = True, map_location: str | None = None):
+        """Restore models, optimiser, iteration, curriculum and RNG states from one of our checkpoints."""
+        data = load_checkpoint(Path(path))
+        self.alg.load(data, load_cfg, strict)
+        self.current_learning_iteration = int(data["iter"])
+        infos = data["infos"]
+        self.env.load_curriculum_state_dict(infos["curriculum"])
+        set_rng_state(infos["rng"])
+        self.best_score = float(infos.get("best_score", -float("inf")))
+        self.last_eval = infos.get("last_eval")
+        return infos

@@ -1,0 +1,1 @@
+"""Simulation backends behind one batched interface (torch quadrotor dynamics; MuJoCo for legged robots)."""

@@ -1,0 +1,60 @@
+"""Task registry: observations, rewards, terminations, commands and domain randomisation as batched torch code.
+
+``get_task(name)`` returns a :class:`TaskSpec`; ``make_env(cfg)`` builds the rsl-rl ``VecEnv`` of a resolved config.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim2real.configs import TASKS_DIR, resolve_task_config
+
+
+class UnknownTaskError(KeyError):
+    """The task name is not registered."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registered task: its default config file and env class (``module:Class``)."""
+
+    name: str
+    config: Path
+    env_class: str
+    description: str
+
+    def load_env_class(self):
+        module, cls = self.env_class.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+TASKS: dict[str, TaskSpec] = {
+    "quadrotor-hover": TaskSpec(
+        "quadrotor-hover",
+        TASKS_DIR / "quadrotor_hover.yaml",
+        "sim2real.tasks.quadrotor_hover.env:QuadrotorHoverEnv",
+        "Crazyflie-class quadrotor: reach and hold a goal position from random initial states",
+    ),
+}
+
+
+def get_task(name: str) -> TaskSpec:
+    """The registered task ``name``; raises :class:`UnknownTaskError` listing the known tasks."""
+    if name not in TASKS:
+        raise UnknownTaskError(f"unknown task '{name}' (available: {', '.join(sorted(TASKS))})")
+    return TASKS[name]
+
+
+def task_config(name: str, overrides: list[str] | None = None, user_file: str | None = None) -> dict:
+    """The resolved config of task ``name`` (defaults, then ``user_file``, then ``key=value`` overrides)."""
+    return resolve_task_config(get_task(name).config, overrides, user_file)
+
+
+def make_env(cfg: dict, num_envs: int | None = None, eval_mode: bool = False):
+    """Build the env of a resolved task config on ``cfg["device"]``."""
+    return get_task(cfg["task"]).load_env_class()(cfg, num_envs=num_envs, device=cfg["device"], eval_mode=eval_mode)

@@ -1,0 +1,85 @@
+"""Action terms: from the policy's normalised action to the robot's command, and from that command to motors.
+
+The same code runs in the simulator and in the deploy node:
+  * ``to_command(action)`` -- policy output ``[N, 4]`` in [-1, 1] -> the command published on the robot's topic;
+  * ``apply(command, dynamics)`` -- that command -> rotor thrusts ``[N, 4]`` N, what the robot (or its stand-in,
+    or its on-board controller) does with it.
+
+Interfaces (recorded in the exported metadata as ``action.interface``):
+  * ``motor_thrust``: four rotor thrusts as fractions of the maximum thrust, ``u_i = (a_i + 1) / 2`` in [0, 1]
+    (what an on-board deployment uses);
+  * ``ctbr``: collective thrust [N] + body rates [rad/s] ``(T, p, q, r)``, ``T = 4 f_max (a_0 + 1) / 2``,
+    ``ω_cmd = a_{1:4} * max_body_rate``; tracked by a proportional inner rate loop
+    ``τ = I K (ω_cmd - ω) + ω × I ω`` and the mixer (what an off-board link such as cflib's commander accepts).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sim2real.sim.quadrotor import QuadrotorDynamics
+
+ACTION_INTERFACES = ("motor_thrust", "ctbr")
+
+
+class QuadrotorAction:
+    """Action term of a quadrotor robot config for one interface (``motor_thrust`` or ``ctbr``).
+
+    Raises:
+        ValueError: unknown interface.
+    """
+
+    def __init__(self, robot: dict, interface: str):
+        if interface not in ACTION_INTERFACES:
+            raise ValueError(f"unknown action interface '{interface}' (choose from {', '.join(ACTION_INTERFACES)})")
+        self.interface = interface
+        self.max_motor_thrust = float(robot["max_motor_thrust"])
+        self.max_body_rate = torch.tensor(robot["max_body_rate"], dtype=torch.float32)
+        self.rate_gain = torch.tensor(robot["rate_gain"], dtype=torch.float32)
+        self.motor_names = list(robot["motor_names"])
+
+    num_actions = 4
+
+    @property
+    def command_names(self) -> list[str]:
+        """Names of the command vector's entries, in order."""
+        if self.interface == "motor_thrust":
+            return list(self.motor_names)
+        return ["collective_thrust", "body_rate_x", "body_rate_y", "body_rate_z"]
+
+    @property
+    def command_units(self) -> list[str]:
+        if self.interface == "motor_thrust":
+            return ["fraction of max_motor_thrust"] * 4
+        return ["N", "rad/s", "rad/s", "rad/s"]
+
+    def to_command(self, action: torch.Tensor) -> torch.Tensor:
+        """Normalised action ``[N, 4]`` (clipped to [-1, 1]) -> command ``[N, 4]`` of this interface."""
+        a = action.clamp(-1.0, 1.0)
+        if self.interface == "motor_thrust":
+            return 0.5 * (a + 1.0)
+        thrust = 2.0 * self.max_motor_thrust * (a[:, :1] + 1.0)
+        rates = a[:, 1:] * self.max_body_rate.to(a.device)
+        return torch.cat((thrust, rates), dim=-1)
+
+    def safe_command(self, num: int = 1) -> torch.Tensor:
+        """The command sent when the policy must not act: motors idle (zero thrust, zero rates), ``[num, 4]``."""
+        return torch.zeros(num, 4)
+
+    def command_limits(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Lower and upper bounds ``[4]`` of a valid command (outputs are clamped to them)."""
+        if self.interface == "motor_thrust":
+            return torch.zeros(4), torch.ones(4)
+        hi = torch.cat((torch.tensor([4.0 * self.max_motor_thrust]), self.max_body_rate))
+        lo = torch.cat((torch.zeros(1), -self.max_body_rate))
+        return lo, hi
+
+    def apply(self, command: torch.Tensor, dyn: QuadrotorDynamics) -> torch.Tensor:
+        """Command ``[N, 4]`` -> rotor thrusts ``[N, 4]`` N for ``dyn`` (its own, possibly randomised, parameters)."""
+        p = dyn.params
+        if self.interface == "motor_thrust":
+            return command.clamp(0.0, 1.0) * p.max_motor_thrust.unsqueeze(-1)
+        w = dyn.ang_vel_b
+        gain = self.rate_gain.to(command.device)
+        torque = p.inertia * gain * (command[:, 1:] - w) + torch.cross(w, p.inertia * w, dim=-1)
+        return dyn.motor_thrust_from_wrench(command[:, 0], torque)

@@ -1,0 +1,128 @@
+"""Observation terms shared by every task, and the builder that concatenates them into a group.
+
+Each term is a pure function ``f(state: RobotState) -> Tensor[N, k]`` registered under a name with its size,
+unit and frame. A task lists the terms of its ``policy`` group by name (with a scale); the exported metadata
+stores that list, and the deploy node rebuilds the observation by calling the same functions by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from sim2real.sim.rotations import quat_rotate_inverse, quat_to_rotmat
+from sim2real.tasks.state import RobotState
+
+
+@dataclass(frozen=True)
+class ObsTerm:
+    """A registered observation term. ``size`` -1 means "number of actions"."""
+
+    name: str
+    fn: Callable[[RobotState], torch.Tensor]
+    size: int
+    unit: str
+    frame: str
+    description: str
+
+
+OBS_TERMS: dict[str, ObsTerm] = {}
+
+
+def obs_term(name: str, size: int, unit: str, frame: str, description: str):
+    """Decorator registering an observation term under ``name``."""
+
+    def register(fn: Callable[[RobotState], torch.Tensor]) -> Callable[[RobotState], torch.Tensor]:
+        if name in OBS_TERMS:
+            raise ValueError(f"observation term '{name}' registered twice")
+        OBS_TERMS[name] = ObsTerm(name, fn, size, unit, frame, description)
+        return fn
+
+    return register
+
+
+@obs_term("pos_error_w", 3, "m", "world", "base position minus goal position (command[:, :3])")
+def pos_error_w(s: RobotState) -> torch.Tensor:
+    return s.base_pos_w - s.command[:, :3]
+
+
+@obs_term("rot_matrix_w", 9, "1", "world", "body-to-world rotation matrix R_wb, row-major")
+def rot_matrix_w(s: RobotState) -> torch.Tensor:
+    return quat_to_rotmat(s.base_quat_w).reshape(-1, 9)
+
+
+@obs_term("lin_vel_w", 3, "m/s", "world", "base linear velocity")
+def lin_vel_w(s: RobotState) -> torch.Tensor:
+    return s.base_lin_vel_w
+
+
+@obs_term("lin_vel_b", 3, "m/s", "body", "base linear velocity expressed in the body frame")
+def lin_vel_b(s: RobotState) -> torch.Tensor:
+    return quat_rotate_inverse(s.base_quat_w, s.base_lin_vel_w)
+
+
+@obs_term("ang_vel_b", 3, "rad/s", "body", "base angular velocity (gyroscope)")
+def ang_vel_b(s: RobotState) -> torch.Tensor:
+    return s.base_ang_vel_b
+
+
+@obs_term("projected_gravity_b", 3, "1", "body", "unit gravity direction expressed in the body frame")
+def projected_gravity_b(s: RobotState) -> torch.Tensor:
+    g = torch.zeros_like(s.base_pos_w)
+    g[:, 2] = -1.0
+    return quat_rotate_inverse(s.base_quat_w, g)
+
+
+@obs_term("last_action", -1, "1", "action", "previous policy action, normalised to [-1, 1]")
+def last_action(s: RobotState) -> torch.Tensor:
+    return s.last_action
+
+
+class ObservationBuilder:
+    """Concatenates named terms, each multiplied by its scale, into one ``[N, D]`` group.
+
+    Args:
+        terms: ``[{"name": str, "scale": float}, ...]`` in observation order.
+        num_actions: resolves the size of action-sized terms.
+
+    Raises:
+        KeyError: a term name is not registered (the message lists the known terms).
+    """
+
+    def __init__(self, terms: list[dict], num_actions: int):
+        self.terms: list[tuple[ObsTerm, float]] = []
+        for spec in terms:
+            name = spec["name"]
+            if name not in OBS_TERMS:
+                raise KeyError(f"unknown observation term '{name}' (known: {', '.join(sorted(OBS_TERMS))})")
+            self.terms.append((OBS_TERMS[name], float(spec.get("scale", 1.0))))
+        self.num_actions = num_actions
+
+    def term_size(self, term: ObsTerm) -> int:
+        return self.num_actions if term.size == -1 else term.size
+
+    @property
+    def dim(self) -> int:
+        return sum(self.term_size(t) for t, _ in self.terms)
+
+    def layout(self) -> list[dict]:
+        """The metadata description: name, offset, size, scale, unit and frame of each term, in order."""
+        out, offset = [], 0
+        for term, scale in self.terms:
+            size = self.term_size(term)
+            out.append(
+                {"name": term.name, "offset": offset, "size": size, "scale": scale, "unit": term.unit,
+                 "frame": term.frame, "description": term.description}
+            )
+            offset += size
+        return out
+
+    def slices(self) -> dict[str, slice]:
+        """Column range of each term inside the group."""
+        return {d["name"]: slice(d["offset"], d["offset"] + d["size"]) for d in self.layout()}
+
+    def build(self, state: RobotState) -> torch.Tensor:
+        """The observation group ``[N, D]`` of ``state``."""
+        return torch.cat([term.fn(state) * scale for term, scale in self.terms], dim=-1)

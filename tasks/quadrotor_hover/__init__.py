@@ -1,0 +1,1 @@
+"""Task ``quadrotor-hover``: reach and hold a goal position (Crazyflie-class quadrotor)."""

@@ -1,0 +1,275 @@
+"""``quadrotor-hover``: reach and hold a goal position from random initial states (rsl-rl ``VecEnv``).
+
+Observation groups (TensorDict, batch ``[N]``):
+  * ``policy``: the terms named in ``observations.policy`` (see :mod:`sim2real.tasks.observations`), with
+    Gaussian noise of ``observations.noise``;
+  * ``critic``: the noise-free policy terms plus privileged state: mass, inertia and max-thrust ratios to
+    nominal, motor time constant [s], rotor thrusts as fractions of max, external force / nominal weight,
+    action latency [steps].
+
+Actions ``[N, 4]`` in [-1, 1] go through :class:`sim2real.tasks.actions.QuadrotorAction`, delayed by the
+per-episode latency. Rewards and terminations: :mod:`sim2real.tasks.quadrotor_hover.rewards`. Curriculum: the
+initial-state spread grows per env on success (:class:`PerEnvLevelCurriculum`) and penalty weights grow on a
+global schedule (:class:`StepSchedule`).
+"""
+
+from __future__ import annotations
+
+import torch
+from rsl_rl.env import VecEnv
+from tensordict import TensorDict
+
+from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
+from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
+from sim2real.sim.rotations import quat_to_rotmat, random_quat_within
+from sim2real.tasks.actions import QuadrotorAction
+from sim2real.tasks.observations import ObservationBuilder
+from sim2real.tasks.quadrotor_hover import rewards as rew
+from sim2real.tasks.state import RobotState
+
+
+class QuadrotorHoverEnv(VecEnv):
+    """Batched quadrotor hover task.
+
+    Args:
+        cfg: resolved task config (see ``configs/tasks/quadrotor_hover.yaml``).
+        num_envs: overrides ``cfg["env"]["num_envs"]``.
+        device: torch device of every tensor.
+        eval_mode: curriculum fixed at full difficulty and not updated (the held-out evaluation set).
+    """
+
+    def __init__(self, cfg: dict, num_envs: int | None = None, device: str = "cpu", eval_mode: bool = False):
+        self.cfg = cfg
+        ecfg = cfg["env"]
+        self.device = device
+        self.num_envs = int(num_envs or ecfg["num_envs"])
+        self.robot = cfg["robot"]
+        if self.robot.get("kind") != "quadrotor":
+            raise ValueError(f"task quadrotor-hover needs a quadrotor robot, got '{self.robot.get('name')}'")
+        self.sim_dt = float(ecfg["sim_dt"])
+        self.decimation = int(ecfg["decimation"])
+        self.control_dt = self.sim_dt * self.decimation
+        self.max_episode_length = int(round(ecfg["episode_length_s"] / self.control_dt))
+        self.episode_length_buf = torch.zeros(self.num_envs, dtype=torch.long, device=device)
+        self.eval_mode = eval_mode
+
+        self.action_term = QuadrotorAction(self.robot, ecfg["action_interface"])
+        self.num_actions = self.action_term.num_actions
+        self.obs_builder = ObservationBuilder([{"name": n} for n in cfg["observations"]["policy"]], self.num_actions)
+        noise = cfg["observations"]["noise"]
+        stds = []
+        for d in self.obs_builder.layout():
+            stds += [float(noise.get(d["name"], 0.0))] * d["size"]
+        self._obs_noise_std = torch.tensor(stds, device=device)
+
+        n = self.num_envs
+        self.nominal = QuadrotorParams.from_robot(self.robot, n, device)
+        self.dyn = QuadrotorDynamics(QuadrotorParams.from_robot(self.robot, n, device), self.sim_dt)
+        dr = cfg["domain_rand"]
+        self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
+        self.latency = torch.zeros(n, dtype=torch.long, device=device)
+        self.action_history = torch.zeros(n, self.max_latency + 1, self.num_actions, device=device)
+        self.actions = torch.zeros(n, self.num_actions, device=device)
+        self.last_actions = torch.zeros(n, self.num_actions, device=device)
+        self.goal_w = torch.zeros(n, 3, device=device)
+        self.in_tol_steps = torch.zeros(n, dtype=torch.long, device=device)
+        self.success_hold_steps = int(round(ecfg["success_hold_s"] / self.control_dt))
+
+        ccfg = cfg["curriculum"]
+        self.curriculum = PerEnvLevelCurriculum(
+            n, ccfg["level_initial"], ccfg["level_step_up"], ccfg["level_step_down"], device,
+            fixed_level=1.0 if eval_mode else None,
+        )
+        self.penalty_schedule = StepSchedule(
+            ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"], ccfg["penalty_scale_factor"],
+            ccfg["penalty_scale_interval"],
+        )
+        if eval_mode:
+            self.penalty_schedule.steps = 10**15  # full weights: rewards are reported, not learned from
+        self.reward_weights = dict(cfg["rewards"])
+        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
+        # Outcome of each env's last finished episode (for evaluation): success, crash, final errors.
+        self.last_outcome = {k: torch.zeros(n, device=device) for k in ("success", "crash", "pos_error", "speed")}
+        self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
+        self._reset_envs(torch.arange(n, device=device))
+
+    # --- state ---------------------------------------------------------------------------------------------
+    def robot_state(self) -> RobotState:
+        """The current :class:`RobotState` of every env (views, not copies)."""
+        d = self.dyn
+        return RobotState(d.pos_w, d.quat_w, d.lin_vel_w, d.ang_vel_b, self.last_actions, self.goal_w)
+
+    def privileged(self) -> torch.Tensor:
+        """Privileged critic state ``[N, 14]`` (see the module docstring)."""
+        p, nom = self.dyn.params, self.nominal
+        weight = (nom.mass * nom.gravity).unsqueeze(-1)
+        return torch.cat(
+            (
+                (p.mass / nom.mass).unsqueeze(-1) - 1.0,
+                p.inertia / nom.inertia - 1.0,
+                (p.max_motor_thrust / nom.max_motor_thrust).unsqueeze(-1) - 1.0,
+                p.motor_time_constant.unsqueeze(-1) * 10.0,
+                self.dyn.motor_thrust / p.max_motor_thrust.unsqueeze(-1),
+                self.dyn.ext_force_w / weight,
+                self.latency.float().unsqueeze(-1),
+            ),
+            dim=-1,
+        )
+
+    def get_observations(self) -> TensorDict:
+        clean = self.obs_builder.build(self.robot_state())
+        policy = clean + torch.randn_like(clean) * self._obs_noise_std
+        critic = torch.cat((clean, self.privileged()), dim=-1)
+        return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
+
+    # --- stepping ------------------------------------------------------------------------------------------
+    def step(self, actions: torch.Tensor):
+        actions = actions.to(self.device).clamp(-1.0, 1.0)
+        self.last_actions = self.actions
+        self.actions = actions
+        self.action_history = torch.roll(self.action_history, 1, dims=1)
+        self.action_history[:, 0] = actions
+        applied = self.action_history[torch.arange(self.num_envs, device=self.device), self.latency]
+        command = self.action_term.to_command(applied)
+        for _ in range(self.decimation):
+            self.dyn.step(self.action_term.apply(command, self.dyn))
+        self.episode_length_buf += 1
+        self.penalty_schedule.advance(self.num_envs)
+
+        state = self.robot_state()
+        pos_err = torch.linalg.vector_norm(state.base_pos_w - self.goal_w, dim=-1)
+        speed = torch.linalg.vector_norm(state.base_lin_vel_w, dim=-1)
+        in_tol = (pos_err < self.cfg["env"]["success_pos_tol"]) & (speed < self.cfg["env"]["success_vel_tol"])
+        self.in_tol_steps = torch.where(in_tol, self.in_tol_steps + 1, torch.zeros_like(self.in_tol_steps))
+
+        finite = torch.isfinite(self.dyn.pos_w).all(-1) & torch.isfinite(self.dyn.lin_vel_w).all(-1)
+        finite &= torch.isfinite(self.dyn.ang_vel_b).all(-1) & torch.isfinite(self.dyn.quat_w).all(-1)
+        crash = (pos_err > self.cfg["env"]["crash_distance"]) | (state.base_pos_w[:, 2] < self.cfg["env"]["ground_height"])
+        crash |= ~finite
+        time_out = (self.episode_length_buf >= self.max_episode_length) & ~crash
+
+        terms = rew.compute(self, state, pos_err, crash)
+        w = self.reward_weights
+        pscale = self.penalty_schedule.value
+        reward = torch.zeros(self.num_envs, device=self.device)
+        for name, value in terms.items():
+            weight = w[name] * (pscale if w[name] < 0 else 1.0)
+            weighted = value * weight * (1.0 if name == "termination" else self.control_dt)
+            self.episode_sums[name] += weighted
+            reward += weighted
+        reward = torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+
+        dones = crash | time_out
+        extras = {"time_outs": time_out, "log": {}}
+        done_ids = dones.nonzero(as_tuple=False).squeeze(-1)
+        if len(done_ids) > 0:
+            success = time_out[done_ids] & (self.in_tol_steps[done_ids] >= self.success_hold_steps)
+            self._record_outcome(done_ids, success, crash[done_ids], pos_err[done_ids], speed[done_ids], extras)
+            self._reset_envs(done_ids)
+        extras["log"].update(self.curriculum.log())
+        extras["log"].update(self.penalty_schedule.log())
+        return self.get_observations(), reward, dones, extras
+
+    def _record_outcome(self, ids, success, crash, pos_err, speed, extras) -> None:
+        log = extras["log"]
+        for name, sums in self.episode_sums.items():
+            log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
+            sums[ids] = 0.0
+        log["Episode_Termination/crash"] = crash.float().mean()
+        log["Episode_Termination/time_out"] = (~crash).float().mean()
+        log["Metrics/success_rate"] = success.float().mean()
+        log["Metrics/crash_rate"] = crash.float().mean()
+        log["Metrics/final_pos_error"] = torch.nan_to_num(pos_err, nan=10.0).mean()
+        for key, value in (("success", success), ("crash", crash), ("pos_error", pos_err), ("speed", speed)):
+            self.last_outcome[key][ids] = value.float()
+        self.episodes_done[ids] += 1
+        self.curriculum.update(ids, success, crash)
+
+    def _reset_envs(self, ids: torch.Tensor) -> None:
+        n = len(ids)
+        dev = self.device
+        e, init, dr = self.cfg["env"], self.cfg["init"], self.cfg["domain_rand"]
+        lo, hi = torch.tensor(e["goal_min"], device=dev), torch.tensor(e["goal_max"], device=dev)
+        self.goal_w[ids] = lo + (hi - lo) * torch.rand(n, 3, device=dev)
+
+        level = self.curriculum.sample(ids)
+        spread = init["spread_min"] + (1.0 - init["spread_min"]) * level
+        direction = torch.randn(n, 3, device=dev)
+        direction = direction / torch.linalg.vector_norm(direction, dim=-1, keepdim=True).clamp_min(1e-9)
+        radius = init["pos_radius"] * spread * torch.rand(n, device=dev).pow(1.0 / 3.0)
+        pos = self.goal_w[ids] + direction * radius.unsqueeze(-1)
+        pos[:, 2] = pos[:, 2].clamp_min(e["ground_height"] + 0.2)
+        vel = (2 * torch.rand(n, 3, device=dev) - 1) * (init["lin_vel"] * spread).unsqueeze(-1)
+        quat = random_quat_within(init["tilt"] * spread)
+        angvel = (2 * torch.rand(n, 3, device=dev) - 1) * (init["ang_vel"] * spread).unsqueeze(-1)
+
+        self._randomise(ids, dr)
+        p = self.dyn.params
+        hover = (p.mass[ids] * p.gravity / 4.0).unsqueeze(-1).expand(n, 4)
+        self.dyn.set_state(ids, pos, quat, vel, angvel, hover.clone())
+        # Start from the action that commands hover so the first step's action-rate penalty is meaningful.
+        hover_action = self._hover_action(ids)
+        self.actions[ids] = hover_action
+        self.last_actions[ids] = hover_action
+        self.action_history[ids] = hover_action.unsqueeze(1)
+        self.in_tol_steps[ids] = 0
+        self.episode_length_buf[ids] = 0
+
+    def _hover_action(self, ids: torch.Tensor) -> torch.Tensor:
+        p = self.dyn.params
+        frac = (p.mass[ids] * p.gravity / (4.0 * p.max_motor_thrust[ids])).unsqueeze(-1)
+        if self.action_term.interface == "motor_thrust":
+            return (2.0 * frac - 1.0).expand(len(ids), 4).clone()
+        thrust_frac = (p.mass[ids] * p.gravity / (4.0 * self.action_term.max_motor_thrust)).unsqueeze(-1)
+        return torch.cat((2.0 * thrust_frac - 1.0, torch.zeros(len(ids), 3, device=self.device)), dim=-1)
+
+    def _randomise(self, ids: torch.Tensor, dr: dict) -> None:
+        """Sample per-episode physical parameters, latency and disturbance for envs ``ids``."""
+        n, dev = len(ids), self.device
+        p, nom = self.dyn.params, self.nominal
+        if not dr["enabled"]:
+            self.dyn.ext_force_w[ids] = 0.0
+            self.latency[ids] = 0
+            return
+
+        def uniform(rng, shape=(n,)):
+            return rng[0] + (rng[1] - rng[0]) * torch.rand(shape, device=dev)
+
+        p.mass[ids] = nom.mass[ids] * uniform(dr["mass_scale"])
+        p.inertia[ids] = nom.inertia[ids] * uniform(dr["inertia_scale"]).unsqueeze(-1)
+        p.max_motor_thrust[ids] = nom.max_motor_thrust[ids] * uniform(dr["thrust_scale"])
+        p.motor_time_constant[ids] = uniform(dr["motor_time_constant"])
+        lat = dr["latency_steps"]
+        self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (n,), device=dev)
+        self.dyn.ext_force_w[ids] = (2 * torch.rand(n, 3, device=dev) - 1) * dr["ext_force"]
+        self.dyn.refresh_params()
+
+    # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
+    def curriculum_state_dict(self) -> dict:
+        return {"levels": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict()}
+
+    def load_curriculum_state_dict(self, state: dict) -> None:
+        self.curriculum.load_state_dict(state["levels"])
+        self.penalty_schedule.load_state_dict(state["penalty_schedule"])
+
+    def metadata(self) -> dict:
+        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
+        return {
+            "task": "quadrotor-hover",
+            "control_period_s": self.control_dt,
+            "observation": {"policy": self.obs_builder.layout()},
+            "action": {
+                "interface": self.action_term.interface,
+                "size": self.num_actions,
+                "clip": [-1.0, 1.0],
+                "command_names": self.action_term.command_names,
+                "command_units": self.action_term.command_units,
+            },
+        }
+
+
+def tilt_angle(quat_w: torch.Tensor) -> torch.Tensor:
+    """Angle [rad] between body z and world z, ``[N]``."""
+    return torch.acos(quat_to_rotmat(quat_w)[:, 2, 2].clamp(-1.0, 1.0))
+
+
