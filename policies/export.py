@@ -1,0 +1,125 @@
+"""``sim2real export``: a checkpoint -> ``policy.onnx`` (normaliser baked in, symbolic batch, weights embedded)
+plus ``metadata.json``.
+
+The ONNX graph comes from rsl-rl-lib's ``OnPolicyRunner.export_policy_to_onnx`` (opset 18); that export fixes the
+batch at 1 and writes the weights to an external ``policy.onnx.data`` file, so this module rewrites the batch
+dimension of the input and output as the symbolic ``batch`` and embeds the weights into one self-contained file.
+The result is checked with onnxruntime against the torch policy before it is moved into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from sim2real.policies.checkpoints import atomic_write_bytes, load_checkpoint
+from sim2real.policies.metadata import METADATA_FILE, ONNX_FILE, build_metadata
+from sim2real.policies.runner import Sim2RealRunner
+from sim2real.tasks import make_env
+
+
+def load_runner(checkpoint: Path, num_envs: int = 1) -> tuple[Sim2RealRunner, dict, dict]:
+    """Rebuild the runner of a checkpoint (its own resolved config) and load the weights.
+
+    Returns:
+        (runner, config, checkpoint dict). Raises :class:`~sim2real.policies.checkpoints.CheckpointError`.
+    """
+    data = load_checkpoint(checkpoint)
+    cfg = data["infos"]["config"]
+    env = make_env(cfg, num_envs=num_envs)
+    runner = Sim2RealRunner(env, cfg, None, device=cfg["device"], progress=False)
+    runner.alg.load(data, None, strict=True)
+    runner.current_learning_iteration = int(data["iter"])
+    return runner, cfg, data
+
+
+def _make_batch_symbolic(model: onnx.ModelProto) -> None:
+    """Rename the fixed batch of 1 on the graph's input and output to ``batch``; drop stale inner shapes."""
+    for value in list(model.graph.input) + list(model.graph.output):
+        dim0 = value.type.tensor_type.shape.dim[0]
+        dim0.ClearField("dim_value")
+        dim0.dim_param = "batch"
+    del model.graph.value_info[:]
+
+
+def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown") -> Path:
+    """Export ``checkpoint`` to ``out_dir/policy.onnx`` + ``out_dir/metadata.json``; returns ``out_dir``.
+
+    Raises:
+        CheckpointError: the checkpoint is missing or corrupt.
+        RuntimeError: the exported graph disagrees with the torch policy.
+    """
+    runner, cfg, data = load_runner(Path(checkpoint))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, _quiet_exporter():
+        runner.export_policy_to_onnx(tmp, ONNX_FILE)
+        model = onnx.load(str(Path(tmp) / ONNX_FILE), load_external_data=True)
+    _make_batch_symbolic(model)
+    onnx.checker.check_model(model)
+    blob = model.SerializeToString()
+    check_parity(runner, blob)
+    atomic_write_bytes(out_dir / ONNX_FILE, blob)
+    (out_dir / (ONNX_FILE + ".data")).unlink(missing_ok=True)
+    training = {"seed": int(cfg["seed"]), "git_revision": git_revision, "iteration": int(data["iter"]) - 1,
+                "checkpoint": str(Path(checkpoint).resolve())}
+    meta = build_metadata(runner.env, cfg, out_dir / ONNX_FILE, training)
+    atomic_write_bytes(out_dir / METADATA_FILE, json.dumps(meta, indent=2).encode())
+    return out_dir
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """Silence torch.onnx's registration chatter (e.g. about torchvision) during export."""
+    log = logging.getLogger("torch.onnx")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        log.setLevel(level)
+
+
+def torch_policy(runner: Sim2RealRunner):
+    """The deterministic torch policy of a runner as ``obs [N, D] -> actions [N, A]``."""
+    policy = runner.alg.get_policy()
+    policy.eval()
+    return lambda obs: policy({"policy": obs})
+
+
+def check_parity(runner: Sim2RealRunner, onnx_blob: bytes, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    """onnxruntime vs torch on batches of 1 and 64, including inputs ±100σ from the normaliser mean."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(onnx_blob, providers=["CPUExecutionProvider"])
+    policy = torch_policy(runner)
+    dim = sess.get_inputs()[0].shape[-1]
+    gen = torch.Generator().manual_seed(0)
+    for obs in parity_inputs(runner, dim, gen):
+        with torch.inference_mode():
+            expected = policy(obs).numpy()
+        got = sess.run(None, {"obs": obs.numpy()})[0]
+        if not np.allclose(got, expected, rtol=rtol, atol=atol):
+            raise RuntimeError(f"ONNX export disagrees with the torch policy (max |diff| "
+                               f"{np.abs(got - expected).max():.3g}) for a batch of {obs.shape[0]}")
+
+
+def parity_inputs(runner: Sim2RealRunner, dim: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """Observation batches of 1 and 64 around the normaliser's statistics, some ±100σ away."""
+    norm = runner.alg.get_policy().obs_normalizer
+    mean = getattr(norm, "_mean", torch.zeros(1, dim)).reshape(1, dim)
+    std = getattr(norm, "_std", torch.ones(1, dim)).reshape(1, dim)
+    z64 = torch.randn(64, dim, generator=gen)
+    z64[:8] = 100.0 * torch.sign(torch.randn(8, dim, generator=gen))
+    return [mean + std * torch.randn(1, dim, generator=gen), mean + std * z64,
+            mean + std * torch.full((1, dim), -100.0)]

@@ -1,0 +1,235 @@
+"""Policy metadata: what every exported policy carries, and the check the deploy side runs before using one.
+
+``metadata.json`` beside ``policy.onnx`` (schema version 1)::
+
+    schema_version, task,
+    robot: {name, kind, joint_names, motor_names, default_pose, params, params_hash},
+    control_period_s,
+    observation: {policy: [{name, offset, size, scale, unit, frame, description}, ...], dim},
+    action: {interface, size, clip, command_names, command_units, scaling},
+    normalizer: {included, location},
+    onnx: {file, sha256, input, output, opset, batch},
+    training: {task_config_hash, seed, git_revision, iteration, checkpoint}
+
+:func:`validate_metadata` compares every field with the robot config the node runs on, the observation-term
+registry and the ONNX file, and raises :class:`PolicyMismatchError` naming each field that differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from sim2real.configs import config_hash
+from sim2real.tasks import TASKS
+from sim2real.tasks.actions import ACTION_INTERFACES, QuadrotorAction
+from sim2real.tasks.observations import OBS_TERMS
+
+SCHEMA_VERSION = 1
+METADATA_FILE = "metadata.json"
+ONNX_FILE = "policy.onnx"
+
+
+class PolicyMismatchError(ValueError):
+    """The exported policy does not match the robot (or is damaged). ``fields`` lists the differing fields."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.fields = [f for f, _ in problems]
+        self.problems = problems
+        super().__init__("policy refused: " + "; ".join(f"{f}: {m}" for f, m in problems))
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def action_scaling(robot: dict, interface: str) -> dict:
+    """The numbers that turn a normalised action into a command (see :mod:`sim2real.tasks.actions`)."""
+    if interface == "motor_thrust":
+        return {"max_motor_thrust": float(robot["max_motor_thrust"])}
+    return {"max_collective_thrust": 4.0 * float(robot["max_motor_thrust"]),
+            "max_body_rate": [float(x) for x in robot["max_body_rate"]]}
+
+
+def build_metadata(env, cfg: dict, onnx_path: Path, training: dict) -> dict:
+    """Metadata of a policy trained on ``env`` (a task env) with the resolved config ``cfg``."""
+    task_meta = env.metadata()
+    robot = cfg["robot"]
+    layout = task_meta["observation"]["policy"]
+    action = dict(task_meta["action"])
+    action["scaling"] = action_scaling(robot, action["interface"])
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "task": cfg["task"],
+        "robot": {
+            "name": robot["name"],
+            "kind": robot["kind"],
+            "joint_names": list(robot.get("joint_names", [])),
+            "motor_names": list(robot.get("motor_names", [])),
+            "default_pose": robot.get("default_pose"),
+            "params": robot,
+            "params_hash": config_hash(robot),
+        },
+        "control_period_s": task_meta["control_period_s"],
+        "observation": {"policy": layout, "dim": sum(t["size"] for t in layout)},
+        "action": action,
+        "normalizer": {"included": bool(cfg["train"]["obs_normalization"]), "location": "baked into policy.onnx"},
+        "onnx": {"file": ONNX_FILE, "sha256": sha256_file(onnx_path), "input": "obs", "output": "actions",
+                 "opset": 18, "batch": "symbolic"},
+        "training": {"task_config_hash": config_hash(cfg), **training},
+    }
+
+
+def load_metadata(policy_dir: Path) -> dict:
+    """Read ``metadata.json`` of an exported policy; raises :class:`PolicyMismatchError` if absent or unreadable."""
+    path = Path(policy_dir) / METADATA_FILE
+    if not path.is_file():
+        raise PolicyMismatchError([("metadata", f"{path} not found")])
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyMismatchError([("metadata", f"{path} is not valid JSON: {exc}")]) from None
+    if not isinstance(meta, dict):
+        raise PolicyMismatchError([("metadata", f"{path} must hold a JSON object")])
+    return meta
+
+
+def _get(meta: dict, dotted: str):
+    node = meta
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
+def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
+                      control_period_s: float | None = None) -> None:
+    """Check an exported policy against the robot it would drive; raise :class:`PolicyMismatchError` if not fit.
+
+    Args:
+        meta: the policy's metadata.
+        robot: the robot config of the machine running the node.
+        policy_dir: folder holding the ONNX file (its checksum and I/O shapes are then checked too).
+        control_period_s: the node's control period [s], if it is fixed independently of the policy.
+    """
+    problems: list[tuple[str, str]] = []
+
+    def need(dotted: str, kind: type | tuple):
+        try:
+            value = _get(meta, dotted)
+        except KeyError:
+            problems.append((dotted, "missing"))
+            return None
+        if not isinstance(value, kind) or (kind in (int, float, (int, float)) and isinstance(value, bool)):
+            problems.append((dotted, f"expected {getattr(kind, '__name__', kind)}, got {value!r}"))
+            return None
+        return value
+
+    def same(dotted: str, policy_value, robot_value, what="robot") -> None:
+        if policy_value is not None and policy_value != robot_value:
+            problems.append((dotted, f"policy has {policy_value!r}, {what} has {robot_value!r}"))
+
+    version = need("schema_version", int)
+    if version is not None and version != SCHEMA_VERSION:
+        problems.append(("schema_version", f"policy schema {version}, this sim2real reads {SCHEMA_VERSION}"))
+    task = need("task", str)
+    if task is not None and task not in TASKS:
+        problems.append(("task", f"unknown task '{task}'"))
+
+    # Robot identity and parameters.
+    same("robot.name", need("robot.name", str), robot.get("name"))
+    same("robot.kind", need("robot.kind", str), robot.get("kind"))
+    same("robot.joint_names", need("robot.joint_names", list), list(robot.get("joint_names", [])))
+    same("robot.motor_names", need("robot.motor_names", list), list(robot.get("motor_names", [])))
+    try:
+        same("robot.default_pose", _get(meta, "robot.default_pose"), robot.get("default_pose"))
+    except KeyError:
+        problems.append(("robot.default_pose", "missing"))
+    params = need("robot.params", dict)
+    if params is not None:
+        for key in sorted(set(params) | set(robot)):
+            if params.get(key) != robot.get(key):
+                problems.append((f"robot.params.{key}", f"policy trained with {params.get(key)!r}, "
+                                                       f"robot has {robot.get(key)!r}"))
+    phash = need("robot.params_hash", str)
+    if phash is not None and params is not None and phash != config_hash(params):
+        problems.append(("robot.params_hash", "does not match robot.params (metadata edited or damaged)"))
+    elif phash is not None and phash != config_hash(robot):
+        problems.append(("robot.params_hash", f"policy {phash}, robot {config_hash(robot)}"))
+
+    period = need("control_period_s", (int, float))
+    if period is not None and not period > 0:
+        problems.append(("control_period_s", f"must be positive, got {period}"))
+    elif period is not None and control_period_s is not None and abs(period - control_period_s) > 1e-9:
+        problems.append(("control_period_s", f"policy trained at {period} s, node runs at {control_period_s} s"))
+
+    # Observation layout against the term registry.
+    terms = need("observation.policy", list)
+    dim = need("observation.dim", int)
+    action_size = need("action.size", int)
+    if terms is not None:
+        offset = 0
+        for i, t in enumerate(terms):
+            name = t.get("name") if isinstance(t, dict) else None
+            if name not in OBS_TERMS:
+                problems.append((f"observation.policy[{i}].name", f"unknown observation term {name!r}"))
+                continue
+            reg = OBS_TERMS[name]
+            size = action_size if reg.size == -1 else reg.size
+            for field, expect in (("size", size), ("unit", reg.unit), ("frame", reg.frame), ("offset", offset)):
+                same(f"observation.policy[{i}].{field}", t.get(field), expect, what="sim2real")
+                if field in ("size", "offset") and t.get(field) is None:
+                    problems.append((f"observation.policy[{i}].{field}", "missing"))
+            scale = t.get("scale")
+            if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale != scale:
+                problems.append((f"observation.policy[{i}].scale", f"expected a finite number, got {scale!r}"))
+            offset += size or 0
+        if dim is not None and dim != offset:
+            problems.append(("observation.dim", f"metadata says {dim}, terms add up to {offset}"))
+
+    # Action interface.
+    interface = need("action.interface", str)
+    if interface is not None and interface not in ACTION_INTERFACES:
+        problems.append(("action.interface", f"unknown interface {interface!r}"))
+    elif interface is not None and robot.get("kind") == "quadrotor":
+        term = QuadrotorAction(robot, interface)
+        same("action.size", action_size, term.num_actions)
+        same("action.command_names", need("action.command_names", list), term.command_names)
+        same("action.command_units", need("action.command_units", list), term.command_units)
+        same("action.scaling", need("action.scaling", dict), action_scaling(robot, interface))
+    same("action.clip", need("action.clip", list), [-1.0, 1.0], what="sim2real")
+
+    need("normalizer.included", bool)
+    need("normalizer.location", str)
+
+    # Training provenance: present and well-formed.
+    h = need("training.task_config_hash", str)
+    if h is not None and not re.fullmatch(r"[0-9a-f]{16}", h):
+        problems.append(("training.task_config_hash", f"not a config hash: {h!r}"))
+    need("training.seed", int)
+    need("training.git_revision", str)
+    need("training.iteration", int)
+    need("training.checkpoint", str)
+
+    # The ONNX artefact.
+    same("onnx.file", need("onnx.file", str), ONNX_FILE, what="sim2real")
+    same("onnx.input", need("onnx.input", str), "obs", what="sim2real")
+    same("onnx.output", need("onnx.output", str), "actions", what="sim2real")
+    same("onnx.opset", need("onnx.opset", int), 18, what="sim2real")
+    same("onnx.batch", need("onnx.batch", str), "symbolic", what="sim2real")
+    digest = need("onnx.sha256", str)
+    if policy_dir is not None and digest is not None:
+        onnx_path = Path(policy_dir) / ONNX_FILE
+        if not onnx_path.is_file():
+            problems.append(("onnx.file", f"{onnx_path} not found"))
+        elif sha256_file(onnx_path) != digest:
+            problems.append(("onnx.sha256", f"{onnx_path} does not match its checksum (damaged or replaced)"))
+    if problems:
+        raise PolicyMismatchError(problems)
