@@ -10,6 +10,7 @@ The result is checked with onnxruntime against the torch policy before it is mov
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import tempfile
@@ -21,7 +22,7 @@ import onnx
 import torch
 
 from sim2real.policies.checkpoints import atomic_write_bytes, load_checkpoint
-from sim2real.policies.metadata import METADATA_FILE, ONNX_FILE, build_metadata
+from sim2real.policies.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
 from sim2real.policies.runner import Sim2RealRunner
 from sim2real.tasks import make_env
 
@@ -64,14 +65,17 @@ def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown"
         runner.export_policy_to_onnx(tmp, ONNX_FILE)
         model = onnx.load(str(Path(tmp) / ONNX_FILE), load_external_data=True)
     _make_batch_symbolic(model)
+    training = {"seed": int(cfg["seed"]), "git_revision": git_revision, "iteration": int(data["iter"]) - 1,
+                "checkpoint": str(Path(checkpoint).resolve())}
+    meta = build_metadata(runner.env, cfg, None, training)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = EMBEDDED_KEY, json.dumps(embedded_copy(meta), sort_keys=True)
     onnx.checker.check_model(model)
     blob = model.SerializeToString()
     check_parity(runner, blob)
+    meta["onnx"]["sha256"] = hashlib.sha256(blob).hexdigest()
     atomic_write_bytes(out_dir / ONNX_FILE, blob)
     (out_dir / (ONNX_FILE + ".data")).unlink(missing_ok=True)
-    training = {"seed": int(cfg["seed"]), "git_revision": git_revision, "iteration": int(data["iter"]) - 1,
-                "checkpoint": str(Path(checkpoint).resolve())}
-    meta = build_metadata(runner.env, cfg, out_dir / ONNX_FILE, training)
     atomic_write_bytes(out_dir / METADATA_FILE, json.dumps(meta, indent=2).encode())
     return out_dir
 

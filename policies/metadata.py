@@ -12,7 +12,9 @@
     training: {task_config_hash, seed, git_revision, iteration, checkpoint}
 
 :func:`validate_metadata` compares every field with the robot config the node runs on, the observation-term
-registry and the ONNX file, and raises :class:`PolicyMismatchError` naming each field that differs.
+registry and the ONNX file, and raises :class:`PolicyMismatchError` naming each field that differs. The export
+also stores the metadata (all but the file's own checksum) inside ``policy.onnx`` (``metadata_props``), so a
+field edited in ``metadata.json`` after export is refused by name too.
 """
 
 from __future__ import annotations
@@ -57,8 +59,11 @@ def action_scaling(robot: dict, interface: str) -> dict:
             "max_body_rate": [float(x) for x in robot["max_body_rate"]]}
 
 
-def build_metadata(env, cfg: dict, onnx_path: Path, training: dict) -> dict:
-    """Metadata of a policy trained on ``env`` (a task env) with the resolved config ``cfg``."""
+def build_metadata(env, cfg: dict, onnx_path: Path | None, training: dict) -> dict:
+    """Metadata of a policy trained on ``env`` (a task env) with the resolved config ``cfg``.
+
+    ``onnx.sha256`` is the checksum of ``onnx_path`` (empty when None, before the file exists).
+    """
     task_meta = env.metadata()
     robot = cfg["robot"]
     layout = task_meta["observation"]["policy"]
@@ -80,10 +85,51 @@ def build_metadata(env, cfg: dict, onnx_path: Path, training: dict) -> dict:
         "observation": {"policy": layout, "dim": sum(t["size"] for t in layout)},
         "action": action,
         "normalizer": {"included": bool(cfg["train"]["obs_normalization"]), "location": "baked into policy.onnx"},
-        "onnx": {"file": ONNX_FILE, "sha256": sha256_file(onnx_path), "input": "obs", "output": "actions",
+        "onnx": {"file": ONNX_FILE, "sha256": sha256_file(onnx_path) if onnx_path else "", "input": "obs", "output": "actions",
                  "opset": 18, "batch": "symbolic"},
         "training": {"task_config_hash": config_hash(cfg), **training},
     }
+
+
+EMBEDDED_KEY = "sim2real_metadata"
+
+
+def flatten(node, prefix: str = "") -> dict[str, object]:
+    """Leaf fields of a metadata tree as ``{"a.b[0].c": value}``."""
+    out: dict[str, object] = {}
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(node, list) and node and all(isinstance(x, dict) for x in node):
+        for i, v in enumerate(node):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = node
+    return out
+
+
+def embedded_copy(meta: dict) -> dict:
+    """The part of the metadata stored inside ``policy.onnx`` (everything but the file's own checksum)."""
+    copy = json.loads(json.dumps(meta))
+    copy.get("onnx", {}).pop("sha256", None)
+    return copy
+
+
+def compare_with_embedded(meta: dict, onnx_path: Path) -> list[tuple[str, str]]:
+    """Fields where ``metadata.json`` differs from the copy exported inside the ONNX model's metadata_props."""
+    import onnx
+
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as exc:  # protobuf decode errors of a corrupt file
+        return [("onnx.file", f"cannot parse {onnx_path}: {exc}")]
+    props = {p.key: p.value for p in model.metadata_props}
+    if EMBEDDED_KEY not in props:
+        return [("onnx.file", f"{onnx_path} carries no sim2real metadata (not exported by sim2real export)")]
+    inside = flatten(json.loads(props[EMBEDDED_KEY]))
+    outside = flatten(embedded_copy(meta))
+    return [(k, f"metadata.json has {outside.get(k)!r}, policy.onnx was exported with {inside.get(k)!r}")
+            for k in sorted(set(inside) | set(outside)) if inside.get(k) != outside.get(k)]
 
 
 def load_metadata(policy_dir: Path) -> dict:
@@ -169,6 +215,11 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
         problems.append(("control_period_s", f"must be positive, got {period}"))
     elif period is not None and control_period_s is not None and abs(period - control_period_s) > 1e-9:
         problems.append(("control_period_s", f"policy trained at {period} s, node runs at {control_period_s} s"))
+    elif period is not None and "control_rate_hz" in robot:
+        lo, hi = robot["control_rate_hz"]
+        if not lo - 1e-9 <= 1.0 / period <= hi + 1e-9:
+            problems.append(("control_period_s", f"policy runs at {1.0 / period:.4g} Hz, robot supports "
+                                                 f"{lo:g}-{hi:g} Hz"))
 
     # Observation layout against the term registry.
     terms = need("observation.policy", list)
@@ -183,7 +234,8 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
                 continue
             reg = OBS_TERMS[name]
             size = action_size if reg.size == -1 else reg.size
-            for field, expect in (("size", size), ("unit", reg.unit), ("frame", reg.frame), ("offset", offset)):
+            for field, expect in (("size", size), ("unit", reg.unit), ("frame", reg.frame), ("offset", offset),
+                                  ("description", reg.description)):
                 same(f"observation.policy[{i}].{field}", t.get(field), expect, what="sim2real")
                 if field in ("size", "offset") and t.get(field) is None:
                     problems.append((f"observation.policy[{i}].{field}", "missing"))
@@ -231,5 +283,7 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
             problems.append(("onnx.file", f"{onnx_path} not found"))
         elif sha256_file(onnx_path) != digest:
             problems.append(("onnx.sha256", f"{onnx_path} does not match its checksum (damaged or replaced)"))
+        else:
+            problems += [p for p in compare_with_embedded(meta, onnx_path) if p[0] not in {q[0] for q in problems}]
     if problems:
         raise PolicyMismatchError(problems)

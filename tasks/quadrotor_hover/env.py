@@ -153,7 +153,7 @@ class QuadrotorHoverEnv(VecEnv):
         pscale = self.penalty_schedule.value
         reward = torch.zeros(self.num_envs, device=self.device)
         for name, value in terms.items():
-            weight = w[name] * (pscale if w[name] < 0 else 1.0)
+            weight = w[name] * (pscale if name in rew.SCHEDULED_PENALTIES else 1.0)
             weighted = value * weight * (1.0 if name == "termination" else self.control_dt)
             self.episode_sums[name] += weighted
             reward += weighted
@@ -183,7 +183,9 @@ class QuadrotorHoverEnv(VecEnv):
         for key, value in (("success", success), ("crash", crash), ("pos_error", pos_err), ("speed", speed)):
             self.last_outcome[key][ids] = value.float()
         self.episodes_done[ids] += 1
-        self.curriculum.update(ids, success, crash)
+        # Promote on "nearly there" rather than on strict success, so the spread can grow before precision does.
+        promote = ~crash & (pos_err < self.cfg["curriculum"]["promote_pos_error"])
+        self.curriculum.update(ids, promote, crash)
 
     def _reset_envs(self, ids: torch.Tensor) -> None:
         n = len(ids)

@@ -11,6 +11,8 @@ import torch
 from sim2real.sim.rotations import quat_to_rotmat
 
 REWARD_TERMS = ("position", "precision", "lin_vel", "ang_vel", "tilt", "action_rate", "termination")
+# Terms whose weight grows with the curriculum's global penalty schedule.
+SCHEDULED_PENALTIES = ("lin_vel", "ang_vel", "tilt", "action_rate")
 
 
 def compute(env, state, pos_err: torch.Tensor, crash: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -18,7 +20,7 @@ def compute(env, state, pos_err: torch.Tensor, crash: torch.Tensor) -> dict[str,
     r_zz = quat_to_rotmat(state.base_quat_w)[:, 2, 2]
     return {
         "position": torch.exp(-pos_err / 0.5),
-        "precision": torch.exp(-torch.square(pos_err / 0.05)),
+        "precision": torch.exp(-pos_err / 0.05),
         "lin_vel": torch.sum(torch.square(state.base_lin_vel_w), dim=-1),
         "ang_vel": torch.sum(torch.square(state.base_ang_vel_b), dim=-1),
         "tilt": 1.0 - r_zz,

@@ -1,0 +1,158 @@
+"""``sim2real bench``: speed and scale, measured side by side in one run (never in tests).
+
+* ``throughput``: quadrotor env-steps/s at 1k, 4k, 16k envs (random actions) and simulated flight seconds per
+  wall second; ratios to the 1k figure.
+* ``hover-time``: wall seconds of ``quadrotor-hover`` training until the held-out eval success rate >= 0.9, with
+  where the time goes (simulation, policy inference during rollouts, PPO update; evaluation excluded).
+* ``inference``: ONNX inference latency per step (p50/p99) and the policy node's control-period error (p50/p99)
+  at 50 Hz and 100 Hz against the stand-in robot.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+
+def bench_throughput(quick: bool = False) -> dict:
+    from sim2real.tasks import make_env, task_config
+
+    sizes = [256, 1024] if quick else [1024, 4096, 16384]
+    steps = 50 if quick else 200
+    out = {}
+    for n in sizes:
+        cfg = task_config("quadrotor-hover")
+        env = make_env(cfg, num_envs=n)
+        actions = torch.rand(n, 4) * 2 - 1
+        for _ in range(10):
+            env.step(actions)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            env.step(actions)
+        dt = time.perf_counter() - t0
+        sps = n * steps / dt
+        out[n] = {"env_steps_per_s": sps, "sim_s_per_wall_s": sps * env.control_dt}
+    base = out[sizes[0]]["env_steps_per_s"]
+    print(f"{'envs':>7} {'env-steps/s':>14} {'sim s / wall s':>15} {'ratio vs ' + str(sizes[0]):>12}")
+    for n, r in out.items():
+        print(f"{n:>7} {r['env_steps_per_s']:>14,.0f} {r['sim_s_per_wall_s']:>15,.0f} {r['env_steps_per_s'] / base:>12.2f}")
+    return {str(k): v for k, v in out.items()}
+
+
+class _StopTraining(Exception):
+    pass
+
+
+def bench_hover_time(quick: bool = False, target: float = 0.9, budget_s: float = 900.0,
+                     overrides: list[str] | None = None) -> dict:
+    """Train until eval success >= ``target``; training wall time excludes the evaluations themselves."""
+    from sim2real.policies.runner import Sim2RealRunner
+    from sim2real.policies.checkpoints import new_run_dir
+    from sim2real.tasks import make_env, task_config
+    import tempfile
+
+    cfg = task_config("quadrotor-hover", list(overrides or []))
+    torch.manual_seed(int(cfg["seed"]))
+    if quick:
+        budget_s = 60.0
+    env = make_env(cfg)
+    timing = {"sim": 0.0, "eval": 0.0}
+    step = env.step
+
+    def timed_step(actions):
+        t = time.perf_counter()
+        try:
+            return step(actions)
+        finally:
+            timing["sim"] += time.perf_counter() - t
+
+    env.step = timed_step
+    tmp = tempfile.mkdtemp(prefix="sim2real-bench-")
+    runner = Sim2RealRunner(env, cfg, new_run_dir("quadrotor-hover", "bench", Path(tmp)), progress=False)
+    every = int(cfg["train"]["eval_interval"]) or 25
+    result = {"reached": False}
+    start = time.perf_counter()
+    collect_learn = {"collect": 0.0, "learn": 0.0}
+    rsl_log = runner._rsl_log
+
+    def log_hook(**kw):
+        collect_learn["collect"] += kw["collect_time"]
+        collect_learn["learn"] += kw["learn_time"]
+        return rsl_log(**kw)
+
+    runner._rsl_log = log_hook
+    orig_eval = runner.evaluate_and_keep_best
+
+    def eval_hook(it):
+        t = time.perf_counter()
+        m = orig_eval(it)
+        timing["eval"] += time.perf_counter() - t
+        train_s = time.perf_counter() - start - timing["eval"]
+        print(f"  iteration {it + 1:4d}  train {train_s:7.1f} s  eval success {m['success_rate']:.3f}  "
+              f"pos error mean {m['pos_error_mean']:.3f} m", flush=True)
+        if m["success_rate"] >= target:
+            result.update(reached=True, iterations=it + 1, train_wall_s=train_s, eval=m)
+            raise _StopTraining
+        if train_s > budget_s:
+            result.update(iterations=it + 1, train_wall_s=train_s, eval=m)
+            raise _StopTraining
+        return m
+
+    runner.evaluate_and_keep_best = eval_hook
+    runner.task_cfg["train"]["eval_interval"] = every
+    try:
+        runner.learn(100000)
+    except _StopTraining:
+        pass
+    collect = collect_learn["collect"]
+    sim = timing["sim"] - 0.0
+    # env.step time counted in 'sim' includes evaluation env steps? No: eval builds its own env.
+    result.update(
+        num_envs=env.num_envs, eval_interval=every, eval_episodes=cfg["train"]["eval_episodes"],
+        time_sim_s=sim, time_policy_inference_s=max(collect - sim, 0.0), time_update_s=collect_learn["learn"],
+        time_eval_s=timing["eval"],
+    )
+    tot = sim + max(collect - sim, 0.0) + collect_learn["learn"]
+    status = "reached" if result["reached"] else "NOT reached"
+    print(f"eval success >= {target} {status} after {result.get('train_wall_s', float('nan')):.1f} s of training "
+          f"({result.get('iterations')} iterations, {env.num_envs} envs, eval every {every} iterations); "
+          f"reference: Learning to Fly in Seconds 18 s (laptop)")
+    if tot > 0:
+        print(f"where the time goes: simulation {100 * sim / tot:.0f}%, policy inference "
+              f"{100 * max(collect - sim, 0) / tot:.0f}%, PPO update {100 * collect_learn['learn'] / tot:.0f}% "
+              f"(evaluations {timing['eval']:.1f} s, excluded)")
+    return result
+
+
+def bench_inference(quick: bool = False) -> dict:
+    from sim2real.deploy.latency import measure_control_period, measure_inference_latency
+
+    policy_dir = Path(__file__).resolve().parent / "policies" / "pretrained" / "quadrotor-hover"
+    lat = measure_inference_latency(policy_dir, n=500 if quick else 5000)
+    print(f"ONNX inference (batch 1): p50 {lat['p50_us']:.1f} us, p99 {lat['p99_us']:.1f} us")
+    out = {"onnx_latency": lat}
+    for hz in (50, 100):
+        r = measure_control_period(policy_dir, hz, 3.0 if quick else 10.0)
+        print(f"policy node at {hz} Hz: control-period error p50 {r['p50_ms_error']:.3f} ms, "
+              f"p99 {r['p99_ms_error']:.3f} ms")
+        out[f"control_period_{hz}hz"] = r
+    return out
+
+
+def run_bench(args) -> int:
+    results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
+                           "torch": torch.__version__}}
+    names = ["throughput", "hover-time", "inference"] if args.name == "all" else [args.name]
+    for name in names:
+        print(f"== {name}")
+        fn = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference}[name]
+        results[name] = fn(quick=args.quick)
+    if args.output:
+        from sim2real.policies.checkpoints import atomic_write_bytes
+
+        atomic_write_bytes(Path(args.output), json.dumps(results, indent=2, default=float).encode())
+    return 0

@@ -1,0 +1,45 @@
+"""Shared fixtures: a tiny trained checkpoint and its export (built once per test session)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Keep the suite's torch work on the two cores of the CI machine predictable.
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+def tiny_overrides(num_envs: int = 64) -> list[str]:
+    return [f"env.num_envs={num_envs}", "train.num_steps_per_env=8", "train.eval_interval=1",
+            "train.eval_episodes=16", "eval.num_episodes=16", "train.save_interval=1", "train.keep_last=2",
+            "env.episode_length_s=0.1"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A run directory after 3 PPO iterations of quadrotor-hover at 64 envs (checkpoints + best.pt)."""
+    from sim2real.policies.checkpoints import new_run_dir, write_run_files
+    from sim2real.policies.runner import Sim2RealRunner
+    from sim2real.tasks import make_env, task_config
+
+    torch.manual_seed(0)
+    cfg = task_config("quadrotor-hover", tiny_overrides())
+    run_dir = new_run_dir("quadrotor-hover", root=tmp_path_factory.mktemp("runs"))
+    write_run_files(run_dir, cfg, ["test"])
+    runner = Sim2RealRunner(make_env(cfg), cfg, run_dir, progress=False)
+    runner.learn(3)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tiny_run, tmp_path_factory) -> Path:
+    """The export (policy.onnx + metadata.json) of the tiny run's last checkpoint."""
+    from sim2real.policies.checkpoints import list_checkpoints
+    from sim2real.policies.export import export_policy
+
+    return export_policy(list_checkpoints(tiny_run)[-1], tmp_path_factory.mktemp("policy"), "testrev")

@@ -1,0 +1,113 @@
+"""Training mechanics: run directory contents, atomic keep-last-K checkpoints, best.pt, exact-resume state."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from sim2real.policies.checkpoints import (
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    resolve_checkpoint,
+)
+from sim2real.policies.runner import Sim2RealRunner
+from sim2real.tasks import make_env
+
+
+def test_run_directory_holds_config_revision_logs_and_checkpoints(tiny_run):
+    cfg = yaml.safe_load((tiny_run / "config.yaml").read_text())
+    assert cfg["task"] == "quadrotor-hover" and cfg["env"]["num_envs"] == 64
+    info = json.loads((tiny_run / "run.json").read_text())
+    assert info["seed"] == cfg["seed"] and info["git_revision"]
+    assert list(tiny_run.glob("events.out.tfevents.*")), "TensorBoard event file missing"
+    ckpts = list_checkpoints(tiny_run)
+    assert [p.name for p in ckpts] == ["model_1.pt", "model_2.pt"]  # keep_last=2 of iterations 0, 1, 2
+    assert (tiny_run / "best.pt").is_file()
+    best = json.loads((tiny_run / "best.json").read_text())
+    assert 0.0 <= best["success_rate"] <= 1.0 and best["num_episodes"] == 16
+    assert not list(tiny_run.glob(".*.tmp")), "a temporary checkpoint file was left behind"
+
+
+def test_tensorboard_has_reward_terms_and_termination_causes(tiny_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tiny_run))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for tag in ("Episode_Reward/position", "Episode_Reward/termination", "Episode_Termination/crash",
+                "Episode_Termination/time_out", "Metrics/success_rate", "Curriculum/level_mean",
+                "Curriculum/penalty_scale", "Eval/success_rate", "Loss/learning_rate"):
+        assert tag in tags, tag
+
+
+def test_checkpoint_holds_everything_to_resume(tiny_run):
+    path = list_checkpoints(tiny_run)[-1]
+    data = load_checkpoint(path)
+    assert data["iter"] == 3  # the next iteration to run
+    infos = data["infos"]
+    assert {"config", "curriculum", "rng", "best_score"} <= set(infos)
+    assert data["optimizer_state_dict"]["param_groups"][0]["lr"] > 0
+    assert "obs_normalizer._mean" in data["actor_state_dict"]
+
+
+def test_resume_restores_learning_rate_curriculum_iteration_and_rng(tiny_run):
+    path = list_checkpoints(tiny_run)[-1]
+    data = load_checkpoint(path)
+    cfg = data["infos"]["config"]
+    # Make the saved curriculum state distinctive, then resume into a fresh runner.
+    data["infos"]["curriculum"]["levels"]["levels"] = torch.linspace(0, 1, cfg["env"]["num_envs"])
+    data["infos"]["curriculum"]["penalty_schedule"]["steps"] = 12345678
+    data["optimizer_state_dict"]["param_groups"][0]["lr"] = 3.21e-4
+    torch.save(data, tiny_run.parent / "edited.pt")
+    env = make_env(cfg)
+    runner = Sim2RealRunner(env, cfg, None, progress=False)
+    runner.load(str(tiny_run.parent / "edited.pt"))
+    assert runner.current_learning_iteration == 3
+    assert runner.alg.learning_rate == pytest.approx(3.21e-4)
+    assert runner.alg.optimizer.param_groups[0]["lr"] == pytest.approx(3.21e-4)
+    assert torch.equal(env.curriculum.levels, torch.linspace(0, 1, cfg["env"]["num_envs"]))
+    assert env.penalty_schedule.steps == 12345678
+    assert torch.equal(torch.get_rng_state(), data["infos"]["rng"]["torch"])
+    norm = runner.alg.get_policy().obs_normalizer
+    assert torch.equal(norm._mean, data["actor_state_dict"]["obs_normalizer._mean"])
+
+
+def test_resume_continues_iteration_numbering(tiny_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    data = load_checkpoint(list_checkpoints(run)[-1])
+    cfg = data["infos"]["config"]
+    runner = Sim2RealRunner(make_env(cfg), cfg, run, progress=False)
+    runner.load(str(list_checkpoints(run)[-1]))
+    runner.learn(2)
+    assert [p.name for p in list_checkpoints(run)] == ["model_3.pt", "model_4.pt"]
+    assert load_checkpoint(run / "model_4.pt")["iter"] == 5
+
+
+def test_checkpoint_selection(tiny_run, tmp_path):
+    root = tiny_run.parent.parent
+    assert resolve_checkpoint("latest", "quadrotor-hover", root) == list_checkpoints(tiny_run)[-1]
+    assert resolve_checkpoint("best", "quadrotor-hover", root) == tiny_run / "best.pt"
+    assert resolve_checkpoint(str(tiny_run), "quadrotor-hover") == list_checkpoints(tiny_run)[-1]
+    with pytest.raises(CheckpointError, match="not found"):
+        resolve_checkpoint(str(tmp_path / "nope.pt"), "quadrotor-hover")
+    with pytest.raises(CheckpointError, match="no run"):
+        resolve_checkpoint("latest", "quadrotor-hover", tmp_path)
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tiny_run, tmp_path):
+    blob = list_checkpoints(tiny_run)[-1].read_bytes()
+    bad = tmp_path / "truncated.pt"
+    bad.write_bytes(blob[: len(blob) // 3])
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        load_checkpoint(bad)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, other)
+    with pytest.raises(CheckpointError, match="not a sim2real checkpoint"):
+        load_checkpoint(other)
