@@ -152,7 +152,7 @@ class QuadrotorHoverEnv(VecEnv):
         w = self.reward_weights
         pscale = self.penalty_schedule.value
         reward = torch.zeros(self.num_envs, device=self.device)
-        for name, value in terms.items():
+        for name, value in terms.items():  # every term in REWARD_TERMS has a weight of the same name
             weight = w[name] * (pscale if name in rew.SCHEDULED_PENALTIES else 1.0)
             weighted = value * weight * (1.0 if name == "termination" else self.control_dt)
             self.episode_sums[name] += weighted

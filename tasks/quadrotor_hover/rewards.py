@@ -18,9 +18,10 @@ SCHEDULED_PENALTIES = ("lin_vel", "ang_vel", "tilt", "action_rate")
 def compute(env, state, pos_err: torch.Tensor, crash: torch.Tensor) -> dict[str, torch.Tensor]:
     """Unweighted reward terms ``{name: [N]}`` for the current step."""
     r_zz = quat_to_rotmat(state.base_quat_w)[:, 2, 2]
+    w = env.cfg["rewards"]
     return {
         "position": torch.exp(-pos_err / 0.5),
-        "precision": torch.exp(-pos_err / 0.05),
+        "precision": torch.exp(-pos_err / w["precision_scale"]),
         "lin_vel": torch.sum(torch.square(state.base_lin_vel_w), dim=-1),
         "ang_vel": torch.sum(torch.square(state.base_ang_vel_b), dim=-1),
         "tilt": 1.0 - r_zz,
