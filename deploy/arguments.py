@@ -4,12 +4,66 @@
 from __future__ import annotations
 
 import argparse
+import math
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite float (``nan``/``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite float > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
 
 
 def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", required=True, help="folder of an exported policy (policy.onnx + metadata.json)")
     p.add_argument("--robot", required=True, help="robot config name or YAML path of the robot this runs on")
+    p.add_argument("--namespace", default="/crazyflie",
+                   help="ROS namespace of the topics odom, goal, estop, cmd/motors|cmd/ctbr (default /crazyflie)")
+    p.add_argument("--node-name", default="policy_node", help="ROS node name (default policy_node)")
+    p.add_argument("--activate", action="store_true",
+                   help="configure and activate at start (otherwise wait for the lifecycle services)")
+    p.add_argument("--state-timeout", type=positive_float, default=0.1, metavar="S",
+                   help="odometry older than this is stale and idles the motors (s, default 0.1)")
+    p.add_argument("--duration", type=positive_float, default=None, metavar="S",
+                   help="run this long, then idle the motors and exit (s; default: until Ctrl-C)")
+    p.add_argument("--goal", type=finite_float, nargs=3, metavar=("X", "Y", "Z"),
+                   help="initial goal position in the world frame (m; default: hold the first odometry position)")
+    p.add_argument("--rate-hz", type=positive_float, default=None,
+                   help="override the control rate (benchmarks only; default: the policy's training rate)")
 
 
 def add_standin_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robot", default="crazyflie2", help="robot config name or YAML path")
+    p.add_argument("--namespace", default="/crazyflie", help="ROS namespace of the topics (default /crazyflie)")
+    p.add_argument("--node-name", default="standin", help="ROS node name (default standin)")
+    p.add_argument("--initial-position", type=finite_float, nargs=3, default=[0.0, 0.0, 1.0],
+                   metavar=("X", "Y", "Z"), help="where the drone is held until the first command (m, world frame; "
+                                                 "default 0 0 1)")
+    p.add_argument("--mass-scale", type=positive_float, default=1.05,
+                   help="true mass / nominal mass (default 1.05: the stand-in differs from the config)")
+    p.add_argument("--thrust-scale", type=positive_float, default=0.97,
+                   help="true max motor thrust / nominal (default 0.97)")
+    p.add_argument("--inertia-scale", type=positive_float, default=1.03,
+                   help="true inertia / nominal (default 1.03)")
+    p.add_argument("--motor-time-constant", type=positive_float, default=None, metavar="S",
+                   help="true motor time constant (s; default: the robot config's)")
+    p.add_argument("--ext-force", type=finite_float, nargs=3, default=[0.0, 0.0, 0.0], metavar=("FX", "FY", "FZ"),
+                   help="constant external force in the world frame, e.g. wind (N, default 0 0 0)")
+    p.add_argument("--sensor-rate-hz", type=positive_float, default=100.0,
+                   help="odometry and IMU publishing rate (Hz, default 100; at most the physics rate)")
+    p.add_argument("--command-timeout", type=positive_float, default=0.2, metavar="S",
+                   help="commands older than this idle the motors, like the firmware watchdog (s, default 0.2)")
+    p.add_argument("--duration", type=positive_float, default=None, metavar="S",
+                   help="run this long, then exit (s; default: until Ctrl-C)")

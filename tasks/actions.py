@@ -62,6 +62,19 @@ class QuadrotorAction:
         rates = a[:, 1:] * self.max_body_rate.to(a.device)
         return torch.cat((thrust, rates), dim=-1)
 
+    def hover_action(self, mass: torch.Tensor, gravity: float, max_motor_thrust: torch.Tensor) -> torch.Tensor:
+        """The normalised action ``[N, 4]`` that commands hover for drones of ``mass`` [N] kg whose motors give
+        ``max_motor_thrust`` [N] N (what ``last_action`` holds at the start of an episode).
+
+        ``motor_thrust`` scales by the drone's own maximum thrust (its motors apply the fraction); ``ctbr`` by the
+        nominal one (the collective thrust is commanded in newtons).
+        """
+        weight = mass * gravity
+        if self.interface == "motor_thrust":
+            return (2.0 * weight / (4.0 * max_motor_thrust) - 1.0).unsqueeze(-1).expand(-1, 4).clone()
+        thrust = (2.0 * weight / (4.0 * self.max_motor_thrust) - 1.0).unsqueeze(-1)
+        return torch.cat((thrust, torch.zeros(thrust.shape[0], 3, device=thrust.device)), dim=-1)
+
     def safe_command(self, num: int = 1) -> torch.Tensor:
         """The command sent when the policy must not act: motors idle (zero thrust, zero rates), ``[num, 4]``."""
         return torch.zeros(num, 4)

@@ -97,7 +97,8 @@ class QuadrotorHoverEnv(VecEnv):
     def robot_state(self) -> RobotState:
         """The current :class:`RobotState` of every env (views, not copies)."""
         d = self.dyn
-        return RobotState(d.pos_w, d.quat_w, d.lin_vel_w, d.ang_vel_b, self.last_actions, self.goal_w)
+        # last_action: the action applied in the step just taken (the previous action of the next decision).
+        return RobotState(d.pos_w, d.quat_w, d.lin_vel_w, d.ang_vel_b, self.actions, self.goal_w)
 
     def privileged(self) -> torch.Tensor:
         """Privileged critic state ``[N, 14]`` (see the module docstring)."""
@@ -210,20 +211,12 @@ class QuadrotorHoverEnv(VecEnv):
         hover = (p.mass[ids] * p.gravity / 4.0).unsqueeze(-1).expand(n, 4)
         self.dyn.set_state(ids, pos, quat, vel, angvel, hover.clone())
         # Start from the action that commands hover so the first step's action-rate penalty is meaningful.
-        hover_action = self._hover_action(ids)
+        hover_action = self.action_term.hover_action(p.mass[ids], p.gravity, p.max_motor_thrust[ids])
         self.actions[ids] = hover_action
         self.last_actions[ids] = hover_action
         self.action_history[ids] = hover_action.unsqueeze(1)
         self.in_tol_steps[ids] = 0
         self.episode_length_buf[ids] = 0
-
-    def _hover_action(self, ids: torch.Tensor) -> torch.Tensor:
-        p = self.dyn.params
-        frac = (p.mass[ids] * p.gravity / (4.0 * p.max_motor_thrust[ids])).unsqueeze(-1)
-        if self.action_term.interface == "motor_thrust":
-            return (2.0 * frac - 1.0).expand(len(ids), 4).clone()
-        thrust_frac = (p.mass[ids] * p.gravity / (4.0 * self.action_term.max_motor_thrust)).unsqueeze(-1)
-        return torch.cat((2.0 * thrust_frac - 1.0, torch.zeros(len(ids), 3, device=self.device)), dim=-1)
 
     def _randomise(self, ids: torch.Tensor, dr: dict) -> None:
         """Sample per-episode physical parameters, latency and disturbance for envs ``ids``."""

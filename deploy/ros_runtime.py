@@ -1,0 +1,105 @@
+"""Running rclpy nodes from the command line: a private context, Ctrl-C / SIGTERM handling, timed spinning."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+
+@contextlib.contextmanager
+def ros_context():
+    """A fresh, initialised rclpy :class:`Context` (no rclpy signal handlers: Ctrl-C raises
+    ``KeyboardInterrupt`` in Python, so nodes can still publish a last safe command); shut down on exit."""
+    ctx = Context()
+    rclpy.init(context=ctx, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        yield ctx
+    finally:
+        rclpy.try_shutdown(context=ctx)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Inside the block, SIGTERM raises ``KeyboardInterrupt`` like Ctrl-C (main thread only; else a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def spin_for(executor: SingleThreadedExecutor, context: Context, duration_s: float | None) -> str:
+    """Spin ``executor`` until ``duration_s`` [s] have passed (None: forever), the context shuts down, or
+    Ctrl-C / SIGTERM. Returns why it stopped: ``"duration"``, ``"shutdown"`` or ``"interrupted"``."""
+    deadline = None if duration_s is None else time.monotonic() + float(duration_s)
+    try:
+        while context.ok():
+            timeout = 0.05
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "duration"
+                timeout = min(timeout, left)
+            executor.spin_once(timeout_sec=timeout)
+    except KeyboardInterrupt:
+        return "interrupted"
+    except ExternalShutdownException:
+        return "shutdown"
+    return "shutdown"
+
+
+class BackgroundSpin:
+    """Spin ``nodes`` with one executor in a daemon thread (a context manager; for in-process graphs in tests and
+    benchmarks). Node callbacks then run in that thread, one at a time."""
+
+    def __init__(self, context: Context, *nodes):
+        self.executor = SingleThreadedExecutor(context=context)
+        for node in nodes:
+            self.executor.add_node(node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and self.executor.context.ok():
+                self.executor.spin_once(timeout_sec=0.02)
+        except ExternalShutdownException:
+            pass
+        except BaseException as exc:  # surfaced by __exit__
+            self.error = exc
+
+    def __enter__(self) -> "BackgroundSpin":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop spinning and shut the executor down (idempotent); re-raises an error of a callback."""
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(timeout=5.0)
+            self.executor.shutdown()
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.stop()
+        else:
+            with contextlib.suppress(BaseException):
+                self.stop()

@@ -1,0 +1,59 @@
+"""Helpers for in-process ROS 2 graphs in tests and benchmarks: a node that records what arrives on topics
+(with the monotonic arrival time) and publishes on demand, and a polling wait."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.005) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` [s] pass; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return bool(predicate())
+
+
+class TopicRecorder(Node):
+    """Subscribes to ``topics`` (``{name: msg_type}``) and keeps ``(arrival_time_s, msg)`` per topic; creates
+    publishers on demand with :meth:`publisher`. Thread-safe reads through :meth:`messages` / :meth:`last`."""
+
+    def __init__(self, name: str, topics: dict, *, context=None, namespace: str = "/"):
+        super().__init__(name, namespace=namespace, context=context)
+        self._lock = threading.Lock()
+        self._log: dict[str, list] = {t: [] for t in topics}
+        self._pubs: dict[str, object] = {}
+        qos = QoSProfile(depth=50)
+        for topic, msg_type in topics.items():
+            self.create_subscription(msg_type, topic, lambda m, t=topic: self._record(t, m), qos)
+
+    def _record(self, topic: str, msg) -> None:
+        with self._lock:
+            self._log[topic].append((time.monotonic(), msg))
+
+    def messages(self, topic: str, since: float = -float("inf")) -> list:
+        """``[(arrival_time_s, msg), ...]`` received on ``topic`` at or after ``since``."""
+        with self._lock:
+            return [(t, m) for t, m in self._log[topic] if t >= since]
+
+    def last(self, topic: str):
+        """The latest ``(arrival_time_s, msg)`` on ``topic``, or None."""
+        with self._lock:
+            return self._log[topic][-1] if self._log[topic] else None
+
+    def count(self, topic: str) -> int:
+        with self._lock:
+            return len(self._log[topic])
+
+    def publisher(self, topic: str, msg_type):
+        """A publisher on ``topic`` (created once, reliable, depth 10)."""
+        if topic not in self._pubs:
+            self._pubs[topic] = self.create_publisher(msg_type, topic, QoSProfile(depth=10))
+        return self._pubs[topic]

@@ -1,0 +1,50 @@
+"""Locking a fixed-step simulation to the wall clock (no ROS): how many physics steps are due now."""
+
+from __future__ import annotations
+
+import math
+
+
+class RealTimeStepper:
+    """Keeps step ``k`` of a ``dt`` simulation at wall time ``start + k dt``: a late timer callback is answered
+    with several steps (catch-up) instead of letting simulated time drift behind the wall clock.
+
+    Args:
+        dt: physics timestep [s].
+        start: wall time [s] (any monotonic clock) at which simulated time is 0.
+        max_catch_up_steps: most steps returned by one call; when further behind than this (the process was
+            suspended), the excess is dropped (counted in :attr:`dropped_steps`) and simulated time slips.
+
+    Raises:
+        ValueError: ``dt`` not positive or ``max_catch_up_steps`` < 1.
+    """
+
+    def __init__(self, dt: float, start: float, max_catch_up_steps: int = 25):
+        if not dt > 0 or max_catch_up_steps < 1:
+            raise ValueError(f"need dt > 0 and max_catch_up_steps >= 1, got {dt}, {max_catch_up_steps}")
+        self.dt = float(dt)
+        self.start = float(start)
+        self.max_catch_up_steps = int(max_catch_up_steps)
+        self.steps_due_total = 0  # wall-clock steps accounted for (taken or dropped)
+        self.steps_taken = 0
+        self.dropped_steps = 0
+
+    def due(self, now: float) -> int:
+        """Number of physics steps to take at wall time ``now`` [s] (0 if ahead of the wall clock)."""
+        target = math.floor((now - self.start) / self.dt + 1e-9)
+        n = target - self.steps_due_total
+        if n <= 0:
+            return 0
+        if n > self.max_catch_up_steps:
+            self.dropped_steps += n - self.max_catch_up_steps
+            n_take = self.max_catch_up_steps
+        else:
+            n_take = n
+        self.steps_due_total = target
+        self.steps_taken += n_take
+        return n_take
+
+    @property
+    def sim_time(self) -> float:
+        """Simulated time [s] of the steps taken so far."""
+        return self.steps_taken * self.dt

@@ -1,0 +1,86 @@
+"""Fixtures of the deploy tests: an isolated ROS 2 environment, an rclpy context, synthetic linear policies."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim2real.deploy.ros_env import isolate_ros_environment
+
+# Before any rclpy.init in this process (and inherited by the CLI subprocesses tests start): loopback-only
+# discovery on a domain id of this test run.
+DOMAIN_ID = isolate_ros_environment()
+
+OBS_DIM = 22  # pos_error_w 3, rot_matrix_w 9, lin_vel_w 3, ang_vel_b 3, last_action 4
+SLICES = {"pos_error_w": slice(0, 3), "rot_matrix_w": slice(3, 12), "lin_vel_w": slice(12, 15),
+          "ang_vel_b": slice(15, 18), "last_action": slice(18, 22)}
+_namespaces = itertools.count()
+
+
+def write_linear_policy(out_dir: Path, weight: np.ndarray, bias, interface: str = "motor_thrust",
+                        robot: dict | None = None) -> Path:
+    """An exported policy ``actions = obs @ weight + bias`` (weight ``[22, 4]``) with the real metadata of the
+    quadrotor-hover task (``robot``: default crazyflie2); returns ``out_dir``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from sim2real.policies.metadata import (
+        EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy, sha256_file,
+    )
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config("quadrotor-hover", [f"env.action_interface={interface}"])
+    if robot is not None:
+        cfg["robot"] = robot
+    env = make_env(cfg, num_envs=1)
+    w = numpy_helper.from_array(np.asarray(weight, dtype=np.float32).reshape(OBS_DIM, 4), "W")
+    b = numpy_helper.from_array(np.asarray(bias, dtype=np.float32).reshape(4), "b")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["obs", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["actions"])],
+        "linear_policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", OBS_DIM])],
+        [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", 4])],
+        initializer=[w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    training = {"seed": 0, "git_revision": "test", "iteration": 0, "checkpoint": "synthetic"}
+    meta = build_metadata(env, cfg, None, training)
+    entry = model.metadata_props.add()  # what `sim2real export` embeds
+    entry.key, entry.value = EMBEDDED_KEY, json.dumps(embedded_copy(meta), sort_keys=True)
+    onnx.checker.check_model(model)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / ONNX_FILE).write_bytes(model.SerializeToString())
+    meta["onnx"]["sha256"] = sha256_file(out_dir / ONNX_FILE)
+    (out_dir / METADATA_FILE).write_text(json.dumps(meta, indent=2))
+    return out_dir
+
+
+@pytest.fixture
+def linear_policy(tmp_path):
+    """Factory: ``linear_policy(weight, bias, interface="motor_thrust", robot=None) -> policy folder``."""
+    counter = itertools.count()
+
+    def make(weight, bias, interface="motor_thrust", robot=None):
+        return write_linear_policy(tmp_path / f"policy{next(counter)}", weight, bias, interface, robot)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def ros_ctx():
+    """An initialised rclpy context for the module's in-process nodes."""
+    from sim2real.deploy.ros_runtime import ros_context
+
+    with ros_context() as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def namespace():
+    """A namespace of its own for each test, so no message of a previous test's nodes is seen."""
+    return f"/deploy_test_{next(_namespaces)}"

@@ -1,0 +1,297 @@
+"""The lifecycle policy node in-process: observation from odometry + goal, commands, and every safety path.
+
+The policies are linear (``actions = obs @ W + b``), so each published command is known exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+import numpy as np
+import torch
+import pytest
+from geometry_msgs.msg import PoseStamped
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from nav_msgs.msg import Odometry
+from rclpy.lifecycle import TransitionCallbackReturn
+from std_msgs.msg import Bool, Float32MultiArray
+
+from sim2real.configs import load_robot
+from sim2real.deploy.policy_node import PolicyNode
+from sim2real.deploy.ros_runtime import BackgroundSpin
+from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+ROBOT = load_robot("crazyflie2")
+F_MAX = 0.1457
+HOVER_FRACTION = 0.027 * 9.81 / (4 * F_MAX)
+S = math.sqrt(0.5)
+ZERO = [0.0, 0.0, 0.0, 0.0]
+
+
+def probe_weights() -> np.ndarray:
+    """a0 = pos_error_x, a1 = lin_vel_w_y, a2 = last_action_2, a3 = 0.5 ang_vel_b_z + 0.25 R_wb[0, 1]."""
+    w = np.zeros((22, 4))
+    w[0, 0] = 1.0
+    w[13, 1] = 1.0
+    w[20, 2] = 1.0
+    w[17, 3] = 0.5
+    w[4, 3] = 0.25
+    return w
+
+
+# Odometry: at (1.2, 0, 1), yawed 90 deg, flying forward (body x) at 0.3 m/s = +y world, yaw rate 0.4 rad/s.
+# Goal (1, 0, 1): pos_error_x = 0.2; R_wb[0, 1] = -1 -> a3 = 0.2 - 0.25 = -0.05.
+EXPECTED = [(0.2 + 1) / 2, (0.3 + 1) / 2, HOVER_FRACTION, (-0.05 + 1) / 2]
+
+
+def odom_msg(x=1.2, v_b=(0.3, 0.0, 0.0), q_xyzw=(0.0, 0.0, S, S), wz=0.4) -> Odometry:
+    m = Odometry()
+    m.header.frame_id, m.child_frame_id = "world", "base_link"
+    m.pose.pose.position.x, m.pose.pose.position.z = x, 1.0
+    o = m.pose.pose.orientation
+    o.x, o.y, o.z, o.w = q_xyzw
+    m.twist.twist.linear.x, m.twist.twist.linear.y, m.twist.twist.linear.z = v_b
+    m.twist.twist.angular.z = wz
+    return m
+
+
+def goal_msg(x=1.0, y=0.0, z=1.0) -> PoseStamped:
+    g = PoseStamped()
+    g.header.frame_id = "world"
+    g.pose.position.x, g.pose.position.y, g.pose.position.z = x, y, z
+    return g
+
+
+class Graph:
+    """The node under test, a probe recording its commands, and a 100 Hz feeder of odometry and goal."""
+
+    def __init__(self, ctx, namespace, node, topic):
+        self.node, self.topic, self.ns = node, f"{namespace}/{topic}", namespace
+        self.probe = TopicRecorder("probe", {self.topic: Float32MultiArray}, context=ctx)
+        self.odom = odom_msg()
+        self.goal: PoseStamped | None = goal_msg()
+        self.last_odom_pub = None
+        odom_pub = self.probe.publisher(f"{namespace}/odom", Odometry)
+        goal_pub = self.probe.publisher(f"{namespace}/goal", PoseStamped)
+
+        def feed():
+            if self.goal is not None:
+                goal_pub.publish(self.goal)
+            if self.odom is not None:
+                odom_pub.publish(self.odom)
+                self.last_odom_pub = time.monotonic()
+
+        self.probe.create_timer(0.01, feed)
+
+    def command(self) -> list[float] | None:
+        last = self.probe.last(self.topic)
+        return None if last is None else list(last[1].data)
+
+    def wait_command(self, expected, timeout=3.0) -> bool:
+        return wait_until(lambda: self.command() is not None and np.allclose(self.command(), expected, atol=1e-6),
+                          timeout)
+
+    def publish(self, topic, msg_type, msg, times=5) -> None:
+        pub = self.probe.publisher(f"{self.ns}/{topic}", msg_type)
+        for _ in range(times):
+            pub.publish(msg)
+            time.sleep(0.01)
+
+
+@pytest.fixture
+def start(ros_ctx, namespace):
+    """``start(policy_dir, activate=True, topic="cmd/motors", **node_kwargs) -> Graph`` (spinning)."""
+    with contextlib.ExitStack() as stack:
+
+        def make(policy_dir, activate=True, topic="cmd/motors", **kwargs):
+            kwargs.setdefault("goal", None)
+            node = PolicyNode(policy_dir, ROBOT, namespace=namespace, context=ros_ctx, **kwargs)
+            stack.callback(node.destroy_node)
+            if activate:
+                assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+                assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+            graph = Graph(ros_ctx, namespace, node, topic)
+            stack.callback(graph.probe.destroy_node)
+            stack.enter_context(BackgroundSpin(ros_ctx, node, graph.probe))
+            return graph
+
+        yield make
+
+
+def test_commands_follow_odometry_goal_and_last_action(start, linear_policy):
+    g = start(linear_policy(probe_weights(), np.zeros(4)))
+    assert g.wait_command(EXPECTED), f"last command {g.command()}, expected {EXPECTED}"
+    np.testing.assert_allclose(g.command(), EXPECTED, atol=1e-6)
+    assert g.probe.last(g.topic)[1].layout.dim[0].label == "m1,m2,m3,m4"
+    assert g.node.fault is None
+    assert g.node.period_s == pytest.approx(0.01)
+    np.testing.assert_allclose(g.node.last_action.numpy()[0], [0.2, 0.3, 2 * HOVER_FRACTION - 1, -0.05], atol=1e-6)
+    # ~100 commands per second: the timer runs at the training control rate.
+    t0 = time.monotonic()
+    time.sleep(0.5)
+    n = len(g.probe.messages(g.topic, since=t0))
+    assert 35 <= n <= 60, n
+
+
+@pytest.mark.parametrize("interface", ["motor_thrust", "ctbr"])
+def test_initial_last_action_is_the_task_reset_action(ros_ctx, namespace, linear_policy, interface):
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config("quadrotor-hover", [f"env.action_interface={interface}", "domain_rand.enabled=false"])
+    env = make_env(cfg, num_envs=2)
+    node = PolicyNode(linear_policy(np.zeros((22, 4)), np.zeros(4), interface=interface), ROBOT,
+                      namespace=namespace, context=ros_ctx)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        np.testing.assert_allclose(node.last_action.numpy(), env.last_actions[:1].numpy(), atol=1e-6)
+        assert node.last_action[0, 0].item() == pytest.approx(2 * HOVER_FRACTION - 1)
+    finally:
+        node.destroy_node()
+
+
+def test_without_goal_the_node_holds_the_first_position(start, linear_policy):
+    w = np.zeros((22, 4))
+    w[0, 0] = 1.0  # a0 = pos_error_x
+    g = start(linear_policy(w, np.zeros(4)))
+    g.goal = None
+    assert g.wait_command([0.5, 0.5, 0.5, 0.5])  # goal = first odometry position: zero error
+    g.odom = odom_msg(x=1.4)
+    assert g.wait_command([0.6, 0.5, 0.5, 0.5])  # the goal stayed at x = 1.2
+
+
+def test_stale_odometry_idles_motors_within_one_control_period(start, linear_policy):
+    g = start(linear_policy(probe_weights(), np.zeros(4)))
+    assert g.wait_command(EXPECTED)
+    g.odom = None
+    time.sleep(0.02)
+    t_last = g.last_odom_pub
+    assert g.wait_command(ZERO, timeout=1.0)
+    t_zero = next(t for t, m in g.probe.messages(g.topic, since=t_last) if list(m.data) == ZERO)
+    assert g.node.fault == "stale_state"
+    # In the node: the first safe tick comes after the 0.1 s timeout, within one control period (0.01 s) of it
+    # (plus timer jitter).
+    stale_after = g.node.fault_since - g.node.safety.last_state_time
+    assert 0.1 < stale_after <= 0.1 + 0.01 + 0.01, stale_after
+    # Seen from outside, with two message deliveries in between.
+    assert 0.09 <= t_zero - t_last <= 0.1 + 0.01 + 0.1, t_zero - t_last
+    g.odom = odom_msg()
+    assert g.wait_command(EXPECTED)
+
+
+def test_nan_odometry_and_nan_goal_idle_motors_until_valid_again(start, linear_policy):
+    g = start(linear_policy(probe_weights(), np.zeros(4)))
+    assert g.wait_command(EXPECTED)
+    g.odom = odom_msg(v_b=(math.nan, 0.0, 0.0))
+    assert g.wait_command(ZERO, timeout=0.5)
+    assert g.node.fault == "invalid_state"
+    g.odom = odom_msg()
+    assert g.wait_command(EXPECTED)
+    g.goal = goal_msg(x=math.inf)
+    assert g.wait_command(ZERO, timeout=0.5)
+    assert g.node.fault == "invalid_goal"
+    g.goal = goal_msg()
+    assert g.wait_command(EXPECTED)
+
+
+def test_estop_is_latched_until_restart(start, linear_policy):
+    g = start(linear_policy(probe_weights(), np.zeros(4)))
+    assert g.wait_command(EXPECTED)
+    g.publish("estop", Bool, Bool(data=True))
+    assert g.wait_command(ZERO, timeout=0.5)
+    g.publish("estop", Bool, Bool(data=False))
+    t0 = time.monotonic()
+    time.sleep(0.3)  # fresh odometry and goal keep arriving
+    after = [list(m.data) for _, m in g.probe.messages(g.topic, since=t0)]
+    assert len(after) >= 15 and all(c == ZERO for c in after)
+    assert g.node.fault == "estop"
+
+
+def test_non_finite_policy_output_idles_motors(start, linear_policy):
+    g = start(linear_policy(np.zeros((22, 4)), [0.0, math.nan, 0.0, 0.0]))
+    assert wait_until(lambda: g.node.fault == "invalid_action", 2.0)
+    assert g.wait_command(ZERO)
+    assert all(list(m.data) == ZERO for _, m in g.probe.messages(g.topic))
+
+
+def test_saturated_policy_output_is_clamped(start, linear_policy):
+    g = start(linear_policy(np.zeros((22, 4)), [5.0, -5.0, 1e6, -1e6]))
+    assert g.wait_command([1.0, 0.0, 1.0, 0.0])
+    assert g.node.fault is None
+
+
+def test_ctbr_policy_publishes_thrust_and_body_rates(start, linear_policy):
+    g = start(linear_policy(np.zeros((22, 4)), [0.0, 0.5, -0.25, 1.0], interface="ctbr"), topic="cmd/ctbr")
+    assert g.wait_command([2 * F_MAX, 5.0, -2.5, 5.0])
+    assert g.probe.last(g.topic)[1].layout.dim[0].label == "collective_thrust,body_rate_x,body_rate_y,body_rate_z"
+
+
+def test_lifecycle_services_drive_the_node(start, linear_policy, namespace):
+    g = start(linear_policy(probe_weights(), np.zeros(4)), activate=False)
+    base = f"{namespace}/policy_node"
+    change = g.probe.create_client(ChangeState, f"{base}/change_state")
+    get = g.probe.create_client(GetState, f"{base}/get_state")
+    assert change.wait_for_service(timeout_sec=5.0) and get.wait_for_service(timeout_sec=5.0)
+
+    def transition(tid) -> bool:
+        return change.call(ChangeState.Request(transition=Transition(id=tid)), timeout_sec=5.0).success
+
+    def state() -> str:
+        return get.call(GetState.Request(), timeout_sec=5.0).current_state.label
+
+    assert state() == "unconfigured"
+    assert transition(Transition.TRANSITION_CONFIGURE) and state() == "inactive"
+    time.sleep(0.2)
+    assert g.probe.count(g.topic) == 0  # inactive: no commands
+    assert transition(Transition.TRANSITION_ACTIVATE) and state() == "active"
+    assert g.wait_command(EXPECTED)
+    assert transition(Transition.TRANSITION_DEACTIVATE) and state() == "inactive"
+    assert g.wait_command(ZERO, timeout=1.0)  # one safe command on deactivation, then silence
+    n = g.probe.count(g.topic)
+    time.sleep(0.2)
+    assert g.probe.count(g.topic) == n
+
+
+def test_configure_refuses_a_policy_for_another_robot(ros_ctx, namespace, linear_policy):
+    heavy = dict(ROBOT, mass=0.03)
+    node = PolicyNode(linear_policy(np.zeros((22, 4)), np.zeros(4), robot=heavy), ROBOT, namespace=namespace,
+                      context=ros_ctx)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert "robot.params.mass" in node.configure_error.fields
+        assert "0.03" in str(node.configure_error)
+        assert node.policy is None and node.fault == "unconfigured"
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("interface", ["motor_thrust", "ctbr"])
+def test_node_observation_equals_the_task_observation_of_the_same_state(ros_ctx, namespace, linear_policy,
+                                                                        interface):
+    """Training builds the observation from the simulator's state, the node from odometry messages: the same
+    physical state must give the same observation (frames, quaternion order, scales, last action)."""
+    from sim2real.deploy.ros_conversions import fill_odometry, odometry_to_sample
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config("quadrotor-hover", [f"env.action_interface={interface}"])
+    env = make_env(cfg, num_envs=8)
+    for _ in range(5):  # move away from the reset state, with non-trivial last actions
+        env.step(0.3 * torch.randn(8, 4))
+    node = PolicyNode(linear_policy(np.zeros((22, 4)), np.zeros(4), interface=interface), ROBOT,
+                      namespace=namespace, context=ros_ctx)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        expected = env.obs_builder.build(env.robot_state()).numpy()
+        d = env.dyn
+        for i in range(8):
+            msg = fill_odometry(Odometry(), d.pos_w[i], d.quat_w[i], d.lin_vel_w[i], d.ang_vel_b[i])
+            node._sample = odometry_to_sample(msg)
+            node._goal = env.goal_w[i].numpy()
+            node.last_action = env.actions[i:i + 1]  # the action applied in the step just taken
+            np.testing.assert_allclose(node.observation()[0], expected[i], atol=2e-5)
+    finally:
+        node.destroy_node()

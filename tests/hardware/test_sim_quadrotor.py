@@ -1,0 +1,184 @@
+"""The stand-in robot node in-process: hand launch, physics with its own parameters, ground, watchdog, timing."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import Imu
+from std_msgs.msg import Float32MultiArray
+
+from sim2real.cli import main
+from sim2real.configs import load_robot
+from sim2real.deploy.ros_runtime import BackgroundSpin
+from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from sim2real.hardware.sim_quadrotor import SimQuadrotorNode
+from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
+from sim2real.tasks.actions import QuadrotorAction
+
+ROBOT = load_robot("crazyflie2")
+M, G, F_MAX = 0.027, 9.81, 0.1457
+MASS_SCALE, THRUST_SCALE = 1.05, 0.97
+TRUE_HOVER_FRACTION = MASS_SCALE * M * G / (4 * THRUST_SCALE * F_MAX)
+NOMINAL_HOVER_FRACTION = M * G / (4 * F_MAX)
+
+
+class Rig:
+    """The stand-in, and a probe recording its odometry/IMU and sending commands (optionally at 100 Hz)."""
+
+    def __init__(self, ctx, ns, node):
+        self.node, self.ns = node, ns
+        self.probe = TopicRecorder("probe", {f"{ns}/odom": Odometry, f"{ns}/imu": Imu}, context=ctx)
+        self.command: tuple[str, list[float]] | None = None
+        self.last_command_pub = None
+
+        def feed():
+            if self.command is not None:
+                topic, values = self.command
+                self.send(topic, values)
+                self.last_command_pub = time.monotonic()
+
+        self.probe.create_timer(0.01, feed)
+
+    def send(self, topic, values):
+        self.probe.publisher(f"{self.ns}/{topic}", Float32MultiArray).publish(Float32MultiArray(data=values))
+
+    def odom(self, since=-math.inf) -> list[Odometry]:
+        return [m for _, m in self.probe.messages(f"{self.ns}/odom", since)]
+
+    def z(self) -> float:
+        return self.odom()[-1].pose.pose.position.z
+
+
+@pytest.fixture
+def rig(ros_ctx, namespace):
+    """``rig(**node_kwargs) -> Rig`` (spinning until the test ends)."""
+    with contextlib.ExitStack() as stack:
+
+        def make(**kwargs):
+            node = SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx, **kwargs)
+            stack.callback(node.destroy_node)
+            r = Rig(ros_ctx, namespace, node)
+            stack.callback(r.probe.destroy_node)
+            r.spin = stack.enter_context(BackgroundSpin(ros_ctx, node, r.probe))
+            return r
+
+        yield make
+
+
+def reference_dynamics(n_steps: int, fraction: float, z0: float = 1.0) -> QuadrotorDynamics:
+    """What the stand-in should compute: its true parameters, motors spun up, ``n_steps`` of a constant command."""
+    p = QuadrotorParams.from_robot(ROBOT, 1)
+    p.mass, p.max_motor_thrust, p.inertia = p.mass * MASS_SCALE, p.max_motor_thrust * THRUST_SCALE, p.inertia * 1.03
+    dyn = QuadrotorDynamics(p, 0.01)
+    dyn.pos_w[0, 2] = z0
+    term = QuadrotorAction(ROBOT, "motor_thrust")
+    cmd = torch.full((1, 4), fraction)
+    dyn.motor_thrust = term.apply(cmd, dyn)
+    for _ in range(n_steps):
+        dyn.step(term.apply(cmd, dyn))
+    return dyn
+
+
+def test_held_at_initial_pose_until_a_valid_command(rig):
+    r = rig(initial_position=(0.5, -0.25, 1.5))
+    r.send("cmd/motors", [0.5, 0.5, 0.5])  # wrong length: ignored, still held
+    t0 = time.monotonic()
+    time.sleep(1.0)
+    msgs = r.odom(since=t0 + 0.1)
+    assert 70 <= len(msgs) <= 100, len(msgs)  # 100 Hz sensor rate over 0.9 s
+    for m in msgs:
+        p, o, v = m.pose.pose.position, m.pose.pose.orientation, m.twist.twist.linear
+        assert (p.x, p.y, p.z) == pytest.approx((0.5, -0.25, 1.5))
+        assert (o.x, o.y, o.z, o.w) == (0.0, 0.0, 0.0, 1.0)
+        assert (v.x, v.y, v.z) == (0.0, 0.0, 0.0)
+    assert (msgs[-1].header.frame_id, msgs[-1].child_frame_id) == ("world", "base_link")
+    imu = r.probe.last(f"{r.ns}/imu")[1]
+    assert imu.header.frame_id == "base_link"
+    assert imu.linear_acceleration.z == pytest.approx(G) and imu.linear_acceleration.x == 0.0
+    assert not r.node.released
+
+
+def test_true_hover_command_holds_altitude(rig):
+    r = rig()
+    r.command = ("cmd/motors", [TRUE_HOVER_FRACTION] * 4)
+    time.sleep(0.7)
+    assert r.node.released
+    assert r.z() == pytest.approx(1.0, abs=1e-3)  # the stand-in's own parameters: 1.05 m, 0.97 max thrust
+    assert abs(r.odom()[-1].pose.pose.position.x) < 1e-6
+    assert r.probe.last(f"{r.ns}/imu")[1].linear_acceleration.z == pytest.approx(G, abs=1e-2)
+
+
+def test_nominal_hover_command_sinks_exactly_like_the_reference_dynamics(rig):
+    r = rig()
+    r.command = ("cmd/motors", [NOMINAL_HOVER_FRACTION] * 4)
+    time.sleep(1.0)
+    r.spin.stop()  # stop the clock to compare
+    node = r.node
+    n = node.stepper.steps_taken - node.released_at_step
+    ref = reference_dynamics(n, NOMINAL_HOVER_FRACTION)
+    z = float(node.dyn.pos_w[0, 2])
+    assert z == pytest.approx(float(ref.pos_w[0, 2]), abs=1e-5)
+    assert z < 1.0 - 0.25  # about 0.75 m/s^2 short of hover: it sinks
+
+
+def test_ground_plane_stops_the_fall(rig):
+    r = rig(initial_position=(0.0, 0.0, 0.3))
+    r.command = ("cmd/motors", [0.0] * 4)
+    assert wait_until(lambda: r.odom() and r.z() == 0.0, 2.0)
+    time.sleep(0.2)
+    zs = [m.pose.pose.position.z for m in r.odom()]
+    assert min(zs) == 0.0 and zs[-1] == 0.0
+    v = r.odom()[-1].twist.twist.linear
+    assert (v.x, v.y, v.z) == (0.0, 0.0, 0.0)
+    assert r.probe.last(f"{r.ns}/imu")[1].linear_acceleration.z == pytest.approx(G, abs=1e-6)  # resting
+
+
+def test_watchdog_idles_motors_after_stale_commands(rig):
+    r = rig()
+    r.command = ("cmd/motors", [TRUE_HOVER_FRACTION] * 4)
+    time.sleep(0.3)
+    r.command = None
+    t_last = r.last_command_pub
+    hover_thrust = float(r.node.dyn.motor_thrust.sum())
+    assert hover_thrust == pytest.approx(MASS_SCALE * M * G, rel=1e-3)
+    time.sleep(0.12)
+    assert not r.node.watchdog_tripped  # younger than 0.2 s: the last command is held
+    assert float(r.node.dyn.motor_thrust.sum()) == pytest.approx(hover_thrust, rel=1e-3)
+    assert wait_until(lambda: r.node.watchdog_tripped, 0.5)
+    time.sleep(0.3)
+    assert float(r.node.dyn.motor_thrust.sum()) < 0.01 * hover_thrust  # idled (motor lag 0.03 s)
+    held = [m.pose.pose.position.z for m in r.odom(since=t_last)]
+    assert held[0] == pytest.approx(1.0, abs=2e-3) and r.z() < 0.9
+
+
+def test_ctbr_yaw_rate_is_tracked_and_sim_time_tracks_the_wall_clock(rig):
+    r = rig()
+    r.command = ("cmd/ctbr", [MASS_SCALE * M * G, 0.0, 0.0, 1.0])
+    time.sleep(1.2)
+    m = r.odom()[-1]
+    assert m.twist.twist.angular.z == pytest.approx(1.0, abs=0.02)  # rate loop converged
+    o = m.pose.pose.orientation
+    assert abs(o.z) > 0.3 and abs(o.x) < 1e-3 and abs(o.y) < 1e-3  # yawed, still level
+    assert m.pose.pose.position.z == pytest.approx(1.0, abs=0.02)
+    s = r.node.stepper
+    assert abs(s.sim_time - (time.monotonic() - s.start)) < 0.05
+    assert s.dropped_steps == 0
+
+
+def test_sensor_rate_is_configurable(rig):
+    r = rig(sensor_rate_hz=50.0)
+    t0 = time.monotonic()
+    time.sleep(1.0)
+    assert 35 <= len(r.odom(since=t0)) <= 52
+
+
+def test_standin_cli_refuses_a_sensor_rate_above_the_physics_rate(capsys):
+    assert main(["standin", "--sensor-rate-hz", "200", "--duration", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "above the physics rate" in err
