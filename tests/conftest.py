@@ -1,14 +1,22 @@
-"""Shared fixtures: a tiny trained checkpoint and its export (built once per test session)."""
+"""Shared fixtures: an isolated ROS 2 environment, rclpy contexts, a tiny trained checkpoint and its export."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from sim2real.deploy.ros_env import isolate_ros_environment
+
 REPO = Path(__file__).resolve().parents[1]
+
+# Before any rclpy.init in this process (and inherited by the CLI subprocesses tests start): loopback-only
+# discovery on a domain id of this test run, so no DDS traffic leaves the machine or reaches a real robot.
+DOMAIN_ID = isolate_ros_environment()
+_namespaces = itertools.count()
 
 # Keep the suite's torch work on the two cores of the CI machine predictable.
 torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -43,3 +51,18 @@ def tiny_policy(tiny_run, tmp_path_factory) -> Path:
     from sim2real.policies.export import export_policy
 
     return export_policy(list_checkpoints(tiny_run)[-1], tmp_path_factory.mktemp("policy"), "testrev")
+
+
+@pytest.fixture(scope="module")
+def ros_ctx():
+    """An initialised rclpy context for the module's in-process nodes."""
+    from sim2real.deploy.ros_runtime import ros_context
+
+    with ros_context() as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def namespace(request):
+    """A namespace of its own for each test, so no message of a previous test's nodes is seen."""
+    return f"/{request.module.__name__.rsplit('.', 1)[-1]}_{next(_namespaces)}"

@@ -1,4 +1,4 @@
-"""Fixtures of the deploy tests: an isolated ROS 2 environment, an rclpy context, synthetic linear policies."""
+"""Fixtures of the deploy tests: synthetic linear policies (ROS isolation and contexts: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim2real.deploy.ros_env import isolate_ros_environment
-
-# Before any rclpy.init in this process (and inherited by the CLI subprocesses tests start): loopback-only
-# discovery on a domain id of this test run.
-DOMAIN_ID = isolate_ros_environment()
-
 OBS_DIM = 22  # pos_error_w 3, rot_matrix_w 9, lin_vel_w 3, ang_vel_b 3, last_action 4
 SLICES = {"pos_error_w": slice(0, 3), "rot_matrix_w": slice(3, 12), "lin_vel_w": slice(12, 15),
           "ang_vel_b": slice(15, 18), "last_action": slice(18, 22)}
-_namespaces = itertools.count()
 
 
 def write_linear_policy(out_dir: Path, weight: np.ndarray, bias, interface: str = "motor_thrust",
@@ -69,18 +62,3 @@ def linear_policy(tmp_path):
         return write_linear_policy(tmp_path / f"policy{next(counter)}", weight, bias, interface, robot)
 
     return make
-
-
-@pytest.fixture(scope="module")
-def ros_ctx():
-    """An initialised rclpy context for the module's in-process nodes."""
-    from sim2real.deploy.ros_runtime import ros_context
-
-    with ros_context() as ctx:
-        yield ctx
-
-
-@pytest.fixture
-def namespace():
-    """A namespace of its own for each test, so no message of a previous test's nodes is seen."""
-    return f"/deploy_test_{next(_namespaces)}"

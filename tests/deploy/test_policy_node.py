@@ -149,7 +149,7 @@ def test_initial_last_action_is_the_task_reset_action(ros_ctx, namespace, linear
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         np.testing.assert_allclose(node.last_action.numpy(), env.last_actions[:1].numpy(), atol=1e-6)
-        assert node.last_action[0, 0].item() == pytest.approx(2 * HOVER_FRACTION - 1)
+        assert node.last_action[0, 0].item() == pytest.approx(2 * HOVER_FRACTION - 1, abs=1e-6)  # float32
     finally:
         node.destroy_node()
 
