@@ -111,9 +111,11 @@ def render_video(traj: dict[str, np.ndarray], robot: dict, path: Path, fps: int 
         data.mocap_pos[1] = traj["pos"][i]
         data.mocap_quat[1] = traj["quat"][i]
         mujoco.mj_forward(model, data)
-        cam.lookat[:] = traj["goal"][i]
+        # Keep both the drone and its goal in view.
+        cam.lookat[:] = 0.5 * (traj["pos"][i] + traj["goal"][i])
+        cam.distance = 0.6 + 1.5 * float(np.linalg.norm(traj["pos"][i] - traj["goal"][i]))
         renderer.update_scene(data, cam)
-        frames.append(Image.fromarray(renderer.render()))
+        frames.append(Image.fromarray(renderer.render().copy()))  # render() reuses its buffer
     renderer.close()
     path.parent.mkdir(parents=True, exist_ok=True)
     frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
