@@ -193,7 +193,8 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sim2real", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="sim2real", description="Train robot policies headless, export them to ONNX and deploy them on ROS 2.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="registered tasks and robots")
