@@ -260,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read once, when mujoco is first imported
     args = build_parser().parse_args(argv)
     from sim2real.configs import ConfigError
     from sim2real.policies.checkpoints import CheckpointError

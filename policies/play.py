@@ -100,7 +100,8 @@ def render_video(traj: dict[str, np.ndarray], robot: dict, path: Path, fps: int 
     try:
         renderer = mujoco.Renderer(model, size[1], size[0])
     except Exception as exc:  # no EGL/OSMesa context on this machine
-        raise RuntimeError(f"MuJoCo rendering unavailable ({exc})") from None
+        raise RuntimeError(f"MuJoCo rendering unavailable ({exc}); set MUJOCO_GL=egl or osmesa before starting "
+                           f"Python") from None
     cam = mujoco.MjvCamera()
     cam.distance, cam.elevation, cam.azimuth = 1.5, -20.0, 135.0
     frames = []

@@ -13,6 +13,9 @@ from sim2real.deploy.ros_env import isolate_ros_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Headless rendering (play): MuJoCo reads MUJOCO_GL once, when first imported by any test.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
 # Before any rclpy.init in this process (and inherited by the CLI subprocesses tests start): loopback-only
 # discovery on a domain id of this test run, so no DDS traffic leaves the machine or reaches a real robot.
 DOMAIN_ID = isolate_ros_environment()
