@@ -16,6 +16,17 @@ from pathlib import Path
 EXIT_USER_ERROR = 2
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
 def _seed_everything(seed: int) -> None:
     import numpy as np
     import torch
@@ -53,8 +64,20 @@ def cmd_list(args) -> int:
     return 0
 
 
+# Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
+FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "observations.policy",
+                   "train.actor_hidden_dims", "train.critic_hidden_dims", "train.activation",
+                   "train.obs_normalization", "device")
+
+
+def _lookup(cfg: dict, dotted: str):
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
 def cmd_train(args) -> int:
-    from sim2real.configs import apply_overrides
+    from sim2real.configs import ConfigError, apply_overrides
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.runner import Sim2RealRunner
     from sim2real.tasks import get_task, make_env
@@ -71,11 +94,21 @@ def cmd_train(args) -> int:
     if args.resume is not None:
         resume_path = ck.resolve_checkpoint(args.resume, args.task, args.runs_root)
         data = ck.load_checkpoint(resume_path)
-        cfg = data["infos"]["config"]
-        if cfg["task"] != args.task:
-            raise ck.CheckpointError(f"{resume_path} belongs to task '{cfg['task']}', not '{args.task}'")
-        cfg = apply_overrides(cfg, list(args.overrides) + extra)
+        saved = data["infos"]["config"]
+        if saved["task"] != args.task:
+            raise ck.CheckpointError(f"{resume_path} belongs to task '{saved['task']}', not '{args.task}'")
+        cfg = apply_overrides(saved, list(args.overrides) + extra)
+        for key in FIXED_ON_RESUME:
+            if _lookup(cfg, key) != _lookup(saved, key):
+                raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
+                                  f"{_lookup(saved, key)!r}); start a new run instead")
+        get_task(args.task).check(cfg)
         run_dir = resume_path.parent
+        later = [p for p in ck.list_checkpoints(run_dir) if ck.checkpoint_iteration(p) >= int(data["iter"])]
+        if later:  # resuming from an earlier point: branch, never overwrite the run's later checkpoints
+            run_dir = ck.new_run_dir(args.task, f"{run_dir.name}_from{int(data['iter']) - 1}", args.runs_root)
+            print(f"{resume_path.parent} has checkpoints after {resume_path.name}: continuing in {run_dir}")
+        ck.write_run_files(run_dir, cfg, sys.argv, resumed_from=resume_path)
     else:
         cfg = _task_cfg(args, extra)
         run_dir = ck.new_run_dir(args.task, args.run_name, args.runs_root)
@@ -85,6 +118,10 @@ def cmd_train(args) -> int:
     runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=not args.no_progress)
     if resume_path is not None:
         runner.load(str(resume_path))
+        if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in args.overrides):
+            runner.alg.learning_rate = float(cfg["train"]["learning_rate"])  # explicit: replaces the saved one
+            for group in runner.alg.optimizer.param_groups:
+                group["lr"] = runner.alg.learning_rate
         print(f"resumed from {resume_path} at iteration {runner.current_learning_iteration}, "
               f"learning rate {runner.alg.learning_rate:.3g}")
     iterations = args.max_iterations if args.max_iterations is not None else cfg["train"]["max_iterations"]
@@ -109,21 +146,24 @@ def _policy_fn(args):
     import torch
 
     if args.policy:
+        from sim2real.configs import apply_overrides, load_yaml, merge_checked
+        from sim2real.policies.metadata import PolicyMismatchError
         from sim2real.policies.onnx_policy import OnnxPolicy
         from sim2real.tasks import get_task
 
         pol = OnnxPolicy(args.policy)
-        get_task(pol.metadata["task"])
         if args.task and pol.metadata["task"] != args.task:
-            from sim2real.policies.metadata import PolicyMismatchError
-
             raise PolicyMismatchError([("task", f"policy is for '{pol.metadata['task']}', not '{args.task}'")])
-        cfg = _task_cfg(argparse.Namespace(task=pol.metadata["task"], overrides=args.overrides,
-                                           config=args.config))
-        cfg["robot"] = pol.metadata["robot"]["params"]
+        # The policy's own training config (action interface, control period, robot, ...), then the user's.
+        cfg = pol.metadata["training"]["task_config"]
+        if args.config:
+            cfg = merge_checked(cfg, load_yaml(args.config))
+        cfg = apply_overrides(cfg, list(args.overrides))
+        get_task(cfg["task"]).check(cfg)
         return (lambda obs: torch.from_numpy(pol(obs.cpu().numpy()))), cfg
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.export import load_runner, torch_policy
+    from sim2real.tasks import get_task
 
     if not args.task:
         raise ck.CheckpointError("--task is required with --checkpoint")
@@ -134,6 +174,7 @@ def _policy_fn(args):
     from sim2real.configs import apply_overrides
 
     cfg = apply_overrides(cfg, list(args.overrides))
+    get_task(cfg["task"]).check(cfg)
     return torch_policy(runner), cfg
 
 
@@ -193,6 +234,8 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sim2real.deploy.arguments import add_deploy_arguments, add_standin_arguments, positive_float
+
     parser = argparse.ArgumentParser(
         prog="sim2real", description="Train robot policies headless, export them to ONNX and deploy them on ROS 2.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,10 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a policy with rsl-rl-lib PPO (headless)")
     p.add_argument("--task", required=True)
-    p.add_argument("--num-envs", type=int)
+    p.add_argument("--num-envs", type=positive_int)
     p.add_argument("--seed", type=int)
     p.add_argument("--device")
-    p.add_argument("--max-iterations", type=int, help="iterations to run now (default: train.max_iterations)")
+    p.add_argument("--max-iterations", type=positive_int, help="iterations to run now (default: train.max_iterations)")
     p.add_argument("--headless", action="store_true", help="accepted for familiarity; training never opens a window")
     p.add_argument("--resume", nargs="?", const="latest", help="continue from PATH|latest|best (default latest)")
     p.add_argument("--run-name", help="suffix of the run directory name")
@@ -225,11 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--runs-root", type=Path)
         _config_args(p)
         if name == "eval":
-            p.add_argument("--episodes", type=int, help="default: eval.num_episodes")
+            p.add_argument("--episodes", type=positive_int, help="default: eval.num_episodes")
             p.add_argument("--output", help="also write the metrics to this JSON file")
         else:
-            p.add_argument("--output", default="play.mp4", help="video (.mp4/.gif) or plot (.png) path")
-            p.add_argument("--duration", type=float, default=5.0, help="seconds of simulated time")
+            p.add_argument("--output", default="play.gif",
+                           help="animated GIF path (trajectory plots go beside it as .png); a .png path: plots only")
+            p.add_argument("--duration", type=positive_float, default=5.0, help="seconds of simulated time")
             p.add_argument("--no-video", action="store_true", help="trajectory plots only")
         p.set_defaults(func=func)
 
@@ -239,8 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="output folder (default <run>/policy)")
     p.add_argument("--runs-root", type=Path)
     p.set_defaults(func=cmd_export)
-
-    from sim2real.deploy.arguments import add_deploy_arguments, add_standin_arguments
 
     p = sub.add_parser("deploy", help="run an exported policy in a ROS 2 lifecycle node")
     add_deploy_arguments(p)
@@ -264,13 +306,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from sim2real.configs import ConfigError
     from sim2real.policies.checkpoints import CheckpointError
+    from sim2real.policies.export import ExportError
     from sim2real.policies.metadata import PolicyMismatchError
     from sim2real.tasks import UnknownTaskError
 
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, UnknownTaskError, CheckpointError, PolicyMismatchError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, UnknownTaskError, CheckpointError, PolicyMismatchError, FileNotFoundError,
+            FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError, ExportError) as exc:
+        print("error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

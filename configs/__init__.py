@@ -83,8 +83,12 @@ def _check_value(key: str, default: Any, value: Any) -> Any:
         if value != value or value in (float("inf"), float("-inf")):
             raise ConfigError(f"config key '{key}': value must be finite, got {value!r}")
         return type(default)(value)
-    if kd == "list" and default and len(default) != len(value) and all(_kind(d) == "number" for d in default):
-        raise ConfigError(f"config key '{key}': expected {len(default)} numbers, got {value!r}")
+    if kd == "list" and default and all(_kind(d) == "number" for d in default):
+        if not all(_kind(v) == "number" for v in value):
+            raise ConfigError(f"config key '{key}': expected a list of numbers, got {value!r}")
+        # Vectors and ranges keep their length; layer sizes may change it.
+        if len(default) != len(value) and not key.endswith("hidden_dims"):
+            raise ConfigError(f"config key '{key}': expected {len(default)} numbers, got {value!r}")
     if kd == "mapping":
         return merge_checked(default, value, key)
     return value

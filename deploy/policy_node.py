@@ -265,6 +265,12 @@ def deploy_main(args) -> int:
 
     robot = load_robot(args.robot)
     OnnxPolicy(args.policy, robot)  # refuse a bad policy before any ROS traffic
+    if args.rate_hz is not None and "control_rate_hz" in robot:
+        lo, hi = robot["control_rate_hz"]
+        if not lo <= args.rate_hz <= hi:
+            from sim2real.configs import ConfigError
+
+            raise ConfigError(f"--rate-hz {args.rate_hz:g} is outside the robot's control rates {lo:g}-{hi:g} Hz")
     torch.set_num_threads(1)
     from rclpy.executors import SingleThreadedExecutor
 

@@ -191,13 +191,16 @@ def standin_main(args) -> int:
     beyond this machine. ``ROS_DOMAIN_ID`` is taken from the environment.
 
     Raises:
-        ConfigError: unknown robot, not a quadrotor, or a sensor rate above the physics rate.
+        ConfigError: unknown robot, not a quadrotor, a sensor rate above the physics rate, or a start below the
+            floor.
     """
     from sim2real.configs import ConfigError, load_robot
     from sim2real.deploy.ros_env import force_localhost_discovery
 
     force_localhost_discovery()
     robot = load_robot(args.robot)
+    if args.initial_position[2] < 0.0:
+        raise ConfigError(f"--initial-position z = {args.initial_position[2]:g} m is below the floor (z = 0)")
     torch.set_num_threads(1)
     from rclpy.executors import SingleThreadedExecutor
 

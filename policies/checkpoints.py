@@ -79,16 +79,32 @@ def new_run_dir(task: str, name: str | None = None, root: Path | None = None) ->
     return path
 
 
-def write_run_files(run_dir: Path, cfg: dict, argv: list[str]) -> None:
+def write_run_files(run_dir: Path, cfg: dict, argv: list[str], resumed_from: Path | None = None) -> None:
+    """Write the resolved ``config.yaml`` and ``run.json``; a resume appends to ``run.json``'s ``resumes``."""
     atomic_write_bytes(run_dir / "config.yaml", yaml.safe_dump(cfg, sort_keys=False).encode())
     info = {"git_revision": git_revision(), "seed": cfg["seed"], "argv": argv, "started": time.time()}
-    atomic_write_bytes(run_dir / "run.json", json.dumps(info, indent=2).encode())
+    path = run_dir / "run.json"
+    if resumed_from is not None and path.is_file():  # continuing in place
+        previous = json.loads(path.read_text())
+        previous.setdefault("resumes", []).append({**info, "from": str(resumed_from)})
+        info = previous
+    elif resumed_from is not None:  # a new run branched from another run's checkpoint
+        info["resumed_from"] = str(resumed_from)
+    atomic_write_bytes(path, json.dumps(info, indent=2).encode())
+
+
+def checkpoint_iteration(path: Path) -> int:
+    """The iteration number in a ``model_<it>.pt`` file name."""
+    m = _MODEL_RE.match(Path(path).name)
+    if not m:
+        raise CheckpointError(f"not a model_<iteration>.pt checkpoint name: {path}")
+    return int(m.group(1))
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """``model_<it>.pt`` files of a run, oldest iteration first."""
-    found = [(int(m.group(1)), p) for p in Path(run_dir).glob("model_*.pt") if (m := _MODEL_RE.match(p.name))]
-    return [p for _, p in sorted(found)]
+    found = [p for p in Path(run_dir).glob("model_*.pt") if _MODEL_RE.match(p.name)]
+    return sorted(found, key=checkpoint_iteration)
 
 
 def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
@@ -130,7 +146,8 @@ def load_checkpoint(path: Path) -> dict:
     try:
         data = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises many kinds for truncated/corrupt files
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from None
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {detail}") from None
     if not isinstance(data, dict) or "actor_state_dict" not in data or not isinstance(data.get("infos"), dict) \
             or "config" not in data["infos"]:
         raise CheckpointError(f"{path} is not a sim2real checkpoint (missing actor weights or config)")

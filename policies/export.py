@@ -27,6 +27,10 @@ from sim2real.policies.runner import Sim2RealRunner
 from sim2real.tasks import make_env
 
 
+class ExportError(RuntimeError):
+    """The exported ONNX graph does not reproduce the torch policy, or the output folder is unusable."""
+
+
 def load_runner(checkpoint: Path, num_envs: int = 1) -> tuple[Sim2RealRunner, dict, dict]:
     """Rebuild the runner of a checkpoint (its own resolved config) and load the weights.
 
@@ -56,10 +60,12 @@ def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown"
 
     Raises:
         CheckpointError: the checkpoint is missing or corrupt.
-        RuntimeError: the exported graph disagrees with the torch policy.
+        ExportError: the exported graph disagrees with the torch policy, or ``out_dir`` is an existing file.
     """
-    runner, cfg, data = load_runner(Path(checkpoint))
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"output {out_dir} exists and is not a folder")
+    runner, cfg, data = load_runner(Path(checkpoint))
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, _quiet_exporter():
         runner.export_policy_to_onnx(tmp, ONNX_FILE)
@@ -101,8 +107,12 @@ def torch_policy(runner: Sim2RealRunner):
     return lambda obs: policy({"policy": obs})
 
 
-def check_parity(runner: Sim2RealRunner, onnx_blob: bytes, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    """onnxruntime vs torch on batches of 1 and 64, including inputs ±100σ from the normaliser mean."""
+def check_parity(runner: Sim2RealRunner, onnx_blob: bytes, rtol: float = 1e-4, atol: float = 1e-4) -> None:
+    """onnxruntime vs torch on batches of 1 and 64, including inputs ±100σ from the normaliser mean.
+
+    The guard's tolerance leaves room for float32 rounding at ±100σ (the parity test holds a seeded export to
+    1e-5); raises :class:`ExportError` beyond it.
+    """
     import onnxruntime as ort
 
     sess = ort.InferenceSession(onnx_blob, providers=["CPUExecutionProvider"])
@@ -114,7 +124,7 @@ def check_parity(runner: Sim2RealRunner, onnx_blob: bytes, rtol: float = 1e-5, a
             expected = policy(obs).numpy()
         got = sess.run(None, {"obs": obs.numpy()})[0]
         if not np.allclose(got, expected, rtol=rtol, atol=atol):
-            raise RuntimeError(f"ONNX export disagrees with the torch policy (max |diff| "
+            raise ExportError(f"ONNX export disagrees with the torch policy (max |diff| "
                                f"{np.abs(got - expected).max():.3g}) for a batch of {obs.shape[0]}")
 
 

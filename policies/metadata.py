@@ -9,7 +9,7 @@
     action: {interface, size, clip, command_names, command_units, scaling},
     normalizer: {included, location},
     onnx: {file, sha256, input, output, opset, batch},
-    training: {task_config_hash, seed, git_revision, iteration, checkpoint}
+    training: {task_config_hash, task_config, seed, git_revision, iteration, checkpoint}
 
 :func:`validate_metadata` compares every field with the robot config the node runs on, the observation-term
 registry and the ONNX file, and raises :class:`PolicyMismatchError` naming each field that differs. The export
@@ -87,7 +87,7 @@ def build_metadata(env, cfg: dict, onnx_path: Path | None, training: dict) -> di
         "normalizer": {"included": bool(cfg["train"]["obs_normalization"]), "location": "baked into policy.onnx"},
         "onnx": {"file": ONNX_FILE, "sha256": sha256_file(onnx_path) if onnx_path else "", "input": "obs", "output": "actions",
                  "opset": 18, "batch": "symbolic"},
-        "training": {"task_config_hash": config_hash(cfg), **training},
+        "training": {"task_config_hash": config_hash(cfg), "task_config": cfg, **training},
     }
 
 
@@ -265,6 +265,9 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
     h = need("training.task_config_hash", str)
     if h is not None and not re.fullmatch(r"[0-9a-f]{16}", h):
         problems.append(("training.task_config_hash", f"not a config hash: {h!r}"))
+    task_cfg = need("training.task_config", dict)
+    if task_cfg is not None and h is not None and config_hash(task_cfg) != h:
+        problems.append(("training.task_config", "does not match training.task_config_hash (edited or damaged)"))
     need("training.seed", int)
     need("training.git_revision", str)
     need("training.iteration", int)

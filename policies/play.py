@@ -132,6 +132,8 @@ def play(cfg: dict, policy, output: Path, duration_s: float = 5.0, video: bool =
     plot_trajectory(traj, plot_path)
     if not video or output.suffix == ".png":
         return plot_path
+    if output.suffix != ".gif":
+        print(f"writing an animated GIF ({output.with_suffix('.gif').name}): no video encoder is bundled")
     try:
         return render_video(traj, cfg["robot"], output.with_suffix(".gif"))
     except RuntimeError as exc:

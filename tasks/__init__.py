@@ -21,16 +21,25 @@ class UnknownTaskError(KeyError):
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A registered task: its default config file and env class (``module:Class``)."""
+    """A registered task: its default config file, env class and config value checks (``module:attr``)."""
 
     name: str
     config: Path
     env_class: str
+    checks: str
     description: str
 
     def load_env_class(self):
-        module, cls = self.env_class.split(":")
-        return getattr(importlib.import_module(module), cls)
+        return _resolve(self.env_class)
+
+    def check(self, cfg: dict) -> None:
+        """Raise :class:`~sim2real.configs.ConfigError` naming the first config value out of range."""
+        _resolve(self.checks)(cfg)
+
+
+def _resolve(path: str):
+    module, attr = path.split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -38,6 +47,7 @@ TASKS: dict[str, TaskSpec] = {
         "quadrotor-hover",
         TASKS_DIR / "quadrotor_hover.yaml",
         "sim2real.tasks.quadrotor_hover.env:QuadrotorHoverEnv",
+        "sim2real.tasks.quadrotor_hover.checks:check_config",
         "Crazyflie-class quadrotor: reach and hold a goal position from random initial states",
     ),
 }
@@ -51,8 +61,15 @@ def get_task(name: str) -> TaskSpec:
 
 
 def task_config(name: str, overrides: list[str] | None = None, user_file: str | None = None) -> dict:
-    """The resolved config of task ``name`` (defaults, then ``user_file``, then ``key=value`` overrides)."""
-    return resolve_task_config(get_task(name).config, overrides, user_file)
+    """The resolved, checked config of task ``name`` (defaults, then ``user_file``, then ``key=value`` overrides).
+
+    Raises:
+        UnknownTaskError, ConfigError (unknown key, wrong kind or value out of range; the message names the key).
+    """
+    spec = get_task(name)
+    cfg = resolve_task_config(spec.config, overrides, user_file)
+    spec.check(cfg)
+    return cfg
 
 
 def make_env(cfg: dict, num_envs: int | None = None, eval_mode: bool = False):

@@ -118,3 +118,35 @@ def test_policy_from_another_robot_is_refused(cli_run, tmp_path):
     path.write_text(yaml.safe_dump(robot))
     proc = sim2real("deploy", "--policy", run / "policy", "--robot", path, check=False)
     _assert_clean_error(proc, "robot.name", "robot.params.mass")
+
+
+def test_resume_from_an_earlier_checkpoint_branches_instead_of_overwriting(cli_run):
+    root, run = cli_run
+    later = sorted(run.glob("model_*.pt"))[-1]
+    before = later.read_bytes()
+    out = sim2real("train", "--task", "quadrotor-hover", "--resume", run / "model_0.pt", "--max-iterations", 1,
+                   "--runs-root", root / "runs", "--no-progress", "--set", "train.learning_rate=0.0007").stdout
+    assert "continuing in" in out and "learning rate 0.0007" in out
+    assert later.read_bytes() == before
+    branch = next(p for p in (root / "runs" / "quadrotor-hover").iterdir() if p.name.endswith(run.name + "_from0"))
+    assert (branch / "model_1.pt").is_file()
+    assert json.loads((branch / "run.json").read_text())["resumed_from"].endswith("model_0.pt")
+
+
+def test_resume_refuses_structural_changes(cli_run):
+    root, run = cli_run
+    proc = sim2real("train", "--task", "quadrotor-hover", "--resume", "--runs-root", root / "runs",
+                    "--set", "env.action_interface=ctbr", check=False)
+    _assert_clean_error(proc, "env.action_interface", "cannot change on --resume")
+
+
+def test_eval_of_an_export_uses_the_policy_own_interface_and_rate(tmp_path):
+    sim2real("train", "--task", "quadrotor-hover", "--num-envs", 32, "--max-iterations", 1, "--seed", 5,
+             "--runs-root", tmp_path / "runs", "--export", "--set", "env.action_interface=ctbr",
+             "--set", "env.decimation=2", *TINY)
+    (run,) = list((tmp_path / "runs" / "quadrotor-hover").iterdir())
+    via_policy = json.loads(sim2real("eval", "--policy", run / "policy", "--episodes", 16).stdout)
+    via_checkpoint = json.loads(sim2real("eval", "--task", "quadrotor-hover", "--checkpoint", run / "best.pt",
+                                         "--episodes", 16).stdout)
+    for key in ("success_rate", "crash_rate", "pos_error_mean"):
+        assert via_policy[key] == pytest.approx(via_checkpoint[key], abs=1e-4), key

@@ -21,10 +21,11 @@ from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
-from sim2real.sim.rotations import quat_to_rotmat, random_quat_within
+from sim2real.sim.rotations import random_quat_within
 from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.observations import ObservationBuilder
 from sim2real.tasks.quadrotor_hover import rewards as rew
+from sim2real.tasks.quadrotor_hover.checks import check_config
 from sim2real.tasks.state import RobotState
 
 
@@ -36,9 +37,13 @@ class QuadrotorHoverEnv(VecEnv):
         num_envs: overrides ``cfg["env"]["num_envs"]``.
         device: torch device of every tensor.
         eval_mode: curriculum fixed at full difficulty and not updated (the held-out evaluation set).
+
+    Raises:
+        ConfigError: a config value out of range (see :mod:`sim2real.tasks.quadrotor_hover.checks`).
     """
 
     def __init__(self, cfg: dict, num_envs: int | None = None, device: str = "cpu", eval_mode: bool = False):
+        check_config(cfg)
         self.cfg = cfg
         ecfg = cfg["env"]
         self.device = device
@@ -261,10 +266,3 @@ class QuadrotorHoverEnv(VecEnv):
                 "command_units": self.action_term.command_units,
             },
         }
-
-
-def tilt_angle(quat_w: torch.Tensor) -> torch.Tensor:
-    """Angle [rad] between body z and world z, ``[N]``."""
-    return torch.acos(quat_to_rotmat(quat_w)[:, 2, 2].clamp(-1.0, 1.0))
-
-

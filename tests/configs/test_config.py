@@ -38,12 +38,29 @@ def test_overrides_apply_with_types():
         ("robot.masss=0.1", "robot.masss"),
         ("env.episode_length_s=.nan", "env.episode_length_s"),
         ("observations.noise.pos_error=0.1", "observations.noise.pos_error"),
+        ("env.num_envs=0", "env.num_envs"),
+        ("env.decimation=0", "env.decimation"),
+        ("env.sim_dt=0", "env.sim_dt"),
+        ("env.action_interface=rpm", "env.action_interface"),
+        ("observations.policy=[pos_error_w, foo]", "observations.policy"),
+        ("domain_rand.mass_scale=[1.1, 0.9]", "domain_rand.mass_scale"),
+        ("train.activation=foo", "train.activation"),
+        ("train.num_mini_batches=0", "train.num_mini_batches"),
+        ("train.actor_hidden_dims=[]", "train.actor_hidden_dims"),
+        ("device=cuda:3", "device"),
     ],
 )
 def test_bad_overrides_name_the_key(override, key):
     with pytest.raises(ConfigError) as info:
         task_config("quadrotor-hover", [override])
     assert f"'{key}'" in str(info.value)
+
+
+def test_layer_sizes_may_change_length_but_vectors_may_not():
+    cfg = task_config("quadrotor-hover", ["train.actor_hidden_dims=[128, 128, 64]"])
+    assert cfg["train"]["actor_hidden_dims"] == [128, 128, 64]
+    with pytest.raises(ConfigError, match="'env.goal_max': expected 3 numbers"):
+        task_config("quadrotor-hover", ["env.goal_max=[1, 1, 1, 1]"])
 
 
 def test_user_file_merges_and_rejects_unknown(tmp_path):

@@ -90,7 +90,7 @@ def _mutated(value):
     if isinstance(value, int):
         return value + 7
     if isinstance(value, float):
-        return value * 1.5 + 0.25
+        return value + 0.25 + abs(value)  # always a different value
     if isinstance(value, str):
         return value[::-1] + "x"
     if isinstance(value, list):
