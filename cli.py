@@ -215,15 +215,33 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _check_ros_names(args) -> None:
+    """Raise ConfigError for a namespace or node name ROS 2 would reject."""
+    from rclpy.exceptions import NameValidationException
+    from rclpy.validate_namespace import validate_namespace
+    from rclpy.validate_node_name import validate_node_name
+
+    from sim2real.configs import ConfigError
+
+    for flag, value, validate in (("--namespace", args.namespace, validate_namespace),
+                                  ("--node-name", args.node_name, validate_node_name)):
+        try:
+            validate(value)
+        except NameValidationException as exc:
+            raise ConfigError(f"{flag} {value!r}: {str(exc).splitlines()[0]}") from None
+
+
 def cmd_deploy(args) -> int:
     from sim2real.deploy.policy_node import deploy_main
 
+    _check_ros_names(args)
     return deploy_main(args)
 
 
 def cmd_standin(args) -> int:
     from sim2real.hardware.sim_quadrotor import standin_main
 
+    _check_ros_names(args)
     return standin_main(args)
 
 

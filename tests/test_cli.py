@@ -150,3 +150,9 @@ def test_eval_of_an_export_uses_the_policy_own_interface_and_rate(tmp_path):
                                          "--episodes", 16).stdout)
     for key in ("success_rate", "crash_rate", "pos_error_mean"):
         assert via_policy[key] == pytest.approx(via_checkpoint[key], abs=1e-4), key
+
+
+def test_invalid_ros_names_are_refused():
+    _assert_clean_error(sim2real("standin", "--namespace", "bad ns!", check=False), "--namespace")
+    _assert_clean_error(sim2real("deploy", "--policy", "unused", "--robot", "crazyflie2", "--node-name", "bad-name",
+                                 check=False), "--node-name")
