@@ -70,14 +70,8 @@ FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.d
                    "train.obs_normalization", "device")
 
 
-def _lookup(cfg: dict, dotted: str):
-    for part in dotted.split("."):
-        cfg = cfg[part]
-    return cfg
-
-
 def cmd_train(args) -> int:
-    from sim2real.configs import ConfigError, apply_overrides
+    from sim2real.configs import ConfigError, apply_overrides, lookup
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.runner import Sim2RealRunner
     from sim2real.tasks import get_task, make_env
@@ -92,16 +86,13 @@ def cmd_train(args) -> int:
         extra.append(f"device={args.device}")
     resume_path = None
     if args.resume is not None:
-        resume_path = ck.resolve_checkpoint(args.resume, args.task, args.runs_root)
-        data = ck.load_checkpoint(resume_path)
+        resume_path, data = ck.load_task_checkpoint(args.resume, args.task, args.runs_root)
         saved = data["infos"]["config"]
-        if saved["task"] != args.task:
-            raise ck.CheckpointError(f"{resume_path} belongs to task '{saved['task']}', not '{args.task}'")
         cfg = apply_overrides(saved, list(args.overrides) + extra)
         for key in FIXED_ON_RESUME:
-            if _lookup(cfg, key) != _lookup(saved, key):
+            if lookup(cfg, key) != lookup(saved, key):
                 raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
-                                  f"{_lookup(saved, key)!r}); start a new run instead")
+                                  f"{lookup(saved, key)!r}); start a new run instead")
         get_task(args.task).check(cfg)
         run_dir = resume_path.parent
         later = [p for p in ck.list_checkpoints(run_dir) if ck.checkpoint_iteration(p) >= int(data["iter"])]
@@ -167,10 +158,8 @@ def _policy_fn(args):
 
     if not args.task:
         raise ck.CheckpointError("--task is required with --checkpoint")
-    path = ck.resolve_checkpoint(args.checkpoint or "latest", args.task, args.runs_root)
-    runner, cfg, _ = load_runner(path)
-    if cfg["task"] != args.task:
-        raise ck.CheckpointError(f"{path} belongs to task '{cfg['task']}', not '{args.task}'")
+    path, data = ck.load_task_checkpoint(args.checkpoint or "latest", args.task, args.runs_root)
+    runner, cfg, _ = load_runner(path, data=data)
     from sim2real.configs import apply_overrides
 
     cfg = apply_overrides(cfg, list(args.overrides))
@@ -205,10 +194,7 @@ def cmd_export(args) -> int:
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.export import export_policy
 
-    path = ck.resolve_checkpoint(args.checkpoint, args.task, args.runs_root)
-    data = ck.load_checkpoint(path)
-    if data["infos"]["config"]["task"] != args.task:
-        raise ck.CheckpointError(f"{path} belongs to task '{data['infos']['config']['task']}', not '{args.task}'")
+    path, _ = ck.load_task_checkpoint(args.checkpoint, args.task, args.runs_root)
     out = Path(args.output) if args.output else path.parent / "policy"
     export_policy(path, out, ck.git_revision())
     print(f"exported {path} to {out}/policy.onnx + metadata.json")

@@ -131,6 +131,16 @@ def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
     return out
 
 
+def lookup(cfg: dict, dotted: str):
+    """The value at ``a.b.c`` in a nested mapping; raises KeyError(dotted) when a part is missing."""
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(dotted)
+        node = node[part]
+    return node
+
+
 def config_hash(cfg: dict) -> str:
     """Stable SHA-256 (first 16 hex digits) of a config's canonical JSON form."""
     blob = json.dumps(cfg, sort_keys=True, default=str).encode()

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
@@ -52,6 +54,18 @@ def atomic_torch_save(obj, path: Path) -> None:
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def rng_state() -> dict:
+    """The global RNG states (torch, numpy, python) a checkpoint stores for an exact resume."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore states from :func:`rng_state`."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
 
 
 def git_revision() -> str:
@@ -139,6 +153,16 @@ def resolve_checkpoint(spec: str, task: str, root: Path | None = None) -> Path:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     return path
+
+
+def load_task_checkpoint(spec: str, task: str, root: Path | None = None) -> tuple[Path, dict]:
+    """Resolve ``spec`` (see :func:`resolve_checkpoint`) and load it; raises :class:`CheckpointError` if it is
+    missing, corrupt, or was trained for another task."""
+    path = resolve_checkpoint(spec, task, root)
+    data = load_checkpoint(path)
+    if data["infos"]["config"]["task"] != task:
+        raise CheckpointError(f"{path} belongs to task '{data['infos']['config']['task']}', not '{task}'")
+    return path, data
 
 
 def load_checkpoint(path: Path) -> dict:

@@ -7,12 +7,11 @@ The set is the task's env in evaluation mode (curriculum at full difficulty, ful
 
 from __future__ import annotations
 
-import random
 from typing import Callable
 
-import numpy as np
 import torch
 
+from sim2real.policies.checkpoints import rng_state, set_rng_state
 from sim2real.tasks import make_env
 
 
@@ -33,7 +32,7 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
     """
     n = int(num_episodes or cfg["eval"]["num_episodes"])
     seed = int(cfg["eval"]["seed"] if seed is None else seed)
-    rng_state = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    saved_rng = rng_state()
     try:
         torch.manual_seed(seed)
         env = make_env(cfg, num_envs=n, eval_mode=True)
@@ -52,9 +51,7 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
                 if first.all():
                     break
     finally:
-        torch.set_rng_state(rng_state[0])
-        np.random.set_state(rng_state[1])
-        random.setstate(rng_state[2])
+        set_rng_state(saved_rng)
     err = torch.nan_to_num(outcome["pos_error"], nan=10.0)
     success = float(outcome["success"].mean())
     return {

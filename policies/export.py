@@ -31,13 +31,15 @@ class ExportError(RuntimeError):
     """The exported ONNX graph does not reproduce the torch policy, or the output folder is unusable."""
 
 
-def load_runner(checkpoint: Path, num_envs: int = 1) -> tuple[Sim2RealRunner, dict, dict]:
+def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None) -> tuple[Sim2RealRunner, dict, dict]:
     """Rebuild the runner of a checkpoint (its own resolved config) and load the weights.
+
+    ``data``: the checkpoint dict when the caller has already loaded it.
 
     Returns:
         (runner, config, checkpoint dict). Raises :class:`~sim2real.policies.checkpoints.CheckpointError`.
     """
-    data = load_checkpoint(checkpoint)
+    data = load_checkpoint(checkpoint) if data is None else data
     cfg = data["infos"]["config"]
     env = make_env(cfg, num_envs=num_envs)
     runner = Sim2RealRunner(env, cfg, None, device=cfg["device"], progress=False)

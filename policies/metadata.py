@@ -24,7 +24,7 @@ import json
 import re
 from pathlib import Path
 
-from sim2real.configs import config_hash
+from sim2real.configs import config_hash, lookup as _get
 from sim2real.tasks import TASKS
 from sim2real.tasks.actions import ACTION_INTERFACES, QuadrotorAction
 from sim2real.tasks.observations import OBS_TERMS
@@ -144,15 +144,6 @@ def load_metadata(policy_dir: Path) -> dict:
     if not isinstance(meta, dict):
         raise PolicyMismatchError([("metadata", f"{path} must hold a JSON object")])
     return meta
-
-
-def _get(meta: dict, dotted: str):
-    node = meta
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise KeyError(dotted)
-        node = node[part]
-    return node
 
 
 def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,

@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import random
 from pathlib import Path
 
 import numpy as np
-import torch
 from rsl_rl.runners import OnPolicyRunner
 
-from sim2real.policies.checkpoints import atomic_torch_save, atomic_write_bytes, load_checkpoint, prune_checkpoints
+from sim2real.policies.checkpoints import (
+    atomic_torch_save, atomic_write_bytes, load_checkpoint, prune_checkpoints, rng_state, set_rng_state,
+)
 from sim2real.policies.evaluation import evaluate
 
 
@@ -59,16 +59,6 @@ def rsl_rl_train_cfg(train: dict) -> dict:
             "obs_normalization": train["obs_normalization"],
         },
     }
-
-
-def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
 
 
 class Sim2RealRunner(OnPolicyRunner):

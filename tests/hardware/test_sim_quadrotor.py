@@ -6,7 +6,6 @@ import contextlib
 import math
 import time
 
-import numpy as np
 import pytest
 import torch
 from nav_msgs.msg import Odometry
