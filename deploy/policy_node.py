@@ -31,6 +31,7 @@ import torch
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Bool, Float32MultiArray
@@ -47,6 +48,7 @@ from sim2real.tasks.observations import ObservationBuilder
 COMMAND_TOPICS = {"motor_thrust": "cmd/motors", "ctbr": "cmd/ctbr"}
 #: Goal frames accepted besides the odometry's own ``header.frame_id``.
 WORLD_FRAMES = ("", "world")
+SAFE_COMMAND_ACK_TIMEOUT_S = 0.5  # bound on waiting for subscribers to acknowledge the final safe command
 
 
 class PolicyNode(LifecycleNode):
@@ -161,7 +163,11 @@ class PolicyNode(LifecycleNode):
             self._timer = None
         if self.active and self._pub is not None and self.safety is not None:
             self._publish(self.safety.safe_command())
-            self.get_logger().info("control stopped: safe command published")
+            # Reliable QoS: wait (bounded) until every matched subscriber has the safe command, so that a process
+            # exiting right after deactivate/shutdown does not drop it on the wire.
+            acked = self._pub.wait_for_all_acked(Duration(seconds=SAFE_COMMAND_ACK_TIMEOUT_S))
+            self.get_logger().info("control stopped: safe command published"
+                                   + ("" if acked else " (not acknowledged by every subscriber)"))
         self.active = False
         self.fault = "inactive"
 
