@@ -6,6 +6,8 @@
   where the time goes (simulation, policy inference during rollouts, PPO update; evaluation excluded).
 * ``inference``: ONNX inference latency per step (p50/p99) and the policy node's control-period error (p50/p99)
   at 50 Hz and 100 Hz against the stand-in robot.
+* ``jump-throughput``: ``quadruped-jump`` env-steps/s against the raw MuJoCo physics floor and a Gymnasium
+  ``SyncVectorEnv`` (:mod:`sim2real.bench_legged`).
 """
 
 from __future__ import annotations
@@ -141,10 +143,14 @@ def bench_inference(quick: bool = False) -> dict:
 def run_bench(args) -> int:
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
-    names = ["throughput", "hover-time", "inference"] if args.name == "all" else [args.name]
+    from sim2real.bench_legged import bench_jump_throughput
+
+    benches = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference,
+               "jump-throughput": bench_jump_throughput}
+    names = list(benches) if args.name == "all" else [args.name]
     for name in names:
         print(f"== {name}")
-        fn = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference}[name]
+        fn = benches[name]
         results[name] = fn(quick=args.quick)
     if args.output:
         from sim2real.policies.checkpoints import atomic_write_bytes

@@ -6,5 +6,6 @@ Every curriculum follows one shape: ``sample(env_ids)`` at reset, ``update(env_i
 
 from sim2real.curricula.levels import PerEnvLevelCurriculum
 from sim2real.curricula.schedules import StepSchedule
+from sim2real.curricula.stages import StagedLevelCurriculum
 
-__all__ = ["PerEnvLevelCurriculum", "StepSchedule"]
+__all__ = ["PerEnvLevelCurriculum", "StagedLevelCurriculum", "StepSchedule"]

@@ -26,9 +26,9 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
         seed: defaults to ``cfg["eval"]["seed"]``.
 
     Returns:
-        ``{"success_rate", "crash_rate", "pos_error_mean" [m], "pos_error_median" [m], "final_speed_mean" [m/s],
-        "score", "num_episodes", "seed"}``; ``score`` (success rate, ties broken by smaller error) ranks
-        checkpoints. The global RNG states are restored afterwards.
+        ``{"task", <the env's summarize_outcomes(...)>, "num_episodes", "seed"}``: every task reports at least
+        ``success_rate`` and ``score`` (which ranks checkpoints: success rate, ties broken by smaller error).
+        The global RNG states are restored afterwards.
     """
     n = int(num_episodes or cfg["eval"]["num_episodes"])
     seed = int(cfg["eval"]["seed"] if seed is None else seed)
@@ -52,16 +52,4 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
                     break
     finally:
         set_rng_state(saved_rng)
-    err = torch.nan_to_num(outcome["pos_error"], nan=10.0)
-    success = float(outcome["success"].mean())
-    return {
-        "task": cfg["task"],
-        "success_rate": success,
-        "crash_rate": float(outcome["crash"].mean()),
-        "pos_error_mean": float(err.mean()),
-        "pos_error_median": float(err.median()),
-        "final_speed_mean": float(torch.nan_to_num(outcome["speed"], nan=10.0).mean()),
-        "score": success - 1e-3 * float(err.clamp_max(10.0).mean()),
-        "num_episodes": n,
-        "seed": seed,
-    }
+    return {"task": cfg["task"], **env.summarize_outcomes(outcome), "num_episodes": n, "seed": seed}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sim2real.configs import config_hash, lookup as _get
 from sim2real.tasks import TASKS
-from sim2real.tasks.actions import ACTION_INTERFACES, QuadrotorAction
+from sim2real.tasks.actions import ACTION_INTERFACES, JointPositionAction, QuadrotorAction
 from sim2real.tasks.observations import OBS_TERMS
 
 SCHEMA_VERSION = 1
@@ -53,6 +53,8 @@ def sha256_file(path: Path) -> str:
 
 def action_scaling(robot: dict, interface: str) -> dict:
     """The numbers that turn a normalised action into a command (see :mod:`sim2real.tasks.actions`)."""
+    if interface == "joint_position":
+        return JointPositionAction(robot).scaling()
     if interface == "motor_thrust":
         return {"max_motor_thrust": float(robot["max_motor_thrust"])}
     return {"max_collective_thrust": 4.0 * float(robot["max_motor_thrust"]),
@@ -144,6 +146,25 @@ def load_metadata(policy_dir: Path) -> dict:
     if not isinstance(meta, dict):
         raise PolicyMismatchError([("metadata", f"{path} must hold a JSON object")])
     return meta
+
+
+def _action_term(robot: dict, interface: str, problems: list):
+    """The action term ``interface`` on ``robot``, or None (with a problem recorded) if the robot cannot run it."""
+    from sim2real.configs import ConfigError
+
+    if interface == "joint_position":
+        if robot.get("kind") != "legged":
+            problems.append(("action.interface", f"joint_position needs a legged robot, robot is {robot.get('kind')!r}"))
+            return None
+        try:
+            return JointPositionAction(robot)
+        except ConfigError as exc:
+            problems.append(("robot.params", str(exc)))
+            return None
+    if robot.get("kind") != "quadrotor":
+        problems.append(("action.interface", f"{interface} needs a quadrotor, robot is {robot.get('kind')!r}"))
+        return None
+    return QuadrotorAction(robot, interface)
 
 
 def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
@@ -241,13 +262,14 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
     interface = need("action.interface", str)
     if interface is not None and interface not in ACTION_INTERFACES:
         problems.append(("action.interface", f"unknown interface {interface!r}"))
-    elif interface is not None and robot.get("kind") == "quadrotor":
-        term = QuadrotorAction(robot, interface)
-        same("action.size", action_size, term.num_actions)
-        same("action.command_names", need("action.command_names", list), term.command_names)
-        same("action.command_units", need("action.command_units", list), term.command_units)
-        same("action.scaling", need("action.scaling", dict), action_scaling(robot, interface))
-    same("action.clip", need("action.clip", list), [-1.0, 1.0], what="sim2real")
+    elif interface is not None:
+        term = _action_term(robot, interface, problems)
+        if term is not None:
+            same("action.size", action_size, term.num_actions)
+            same("action.command_names", need("action.command_names", list), term.command_names)
+            same("action.command_units", need("action.command_units", list), term.command_units)
+            same("action.scaling", need("action.scaling", dict), action_scaling(robot, interface))
+            same("action.clip", need("action.clip", list), [float(c) for c in term.clip], what="the robot")
 
     need("normalizer.included", bool)
     need("normalizer.location", str)

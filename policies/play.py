@@ -126,6 +126,10 @@ def render_video(traj: dict[str, np.ndarray], robot: dict, path: Path, fps: int 
 def play(cfg: dict, policy, output: Path, duration_s: float = 5.0, video: bool = True) -> Path:
     """Roll out and write ``output``: a GIF video when rendering works (``.gif``; an ``.mp4`` name is written as
     ``.gif``), else, or with ``video=False``, trajectory plots as PNG. Plots are always written beside a video."""
+    if cfg["task"] == "quadruped-jump":
+        from sim2real.policies.play_legged import play_jump
+
+        return play_jump(cfg, policy, Path(output), video=video)
     traj = rollout(cfg, policy, duration_s)
     output = Path(output)
     plot_path = output.with_suffix(".png")

@@ -91,7 +91,8 @@ class Sim2RealRunner(OnPolicyRunner):
         with contextlib.redirect_stdout(io.StringIO()):
             self._rsl_log(it=it, start_it=start_it, total_it=total_it, **kwargs)
         stats = {}
-        for key in ("Metrics/success_rate", "Metrics/final_pos_error", "Curriculum/level_mean"):
+        for key in ("Metrics/success_rate", "Metrics/final_pos_error", "Curriculum/level_mean",
+                    "Curriculum/difficulty_mean", "Metrics/max_distance_80"):
             vals = [float(e[key]) for e in ep if key in e]
             if vals:
                 stats[key.split("/")[1]] = sum(vals) / len(vals)
@@ -124,8 +125,9 @@ class Sim2RealRunner(OnPolicyRunner):
         metrics["iteration"] = it
         self.last_eval = metrics
         if self.logger.writer is not None:
-            for k in ("success_rate", "crash_rate", "pos_error_mean"):
-                self.logger.writer.add_scalar(f"Eval/{k}", metrics[k], it)
+            for k, v in metrics.items():
+                if isinstance(v, float) and k != "score":
+                    self.logger.writer.add_scalar(f"Eval/{k}", v, it)
         if metrics["score"] > self.best_score:
             self.best_score = metrics["score"]
             self.save(str(self.run_dir / "best.pt"), prune=False)

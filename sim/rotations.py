@@ -91,3 +91,20 @@ def random_quat_within(angle_max: torch.Tensor, generator: torch.Generator | Non
     axis = axis / torch.linalg.vector_norm(axis, dim=-1, keepdim=True).clamp_min(1e-9)
     angle = torch.rand(n, device=angle_max.device, generator=generator) * angle_max
     return quat_from_axis_angle(axis, angle)
+
+
+def yaw_from_quat(q: torch.Tensor) -> torch.Tensor:
+    """Heading (yaw about world z) [rad] in (-pi, pi] of body-to-world quaternions ``[N, 4]`` (w, x, y, z)."""
+    w, x, y, z = q.unbind(-1)
+    return torch.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def quat_from_yaw(yaw: torch.Tensor) -> torch.Tensor:
+    """Quaternions ``[N, 4]`` (w, x, y, z) of rotations by ``yaw`` ``[N]`` [rad] about world z."""
+    zero = torch.zeros_like(yaw)
+    return torch.stack((torch.cos(yaw / 2), zero, zero, torch.sin(yaw / 2)), dim=-1)
+
+
+def wrap_angle(a: torch.Tensor) -> torch.Tensor:
+    """Angles wrapped to [-pi, pi)."""
+    return torch.remainder(a + torch.pi, 2 * torch.pi) - torch.pi

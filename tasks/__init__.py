@@ -50,6 +50,13 @@ TASKS: dict[str, TaskSpec] = {
         "sim2real.tasks.quadrotor_hover.checks:check_config",
         "Crazyflie-class quadrotor: reach and hold a goal position from random initial states",
     ),
+    "quadruped-jump": TaskSpec(
+        "quadruped-jump",
+        TASKS_DIR / "quadruped_jump.yaml",
+        "sim2real.tasks.quadruped_jump.env:QuadrupedJumpEnv",
+        "sim2real.tasks.quadruped_jump.checks:check_config",
+        "Go2-class quadruped: jump in place, forward/diagonal to landing targets, and over obstacles (MuJoCo)",
+    ),
 }
 
 

@@ -19,7 +19,8 @@ import torch
 
 from sim2real.sim.quadrotor import QuadrotorDynamics
 
-ACTION_INTERFACES = ("motor_thrust", "ctbr")
+ACTION_INTERFACES = ("motor_thrust", "ctbr", "joint_position")
+QUADROTOR_INTERFACES = ("motor_thrust", "ctbr")
 
 
 class QuadrotorAction:
@@ -30,8 +31,8 @@ class QuadrotorAction:
     """
 
     def __init__(self, robot: dict, interface: str):
-        if interface not in ACTION_INTERFACES:
-            raise ValueError(f"unknown action interface '{interface}' (choose from {', '.join(ACTION_INTERFACES)})")
+        if interface not in QUADROTOR_INTERFACES:
+            raise ValueError(f"unknown action interface '{interface}' (choose from {', '.join(QUADROTOR_INTERFACES)})")
         self.interface = interface
         self.max_motor_thrust = float(robot["max_motor_thrust"])
         self.max_body_rate = torch.tensor(robot["max_body_rate"], dtype=torch.float32)
@@ -39,6 +40,7 @@ class QuadrotorAction:
         self.motor_names = list(robot["motor_names"])
 
     num_actions = 4
+    clip = (-1.0, 1.0)
 
     @property
     def command_names(self) -> list[str]:
@@ -96,3 +98,60 @@ class QuadrotorAction:
         gain = self.rate_gain.to(command.device)
         torque = p.inertia * gain * (command[:, 1:] - w) + torch.cross(w, p.inertia * w, dim=-1)
         return dyn.motor_thrust_from_wrench(command[:, 0], torque)
+
+
+class JointPositionAction:
+    """Action term of a legged robot: joint position targets around the default pose.
+
+    ``targets = default_pose + action_scale * clip(action, -action_clip, action_clip)`` [rad], ``[N, J]`` in
+    the robot config's joint order (the policy order); a PD loop (``tau = kp (q* - q) - kd dq``, clamped to the
+    torque limits) tracks them at physics rate in the simulator, the stand-in robot or the robot's joint
+    controller. Interface ``joint_position`` in the exported metadata.
+
+    Args:
+        robot: a ``kind: legged`` robot config (resolved through :class:`sim2real.sim.robot.LeggedRobot`).
+
+    Raises:
+        ConfigError: the robot config is not a valid legged robot.
+    """
+
+    interface = "joint_position"
+
+    def __init__(self, robot: dict):
+        from sim2real.sim.robot import LeggedRobot
+
+        self.robot = LeggedRobot.from_config(robot)
+        self.joint_names = list(self.robot.joint_names)
+        self.num_actions = len(self.joint_names)
+        self.default_pose = torch.tensor(self.robot.default_pose, dtype=torch.float32)
+        self.stiffness = torch.tensor(self.robot.stiffness, dtype=torch.float32)
+        self.damping = torch.tensor(self.robot.damping, dtype=torch.float32)
+        self.action_scale = self.robot.action_scale
+        self.action_clip = self.robot.action_clip
+
+    @property
+    def clip(self) -> list[float]:
+        return [-self.action_clip, self.action_clip]
+
+    @property
+    def command_names(self) -> list[str]:
+        return list(self.joint_names)
+
+    @property
+    def command_units(self) -> list[str]:
+        return ["rad"] * self.num_actions
+
+    def to_command(self, action: torch.Tensor) -> torch.Tensor:
+        """Action ``[N, J]`` -> joint position targets ``[N, J]`` [rad], policy joint order."""
+        a = action.clamp(-self.action_clip, self.action_clip)
+        return self.default_pose.to(a.device) + self.action_scale * a
+
+    def to_action(self, targets: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`to_command` (for targets inside the clip range): ``(q* - q0) / action_scale``."""
+        return (targets - self.default_pose.to(targets.device)) / self.action_scale
+
+    def scaling(self) -> dict:
+        """The numbers recorded in the metadata's ``action.scaling``."""
+        return {"action_scale": self.action_scale, "default_pose": [float(x) for x in self.robot.default_pose],
+                "stiffness": [float(x) for x in self.robot.stiffness],
+                "damping": [float(x) for x in self.robot.damping]}

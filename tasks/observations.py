@@ -126,3 +126,26 @@ class ObservationBuilder:
     def build(self, state: RobotState) -> torch.Tensor:
         """The observation group ``[N, D]`` of ``state``."""
         return torch.cat([term.fn(state) * scale for term, scale in self.terms], dim=-1)
+
+
+# --- legged robots -------------------------------------------------------------------------------------------------
+@obs_term("joint_pos_rel", -1, "rad", "joint", "joint positions minus the default pose, policy joint order")
+def joint_pos_rel(s: RobotState) -> torch.Tensor:
+    return s.joint_pos - s.default_joint_pos
+
+
+@obs_term("joint_vel", -1, "rad/s", "joint", "joint velocities, policy joint order")
+def joint_vel(s: RobotState) -> torch.Tensor:
+    return s.joint_vel
+
+
+@obs_term("jump_command", 5, "m, m, rad, m, m", "heading at command start",
+          "landing target dx, dy and yaw change, obstacle height and length (command[:, :5])")
+def jump_command(s: RobotState) -> torch.Tensor:
+    return s.command[:, :5]
+
+
+@obs_term("command_time", 1, "s", "-",
+          "time since the command's start, clipped to [-0.5, 2] s (jump phase; -0.5 while waiting for a command)")
+def command_time(s: RobotState) -> torch.Tensor:
+    return s.time_s.clamp(-0.5, 2.0).unsqueeze(-1)

@@ -24,6 +24,10 @@ class RobotState:
         command: the task command, ``[N, C]`` (for ``quadrotor-hover``: goal position in the world frame [m]).
         joint_pos: joint positions in policy order [rad], ``[N, J]``, or None for robots without joints.
         joint_vel: joint velocities in policy order [rad/s], ``[N, J]``, or None.
+        default_joint_pos: the robot's default pose in policy order [rad], ``[N, J]``, or None.
+        foot_contact: foot contact normal force [N], ``[N, F]`` in the robot config's ``foot_geoms`` order, or
+            None where unmeasured (deploy).
+        time_s: time since the episode (or, on a robot, the current command) began [s], ``[N]``, or None.
     """
 
     base_pos_w: torch.Tensor
@@ -34,6 +38,9 @@ class RobotState:
     command: torch.Tensor
     joint_pos: torch.Tensor | None = None
     joint_vel: torch.Tensor | None = None
+    default_joint_pos: torch.Tensor | None = None
+    foot_contact: torch.Tensor | None = None
+    time_s: torch.Tensor | None = None
 
     @property
     def num_envs(self) -> int:

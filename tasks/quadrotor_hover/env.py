@@ -244,6 +244,21 @@ class QuadrotorHoverEnv(VecEnv):
         self.dyn.ext_force_w[ids] = (2 * torch.rand(n, 3, device=dev) - 1) * dr["ext_force"]
         self.dyn.refresh_params()
 
+    @staticmethod
+    def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
+        """Held-out metrics of one episode per env (``last_outcome`` tensors ``[N]``): ``success_rate``,
+        ``crash_rate``, ``pos_error_mean`` / ``pos_error_median`` [m], ``final_speed_mean`` [m/s], ``score``."""
+        err = torch.nan_to_num(outcome["pos_error"], nan=10.0)
+        success = float(outcome["success"].mean())
+        return {
+            "success_rate": success,
+            "crash_rate": float(outcome["crash"].mean()),
+            "pos_error_mean": float(err.mean()),
+            "pos_error_median": float(err.median()),
+            "final_speed_mean": float(torch.nan_to_num(outcome["speed"], nan=10.0).mean()),
+            "score": success - 1e-3 * float(err.clamp_max(10.0).mean()),
+        }
+
     # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
     def curriculum_state_dict(self) -> dict:
         return {"levels": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict()}

@@ -1,0 +1,448 @@
+"""CPU MuJoCo backend: N worlds of one legged-robot model stepped in native threads (``mujoco.batch.Batch``).
+
+One control step is one ``Batch.step(nstep=decimation)`` call: the robot's joint actuators are turned into PD
+position servos inside MuJoCo (``general`` actuators with gain ``kp`` and bias ``[0, -kp, -kd]``, force limited to
+the model's torque limit), so the PD loop runs at the physics rate without a Python loop per substep. State is
+read back through live ``(N, ...)`` arrays into ``[N, ...]`` torch tensors, joints in the robot config's policy
+order (mapped by name: actuator order and qpos order may differ from it).
+
+Frames and conventions: world frame z up; base position/orientation of the floating base body (quaternion
+w, x, y, z, body-to-world); base linear velocity in the world frame and angular velocity in the body frame (the
+free joint's ``qvel`` convention); SI units.
+
+Per-env domain randomisation uses ``Batch.expand`` (per-simulation model fields): friction, masses, base centre
+of mass, PD gains and motor strength. A world that goes unstable (NaN/Inf or MuJoCo's bad-qacc reset) is flagged in
+:attr:`MujocoBackend.unstable` after the step that broke it; the task resets it, and :attr:`num_unstable` counts them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+import torch
+from mujoco.batch import Batch
+
+from sim2real.configs import ConfigError
+from sim2real.sim.robot import LeggedRobot, resolve_mjcf
+
+#: Solver settings named in a task's ``sim`` section (``fidelity: fast``); ``full`` keeps the model's own.
+SOLVER_KEYS = ("timestep", "cone", "iterations", "ls_iterations", "impratio")
+CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
+#: Where an absent obstacle is parked (world frame, m): far outside every world's reach.
+OBSTACLE_PARK = (1000.0, 1000.0, -10.0)
+UNSTABLE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+
+
+@dataclass
+class ModelIndex:
+    """Ids and addresses of the robot's named parts inside a compiled model (policy joint order)."""
+
+    base_body: int
+    base_qpos: int            # address of the free joint's 7 qpos (x, y, z, qw, qx, qy, qz)
+    base_qvel: int            # address of its 6 qvel (v_w, ω_b)
+    joint_ids: np.ndarray     # [J]
+    joint_qpos: np.ndarray    # [J]
+    joint_qvel: np.ndarray    # [J]
+    actuator_ids: np.ndarray  # [J], the actuator driving each policy joint
+    joint_range: np.ndarray   # [J, 2] rad
+    torque_limit: np.ndarray  # [J] N m
+    foot_geoms: np.ndarray    # [F]
+    foot_sensors: np.ndarray  # [F] sensordata address of each foot's touch sensor
+    body_sensors: np.ndarray  # [B] sensordata address of each termination body's touch sensor
+    ground_geoms: np.ndarray  # geoms of the world body (floor, terrain)
+    imu_site: int
+    obstacle_geom: int        # -1 when the model has no obstacle
+
+
+def apply_solver_settings(spec: mujoco.MjSpec, sim_cfg: dict) -> None:
+    """Apply ``sim_cfg["fast"]`` when ``sim_cfg["fidelity"] == "fast"`` (``full``: the model's own settings).
+
+    Raises:
+        ConfigError: unknown fidelity, unknown solver key or cone.
+    """
+    fidelity = sim_cfg.get("fidelity", "full")
+    if fidelity == "full":
+        return
+    if fidelity != "fast":
+        raise ConfigError(f"sim.fidelity: '{fidelity}' (choose fast or full)")
+    fast = sim_cfg.get("fast", {})
+    for key, value in fast.items():
+        if key not in SOLVER_KEYS:
+            raise ConfigError(f"sim.fast.{key}: unknown solver setting (known: {', '.join(SOLVER_KEYS)})")
+        if key == "cone":
+            if value not in CONES:
+                raise ConfigError(f"sim.fast.cone: '{value}' (choose {', '.join(CONES)})")
+            spec.option.cone = CONES[value]
+        else:
+            setattr(spec.option, key, value)
+
+
+def _add_touch_sensor(spec: mujoco.MjSpec, body: mujoco.MjsBody, name: str, size, pos, type_) -> None:
+    site = body.add_site(name=f"sim2real_{name}_site", type=type_, size=size, pos=pos, group=5, rgba=[0, 0, 0, 0])
+    spec.add_sensor(name=f"sim2real_{name}_touch", type=mujoco.mjtSensor.mjSENS_TOUCH,
+                    objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
+
+
+def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle: bool = False
+                ) -> tuple[mujoco.MjModel, ModelIndex]:
+    """Compile the robot's MJCF for simulation.
+
+    Adds touch sensors on the feet and on the termination bodies, an optional box ``sim2real_obstacle`` (parked
+    out of reach; :meth:`MujocoBackend.set_obstacle` places it per env), an optional terrain (an object with
+    ``add_to_spec(spec)``), applies the solver settings, and turns each policy joint's actuator into a PD servo
+    (``actuation: position``).
+
+    Raises:
+        ConfigError: the model lacks a joint, actuator, foot geom, body or IMU site the robot config names
+            (the message names it), or a joint's actuator has no torque limit.
+    """
+    legged = LeggedRobot.from_config(robot)
+    path = resolve_mjcf(robot["mjcf"])
+    try:
+        spec = mujoco.MjSpec.from_file(str(path))
+    except Exception as exc:  # mujoco raises ValueError with the parser's message
+        raise ConfigError(f"robot.mjcf: cannot load {path}: {exc}") from None
+    apply_solver_settings(spec, sim_cfg or {})
+
+    bodies = {b.name: b for b in spec.bodies}
+    geoms = {g.name: g for g in spec.geoms if g.name}
+    for key, names, table in (("foot_geoms", legged.foot_geoms, geoms),
+                              ("termination_contact_bodies", legged.termination_contact_bodies, bodies),
+                              ("base_body", [legged.base_body], bodies)):
+        for name in names:
+            if name not in table:
+                raise ConfigError(f"robot.{key}: '{name}' is not in the model {path.name}")
+    if legged.imu_site not in {s.name for s in spec.sites}:
+        raise ConfigError(f"robot.imu_site: site '{legged.imu_site}' is not in the model {path.name}")
+    for name in legged.foot_geoms:
+        g = geoms[name]
+        radius = float(g.size[0]) * 1.5 + 0.005
+        _add_touch_sensor(spec, g.parent, f"foot_{name}", [radius, 0, 0], g.pos, mujoco.mjtGeom.mjGEOM_SPHERE)
+    for name in legged.termination_contact_bodies:
+        body = bodies[name]
+        # A box enclosing the body's collision geoms, 1 cm larger: contacts inside it count as body contact.
+        lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+        for g in body.geoms:
+            ext = np.full(3, float(max(g.size))) if g.type != mujoco.mjtGeom.mjGEOM_BOX else np.abs(np.array(g.size))
+            lo, hi = np.minimum(lo, np.array(g.pos) - ext), np.maximum(hi, np.array(g.pos) + ext)
+        if not np.isfinite(lo).all():
+            raise ConfigError(f"robot.termination_contact_bodies: body '{name}' has no collision geom")
+        _add_touch_sensor(spec, body, f"body_{name}", (hi - lo) / 2 + 0.01, (hi + lo) / 2, mujoco.mjtGeom.mjGEOM_BOX)
+    if obstacle:
+        spec.worldbody.add_geom(name="sim2real_obstacle", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.5, 1.0, 0.5],
+                                pos=list(OBSTACLE_PARK), rgba=[0.8, 0.4, 0.1, 1.0], friction=[0.8, 0.02, 0.01])
+    if terrain is not None:
+        terrain.add_to_spec(spec)
+    try:
+        model = spec.compile()
+    except Exception as exc:
+        raise ConfigError(f"robot.mjcf: {path.name} does not compile with sim2real's additions: {exc}") from None
+    if obstacle:  # compiled as sharing the world's rotation (identity quat), which would ignore set_obstacle's yaw
+        model.geom_sameframe[model.geom("sim2real_obstacle").id] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
+    return model, _index(model, legged, path.name, obstacle)
+
+
+def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle: bool) -> ModelIndex:
+    base = model.body(legged.base_body).id
+    free = [j for j in range(model.njnt) if model.jnt_bodyid[j] == base
+            and model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
+    if not free:
+        raise ConfigError(f"robot.base_body: '{legged.base_body}' has no free joint in {model_name}")
+    joint_ids, act_ids = [], []
+    for name in legged.joint_names:
+        jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if jid < 0:
+            raise ConfigError(f"robot.joint_names: joint '{name}' is not in the model {model_name}")
+        acts = [a for a in range(model.nu) if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
+                and model.actuator_trnid[a, 0] == jid]
+        if len(acts) != 1:
+            raise ConfigError(f"robot.joint_names: joint '{name}' is driven by {len(acts)} actuators in "
+                              f"{model_name} (need exactly one)")
+        joint_ids.append(jid)
+        act_ids.append(acts[0])
+    joint_ids, act_ids = np.array(joint_ids), np.array(act_ids)
+    limit = np.where(model.actuator_forcelimited[act_ids].astype(bool), model.actuator_forcerange[act_ids, 1],
+                     np.where(model.actuator_ctrllimited[act_ids].astype(bool)
+                              & (model.actuator_gaintype[act_ids] == mujoco.mjtGain.mjGAIN_FIXED)
+                              & (model.actuator_biastype[act_ids] == mujoco.mjtBias.mjBIAS_NONE),
+                              model.actuator_ctrlrange[act_ids, 1] * model.actuator_gainprm[act_ids, 0], np.inf))
+    if not np.isfinite(limit).all():
+        bad = legged.joint_names[int(np.argmin(np.isfinite(limit)))]
+        raise ConfigError(f"robot.joint_names: the actuator of '{bad}' in {model_name} has no torque limit "
+                          "(forcerange or a motor ctrlrange)")
+    rng = model.jnt_range[joint_ids].copy()
+    unlimited = ~model.jnt_limited[joint_ids].astype(bool)
+    rng[unlimited] = [-np.inf, np.inf]
+
+    def sensor_adr(name: str) -> int:
+        return int(model.sensor_adr[model.sensor(name).id])
+
+    return ModelIndex(
+        base_body=base, base_qpos=int(model.jnt_qposadr[free[0]]), base_qvel=int(model.jnt_dofadr[free[0]]),
+        joint_ids=joint_ids, joint_qpos=model.jnt_qposadr[joint_ids].copy(), joint_qvel=model.jnt_dofadr[joint_ids].copy(),
+        actuator_ids=act_ids, joint_range=rng, torque_limit=np.abs(limit),
+        foot_geoms=np.array([model.geom(n).id for n in legged.foot_geoms]),
+        foot_sensors=np.array([sensor_adr(f"sim2real_foot_{n}_touch") for n in legged.foot_geoms]),
+        body_sensors=np.array([sensor_adr(f"sim2real_body_{n}_touch") for n in legged.termination_contact_bodies]),
+        ground_geoms=np.array([g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
+                               and model.geom(g).name != "sim2real_obstacle"]),
+        imu_site=model.site(legged.imu_site).id,
+        obstacle_geom=model.geom("sim2real_obstacle").id if obstacle else -1,
+    )
+
+
+def make_position_servos(model: mujoco.MjModel, index: ModelIndex, kp: np.ndarray, kd: np.ndarray) -> None:
+    """Turn the policy joints' actuators of ``model`` into PD position servos (in place).
+
+    ``tau = kp (ctrl - q) - kd dq``, clamped to ``±torque_limit``; ``ctrl`` is the joint position target [rad].
+    """
+    a = index.actuator_ids
+    model.actuator_dyntype[a] = mujoco.mjtDyn.mjDYN_NONE
+    model.actuator_gaintype[a] = mujoco.mjtGain.mjGAIN_FIXED
+    model.actuator_biastype[a] = mujoco.mjtBias.mjBIAS_AFFINE
+    model.actuator_gainprm[a] = 0.0
+    model.actuator_biasprm[a] = 0.0
+    model.actuator_gainprm[a, 0] = kp
+    model.actuator_biasprm[a, 1] = -kp
+    model.actuator_biasprm[a, 2] = -kd
+    model.actuator_gear[a] = 0.0
+    model.actuator_gear[a, 0] = 1.0
+    model.actuator_ctrllimited[a] = 0
+    model.actuator_forcelimited[a] = 1
+    model.actuator_forcerange[a, 0] = -index.torque_limit
+    model.actuator_forcerange[a, 1] = index.torque_limit
+
+
+class MujocoBackend:
+    """``num_envs`` worlds of one legged robot, batched in native MuJoCo threads.
+
+    Args:
+        robot: a ``kind: legged`` robot config.
+        num_envs: number of worlds N.
+        sim_cfg: the task's ``sim`` section: ``fidelity`` (fast | full), ``fast`` solver settings, ``nthread``
+            (0: all cores), ``control_dt`` [s] (the policy's control period; decimation = control_dt / timestep).
+        device: torch device of the returned tensors.
+        terrain: optional terrain object (``add_to_spec``); obstacle: add a per-env box obstacle.
+
+    Raises:
+        ConfigError: see :func:`build_model`; also a control period that is not a whole number of timesteps.
+    """
+
+    def __init__(self, robot: dict, num_envs: int, sim_cfg: dict, device: str = "cpu", terrain=None,
+                 obstacle: bool = False):
+        self.legged = LeggedRobot.from_config(robot)
+        self.model, self.index = build_model(robot, sim_cfg, terrain, obstacle)
+        if self.legged.actuation != "position":
+            raise ConfigError("robot.actuation: training needs 'position' (PD servos inside MuJoCo)")
+        make_position_servos(self.model, self.index, self.legged.stiffness, self.legged.damping)
+        self.num_envs, self.device = int(num_envs), device
+        self.timestep = float(self.model.opt.timestep)
+        control_dt = float(sim_cfg["control_dt"])
+        self.decimation = int(round(control_dt / self.timestep))
+        if self.decimation < 1 or abs(self.decimation * self.timestep - control_dt) > 1e-9:
+            raise ConfigError(f"sim.control_dt: {control_dt} s is not a whole number of {self.timestep} s timesteps")
+        self.control_dt = control_dt
+        self.batch = Batch(self.model, self.num_envs, int(sim_cfg.get("nthread", 0)))
+        self._qpos = self.batch.bind("qpos")
+        self._qvel = self.batch.bind("qvel")
+        self._ctrl = self.batch.bind("ctrl")
+        self._xfrc = self.batch.bind("xfrc_applied")
+        self._sensordata = self.batch.bind("sensordata")
+        self.num_unstable = 0
+        self.unstable = torch.zeros(self.num_envs, dtype=torch.bool, device=device)
+        self._warn_ids = [int(w) for w in UNSTABLE_WARNINGS]
+        self._warn_count = self._warning_count()
+        self.nominal_body_mass = self.model.body_mass.copy()
+        self.nominal_body_ipos = self.model.body_ipos.copy()
+        # Per-env PD gains / strength scales [N, J] (policy order), applied through expand().
+        self.kp = torch.tensor(self.legged.stiffness, dtype=torch.float64).repeat(self.num_envs, 1)
+        self.kd = torch.tensor(self.legged.damping, dtype=torch.float64).repeat(self.num_envs, 1)
+        self.strength = torch.ones(self.num_envs, self.legged.num_joints, dtype=torch.float64)
+        self.batch.reset()
+        self.default_joint_pos = torch.tensor(self.legged.default_pose, dtype=torch.float32, device=device)
+        self._ctrl[:, self.index.actuator_ids] = self.legged.default_pose
+        lo, hi = self.index.joint_range[:, 0], self.index.joint_range[:, 1]
+        self._target_lo = torch.tensor(lo, dtype=torch.float32, device=device)
+        self._target_hi = torch.tensor(hi, dtype=torch.float32, device=device)
+
+    def standing_height(self) -> float:
+        """Base height [m] at which the lowest foot of the default pose (upright, zero yaw) touches flat ground."""
+        data = mujoco.MjData(self.model)
+        i = self.index
+        data.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+        data.qpos[i.joint_qpos] = self.legged.default_pose
+        mujoco.mj_kinematics(self.model, data)
+        bottom = data.geom_xpos[i.foot_geoms, 2] - self.model.geom_size[i.foot_geoms, 0]
+        return float(-bottom.min())
+
+    def settled_height(self, duration_s: float = 1.0) -> float:
+        """Base height [m] the nominal robot settles at under its PD gains holding the default pose on flat ground
+        (one world simulated for ``duration_s`` from :meth:`standing_height`; the PD servos sag under the weight)."""
+        data = mujoco.MjData(self.model)
+        i = self.index
+        data.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, self.standing_height(), 1.0, 0.0, 0.0, 0.0]
+        data.qpos[i.joint_qpos] = self.legged.default_pose
+        data.ctrl[i.actuator_ids] = self.legged.default_pose
+        for _ in range(int(round(duration_s / self.timestep))):
+            mujoco.mj_step(self.model, data)
+        return float(data.qpos[i.base_qpos + 2])
+
+    # --- stepping ----------------------------------------------------------------------------------------------
+    def step(self, targets: torch.Tensor) -> None:
+        """Hold joint position targets ``[N, J]`` [rad] (policy order, clamped to the joint ranges) for one
+        control step (``decimation`` physics steps in one native call); then flag unstable worlds."""
+        t = torch.maximum(torch.minimum(targets.detach().float(), self._target_hi), self._target_lo)
+        self._ctrl[:, self.index.actuator_ids] = t.cpu().double().numpy()
+        self.batch.step(nstep=self.decimation)
+        count = self._warning_count()
+        bad = (count > self._warn_count) | ~np.isfinite(self._qpos).all(1) | ~np.isfinite(self._qvel).all(1)
+        if count.any():  # MuJoCo sets a re-broken world's counter back to 1: clear them so each break shows
+            self.batch.warning[:, self._warn_ids, 1] = 0
+        self._warn_count = np.zeros_like(count)
+        self.unstable = torch.from_numpy(bad).to(self.device)
+        self.num_unstable += int(bad.sum())
+
+    def _warning_count(self) -> np.ndarray:
+        return self.batch.warning[:, self._warn_ids, 1].sum(1).astype(np.int64)
+
+    # --- state -------------------------------------------------------------------------------------------------
+    def _t(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(self.device)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Current state of every world (float32 copies, ``[N, ...]``):
+
+        ``base_pos_w`` [m] ``[N, 3]``, ``base_quat_w`` (w, x, y, z) ``[N, 4]``, ``base_lin_vel_w`` [m/s] ``[N, 3]``,
+        ``base_ang_vel_b`` [rad/s] ``[N, 3]``, ``joint_pos`` [rad] / ``joint_vel`` [rad/s] ``[N, J]`` (policy order),
+        ``foot_contact`` [N] ``[N, F]`` (normal force in each foot's touch volume), ``body_contact`` [N] ``[N, B]``
+        (termination bodies), ``joint_torque`` [N m] ``[N, J]`` (PD output of the last physics step).
+        """
+        i, qpos, qvel = self.index, self._qpos, self._qvel
+        return {
+            "base_pos_w": self._t(qpos[:, i.base_qpos:i.base_qpos + 3]),
+            "base_quat_w": self._t(qpos[:, i.base_qpos + 3:i.base_qpos + 7]),
+            "base_lin_vel_w": self._t(qvel[:, i.base_qvel:i.base_qvel + 3]),
+            "base_ang_vel_b": self._t(qvel[:, i.base_qvel + 3:i.base_qvel + 6]),
+            "joint_pos": self._t(qpos[:, i.joint_qpos]),
+            "joint_vel": self._t(qvel[:, i.joint_qvel]),
+            "foot_contact": self._t(self._sensordata[:, i.foot_sensors]),
+            "body_contact": self._t(self._sensordata[:, i.body_sensors]),
+        }
+
+    def joint_torque(self) -> torch.Tensor:
+        """PD torques ``[N, J]`` [N m] for the current state and targets (policy order), clamped to the limits."""
+        i = self.index
+        q, dq = self._qpos[:, i.joint_qpos], self._qvel[:, i.joint_qvel]
+        target = self._ctrl[:, i.actuator_ids]
+        kp, kd, s = self.kp.numpy(), self.kd.numpy(), self.strength.numpy()
+        lim = i.torque_limit * s
+        return self._t(np.clip(s * (kp * (target - q) - kd * dq), -lim, lim))
+
+    # --- reset -------------------------------------------------------------------------------------------------
+    def reset(self, ids: torch.Tensor, base_pos_w: torch.Tensor, base_quat_w: torch.Tensor,
+              joint_pos: torch.Tensor, joint_vel: torch.Tensor | None = None,
+              base_lin_vel_w: torch.Tensor | None = None, base_ang_vel_b: torch.Tensor | None = None) -> None:
+        """Reset worlds ``ids`` ``[M]`` to the given state (``[M, ...]`` tensors as in :meth:`state`); targets are
+        set to ``joint_pos`` and external forces cleared."""
+        if len(ids) == 0:
+            return
+        rows = ids.cpu().numpy()
+        i = self.index
+        self.batch.reset(rows, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        qpos, qvel = self._qpos, self._qvel
+
+        def put(arr, cols, value):
+            arr[np.ix_(rows, np.atleast_1d(cols))] = value.detach().cpu().double().numpy()
+
+        put(qpos, np.arange(i.base_qpos, i.base_qpos + 3), base_pos_w)
+        put(qpos, np.arange(i.base_qpos + 3, i.base_qpos + 7), base_quat_w)
+        put(qpos, i.joint_qpos, joint_pos)
+        zeros = torch.zeros(len(rows), 3)
+        put(qvel, np.arange(i.base_qvel, i.base_qvel + 3), zeros if base_lin_vel_w is None else base_lin_vel_w)
+        put(qvel, np.arange(i.base_qvel + 3, i.base_qvel + 6), zeros if base_ang_vel_b is None else base_ang_vel_b)
+        put(qvel, i.joint_qvel, torch.zeros_like(joint_pos) if joint_vel is None else joint_vel)
+        self._ctrl[np.ix_(rows, i.actuator_ids)] = joint_pos.detach().cpu().double().numpy()
+        self._xfrc[rows] = 0.0
+        self.batch.forward(rows)
+        self._warn_count[rows] = self._warning_count()[rows]  # a reset does not count as a break
+        self.unstable[ids] = False
+
+    # --- domain randomisation (per env) -------------------------------------------------------------------------
+    def set_friction(self, ids: torch.Tensor, friction: torch.Tensor) -> None:
+        """Sliding friction coefficient ``[M]`` of the ground and the feet of worlds ``ids`` (MuJoCo takes the
+        larger of two geoms' coefficients, so both are set)."""
+        f = self.batch.expand("geom_friction")
+        geoms = np.concatenate((self.index.ground_geoms, self.index.foot_geoms))
+        f[np.ix_(ids.cpu().numpy(), geoms, [0])] = friction.cpu().double().numpy()[:, None, None]
+
+    def set_body_mass(self, ids: torch.Tensor, scale: torch.Tensor, base_added: torch.Tensor,
+                      base_com_offset: torch.Tensor) -> None:
+        """Scale every robot body's mass by ``scale`` ``[M]``, add ``base_added`` ``[M]`` kg to the base and shift
+        its centre of mass by ``base_com_offset`` ``[M, 3]`` m (base frame); derived constants follow."""
+        rows = ids.cpu().numpy()
+        mass, ipos = self.batch.expand("body_mass"), self.batch.expand("body_ipos")
+        inertia = self.batch.expand("body_inertia")
+        nominal = self.nominal_body_mass
+        s = scale.cpu().double().numpy()
+        new = nominal[None, :] * s[:, None]
+        b = self.index.base_body
+        new[:, b] += base_added.cpu().double().numpy()
+        ratio = new / np.where(nominal > 0, nominal, 1.0)[None, :]
+        mass[rows] = new
+        inertia[rows] = self.model.body_inertia[None, :, :] * ratio[:, :, None]
+        ipos[rows] = self.nominal_body_ipos[None]
+        ipos[rows, b] = self.nominal_body_ipos[b] + base_com_offset.cpu().double().numpy()
+        self.batch.set_const(rows)
+
+    def set_pd(self, ids: torch.Tensor, kp_scale: torch.Tensor, kd_scale: torch.Tensor,
+               strength: torch.Tensor) -> None:
+        """Per-env PD gains (nominal times ``kp_scale`` / ``kd_scale`` ``[M]``) and motor strength ``[M]`` (scales
+        the servo's torque and its limit)."""
+        rows = ids.cpu().numpy()
+        nom_kp = torch.tensor(self.legged.stiffness, dtype=torch.float64)
+        nom_kd = torch.tensor(self.legged.damping, dtype=torch.float64)
+        self.kp[ids] = nom_kp * kp_scale.cpu().double().unsqueeze(-1)
+        self.kd[ids] = nom_kd * kd_scale.cpu().double().unsqueeze(-1)
+        self.strength[ids] = strength.cpu().double().unsqueeze(-1).expand(-1, self.legged.num_joints)
+        a = self.index.actuator_ids
+        s = self.strength[ids].numpy()
+        kp, kd = self.kp[ids].numpy() * s, self.kd[ids].numpy() * s
+        gain, bias = self.batch.expand("actuator_gainprm"), self.batch.expand("actuator_biasprm")
+        frange = self.batch.expand("actuator_forcerange")
+        gain[np.ix_(rows, a, [0])] = kp[:, :, None]
+        bias[np.ix_(rows, a, [1])] = -kp[:, :, None]
+        bias[np.ix_(rows, a, [2])] = -kd[:, :, None]
+        lim = self.index.torque_limit[None, :] * s
+        frange[np.ix_(rows, a, [0])] = -lim[:, :, None]
+        frange[np.ix_(rows, a, [1])] = lim[:, :, None]
+
+    def push(self, ids: torch.Tensor, velocity_w: torch.Tensor) -> None:
+        """Add ``velocity_w`` ``[M, 3]`` [m/s] (world frame) to the base's linear velocity (a push)."""
+        rows = ids.cpu().numpy()
+        cols = np.arange(self.index.base_qvel, self.index.base_qvel + 3)
+        self._qvel[np.ix_(rows, cols)] += velocity_w.cpu().double().numpy()
+
+    def set_obstacle(self, ids: torch.Tensor, center_w: torch.Tensor, half_size: torch.Tensor,
+                     yaw: torch.Tensor | None = None) -> None:
+        """Place the box obstacle of worlds ``ids``: centre ``[M, 3]`` m (world frame) and half sizes ``[M, 3]`` m;
+        a half height <= 0 parks it out of reach. Raises RuntimeError if the model was built without one."""
+        g = self.index.obstacle_geom
+        if g < 0:
+            raise RuntimeError("this backend was built without an obstacle (obstacle=True)")
+        rows = ids.cpu().numpy()
+        pos, size = self.batch.expand("geom_pos"), self.batch.expand("geom_size")
+        rbound, aabb = self.batch.expand("geom_rbound"), self.batch.expand("geom_aabb")
+        quat = self.batch.expand("geom_quat")
+        c, h = center_w.cpu().double().numpy(), half_size.cpu().double().numpy().clip(min=1e-3)
+        absent = h[:, 2] <= 1e-3
+        c[absent] = OBSTACLE_PARK
+        pos[rows, g] = c
+        size[rows, g] = h
+        rbound[rows, g] = np.linalg.norm(h, axis=1)
+        aabb[rows, g, :3] = 0.0
+        aabb[rows, g, 3:] = h
+        if yaw is not None:
+            y = yaw.cpu().double().numpy()
+            quat[rows, g] = np.stack((np.cos(y / 2), 0 * y, 0 * y, np.sin(y / 2)), axis=1)

@@ -1,0 +1,64 @@
+"""Config value checks shared by every task (each task's ``checks.py`` adds its own ranges).
+
+Each function raises :class:`~sim2real.configs.ConfigError` naming the first offending key.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sim2real.configs import ConfigError
+from sim2real.tasks.observations import OBS_TERMS
+
+# Activation names rsl-rl-lib 5.5.1 resolves (rsl_rl.utils.resolve_nn_activation).
+ACTIVATIONS = ("elu", "selu", "relu", "crelu", "lrelu", "tanh", "sigmoid", "softplus", "gelu", "swish", "mish",
+               "identity")
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    """Raise ConfigError ``config key '<key>': <message>`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"config key '{key}': {message}")
+
+
+def check_observations(obs: dict) -> None:
+    """``observations.policy`` names registered terms; noise stds are >= 0; scales (if any) are finite."""
+    for name in obs["policy"]:
+        require(name in OBS_TERMS, "observations.policy",
+                f"unknown observation term {name!r} (known: {', '.join(sorted(OBS_TERMS))})")
+    for name, std in obs["noise"].items():
+        require(std >= 0, f"observations.noise.{name}", f"must be >= 0, got {std}")
+    for name, scale in obs.get("scales", {}).items():
+        require(name in obs["policy"], f"observations.scales.{name}", "is not a term of observations.policy")
+        require(scale == scale and abs(scale) != float("inf"), f"observations.scales.{name}", "must be finite")
+
+
+def check_train(cfg: dict) -> None:
+    """The ``train`` (rsl-rl PPO) and ``eval`` sections."""
+    train = cfg["train"]
+    for key in ("max_iterations", "num_steps_per_env", "save_interval", "num_learning_epochs", "num_mini_batches",
+                "eval_episodes"):
+        require(train[key] >= 1, f"train.{key}", f"must be at least 1, got {train[key]}")
+    for key in ("keep_last", "eval_interval"):
+        require(train[key] >= 0, f"train.{key}", f"must be >= 0, got {train[key]}")
+    for key in ("actor_hidden_dims", "critic_hidden_dims"):
+        require(len(train[key]) >= 1 and all(int(h) == h and h >= 1 for h in train[key]), f"train.{key}",
+                f"must be a non-empty list of positive layer sizes, got {train[key]}")
+    require(train["activation"] in ACTIVATIONS, "train.activation",
+            f"must be one of {', '.join(ACTIVATIONS)}, got {train['activation']!r}")
+    require(train["learning_rate"] > 0, "train.learning_rate", "must be positive")
+    require(train["schedule"] in ("adaptive", "fixed"), "train.schedule", "must be 'adaptive' or 'fixed'")
+    require(train["init_std"] > 0, "train.init_std", "must be positive")
+    require(cfg["eval"]["num_episodes"] >= 1, "eval.num_episodes", "must be at least 1")
+
+
+def check_device(device: str) -> None:
+    """Raise ConfigError unless torch can place tensors on ``device``."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"config key 'device': not a torch device: {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config key 'device': {device!r} requested but CUDA is not available on this machine")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"config key 'device': unsupported device {device!r} (use cpu or cuda[:N])")

@@ -1,0 +1,47 @@
+"""Value checks of a resolved ``quadruped-jump`` config (the loader checks keys and kinds; this checks ranges).
+
+Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, before any run directory is made.
+"""
+
+from __future__ import annotations
+
+from sim2real.configs import ConfigError
+from sim2real.sim.robot import LeggedRobot
+from sim2real.tasks.checks import check_device, check_observations, check_train, require
+
+
+def check_config(cfg: dict) -> None:
+    """Check the values of a resolved task config; raises ConfigError naming the key."""
+    if cfg["robot"].get("kind") != "legged":
+        raise ConfigError(f"config key 'robot': quadruped-jump needs a legged robot, '{cfg['robot'].get('name')}' "
+                          f"is a {cfg['robot'].get('kind')}")
+    LeggedRobot.from_config(cfg["robot"])
+    e, c, s = cfg["env"], cfg["command"], cfg["success"]
+    require(e["num_envs"] >= 1, "env.num_envs", f"must be at least 1, got {e['num_envs']}")
+    require(0 <= e["wait_s"][0] <= e["wait_s"][1], "env.wait_s", f"must be a range [low, high] >= 0, got {e['wait_s']}")
+    for key in ("jump_s", "termination_tilt", "airborne_min_s"):
+        require(e[key] > 0, f"env.{key}", f"must be positive, got {e[key]}")
+    require(cfg["sim"]["control_dt"] > 0, "sim.control_dt", "must be positive")
+    require(cfg["sim"]["nthread"] >= 0, "sim.nthread", "must be >= 0")
+    require(0 <= c["distance_min"] <= c["distance_start"] <= c["distance_max"], "command.distance_min",
+            "need 0 <= distance_min <= distance_start <= distance_max")
+    for key in ("obstacle_distance", "obstacle_length"):
+        require(0 <= c[key][0] <= c[key][1], f"command.{key}", f"must be a range [low, high] >= 0, got {c[key]}")
+    for key in ("position_tol", "yaw_tol", "upright_tilt"):
+        require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
+    check_observations(cfg["observations"])
+    dr = cfg["domain_rand"]
+    for key in ("friction", "mass_scale", "motor_strength", "kp_scale", "kd_scale", "latency_steps"):
+        lo, hi = dr[key]
+        require(0 <= lo <= hi, f"domain_rand.{key}", f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
+    require(dr["friction"][0] > 0 and dr["mass_scale"][0] > 0 and dr["motor_strength"][0] > 0,
+            "domain_rand", "friction, mass and strength scales must be positive")
+    require(0 <= dr["push_prob"] <= 1, "domain_rand.push_prob", "must lie in [0, 1]")
+    cur = cfg["curriculum"]
+    require(cur["num_stages"] == 3, "curriculum.num_stages", "quadruped-jump has 3 stages")
+    require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",
+            "need 0 <= initial <= max_difficulty <= num_stages")
+    require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
+    require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")
+    check_train(cfg)
+    check_device(cfg["device"])

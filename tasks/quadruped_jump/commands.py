@@ -1,0 +1,63 @@
+"""Jump commands per curriculum stage (Atanassov et al.: in-place -> forward/diagonal -> over obstacles).
+
+A command is ``[dx, dy, dyaw, obstacle_height, obstacle_length]``: the landing target relative to the start
+position in the robot's start heading frame [m], the landing yaw change [rad], and the obstacle's height and
+length along the jump [m] (zeros when there is none). The obstacle stands midway, across the jump direction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def sample_commands(stage: torch.Tensor, level: torch.Tensor, cfg: dict) -> torch.Tensor:
+    """Commands ``[M, 5]`` for envs at 0-based ``stage`` ``[M]`` (0 in place, 1 distance, 2 obstacle) and
+    ``level`` ``[M]`` in [0, 1] (``cfg``: the task's ``command`` section)."""
+    m, dev = stage.shape[0], stage.device
+    u = lambda lo, hi: lo + (hi - lo) * torch.rand(m, device=dev)  # noqa: E731
+    cmd = torch.zeros(m, 5, device=dev)
+    # Stage 2: distance upper bound grows with the level; direction up to diagonal; yaw change grows too.
+    reach = cfg["distance_start"] + (cfg["distance_max"] - cfg["distance_start"]) * level
+    dist = cfg["distance_min"] + (reach - cfg["distance_min"]).clamp_min(0.0) * torch.rand(m, device=dev)
+    lo, hi = cfg["obstacle_distance"]
+    dist = torch.where(stage == 2, u(lo, hi), dist)
+    direction = u(-1.0, 1.0) * cfg["diagonal_max"] * torch.where(stage == 2, 0.0, 1.0)
+    jumping = stage >= 1
+    cmd[:, 0] = torch.where(jumping, dist * torch.cos(direction), 0.0)
+    cmd[:, 1] = torch.where(jumping, dist * torch.sin(direction), 0.0)
+    cmd[:, 2] = torch.where(stage == 1, u(-1.0, 1.0) * cfg["yaw_max"] * level, 0.0)
+    obstacle = stage == 2
+    lo, hi = cfg["obstacle_length"]
+    cmd[:, 3] = torch.where(obstacle, cfg["obstacle_height_max"] * level, 0.0)
+    cmd[:, 4] = torch.where(obstacle & (cmd[:, 3] > 0), u(lo, hi), 0.0)
+    return cmd
+
+
+def target_world(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Landing target xy ``[M, 2]`` [m] and yaw ``[M]`` [rad] in the world frame of commands ``[M, 5]`` issued at
+    ``start_xy`` ``[M, 2]`` with heading ``start_yaw`` ``[M]``."""
+    c, s = torch.cos(start_yaw), torch.sin(start_yaw)
+    dx, dy = cmd[:, 0], cmd[:, 1]
+    xy = start_xy + torch.stack((c * dx - s * dy, s * dx + c * dy), dim=-1)
+    return xy, start_yaw + cmd[:, 2]
+
+
+def obstacle_box(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Tensor, width: float
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Centre ``[M, 3]``, half sizes ``[M, 3]`` and yaw ``[M]`` of each command's obstacle box (world frame): midway
+    along the jump, its length along the jump direction, ``width`` across it; half height 0 when absent."""
+    target, _ = target_world(start_xy, start_yaw, cmd)
+    mid = 0.5 * (start_xy + target)
+    direction = torch.atan2(target[:, 1] - start_xy[:, 1], target[:, 0] - start_xy[:, 0])
+    h = cmd[:, 3]
+    centre = torch.cat((mid, (0.5 * h).unsqueeze(-1)), dim=-1)
+    half = torch.stack((0.5 * cmd[:, 4], torch.full_like(h, 0.5 * width), 0.5 * h), dim=-1)
+    return centre, half, direction
+
+
+def max_distance_bins(cfg: dict, width: float = 0.1) -> torch.Tensor:
+    """Upper edges [m] of the commanded-distance bins used to report the longest jump that succeeds."""
+    n = int(math.ceil(cfg["distance_max"] / width))
+    return torch.arange(1, n + 1, dtype=torch.float32) * width

@@ -1,0 +1,366 @@
+"""``quadruped-jump``: reference-free jumping to commanded landing targets (rsl-rl ``VecEnv`` on the MuJoCo backend).
+
+Episode: the robot stands for ``env.wait_s`` (``command_time`` < 0), then the jump command starts and the episode
+runs ``env.jump_s`` more seconds. Success (at the time-out) = landing xy within the tolerance of the target, yaw
+within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, and no fall or body contact.
+
+Observation groups (TensorDict, batch ``[N]``):
+  * ``policy``: ``observations.policy`` terms (:mod:`sim2real.tasks.observations`), scaled, with noise;
+  * ``critic``: the noise-free policy terms plus privileged state: base height [m], base linear velocity in the
+    body frame [m/s], foot contacts (0/1), target xy in the current heading frame [m] and yaw error [rad],
+    obstacle top above the base's feet [m], and the randomised parameters (friction, mass scale, added mass,
+    CoM offset, motor strength, kp/kd scales, latency).
+
+Actions ``[N, J]`` are joint position offsets (:class:`sim2real.tasks.actions.JointPositionAction`), delayed by the
+per-episode latency, tracked by PD servos inside MuJoCo (:mod:`sim2real.sim.mujoco_backend`). Rewards:
+:mod:`sim2real.tasks.quadruped_jump.rewards`; curriculum: :class:`sim2real.curricula.StagedLevelCurriculum`.
+"""
+
+from __future__ import annotations
+
+import torch
+from rsl_rl.env import VecEnv
+from tensordict import TensorDict
+
+from sim2real.curricula import StagedLevelCurriculum
+from sim2real.sim.mujoco_backend import MujocoBackend
+from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, wrap_angle, yaw_from_quat
+from sim2real.tasks.actions import JointPositionAction
+from sim2real.tasks.observations import ObservationBuilder
+from sim2real.tasks.quadruped_jump import commands as cmds
+from sim2real.tasks.quadruped_jump import rewards as rew
+from sim2real.tasks.quadruped_jump.checks import check_config
+from sim2real.tasks.state import RobotState
+
+DR_KEYS = ("friction", "mass_scale", "base_added_mass", "motor_strength", "kp_scale", "kd_scale")
+
+
+class QuadrupedJumpEnv(VecEnv):
+    """Batched quadruped jumping task (see the module docstring).
+
+    Args:
+        cfg: resolved task config (``configs/tasks/quadruped_jump.yaml``).
+        num_envs: overrides ``cfg["env"]["num_envs"]``.
+        device: torch device of every tensor (the physics runs on the CPU).
+        eval_mode: the curriculum is fixed at ``cfg["eval"]["difficulty"]`` and not updated.
+
+    Raises:
+        ConfigError: a config value out of range, or a robot config / model that does not fit.
+    """
+
+    def __init__(self, cfg: dict, num_envs: int | None = None, device: str = "cpu", eval_mode: bool = False):
+        check_config(cfg)
+        self.cfg, self.device, self.eval_mode = cfg, device, eval_mode
+        e = cfg["env"]
+        self.num_envs = n = int(num_envs or e["num_envs"])
+        self.robot = cfg["robot"]
+        self.sim = MujocoBackend(self.robot, n, cfg["sim"], device=device, obstacle=True)
+        self.control_dt = self.sim.control_dt
+        self.max_episode_length = int(round((e["wait_s"][1] + e["jump_s"]) / self.control_dt))
+        self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=device)
+        self.action_term = JointPositionAction(self.robot)
+        self.num_actions = self.action_term.num_actions
+        ocfg = cfg["observations"]
+        self.obs_builder = ObservationBuilder(
+            [{"name": t, "scale": float(ocfg["scales"].get(t, 1.0))} for t in ocfg["policy"]], self.num_actions)
+        stds = []
+        for d in self.obs_builder.layout():
+            stds += [float(ocfg["noise"].get(d["name"], 0.0)) * d["scale"]] * d["size"]
+        self._obs_noise_std = torch.tensor(stds, device=device)
+        self.default_joint_pos = self.sim.default_joint_pos.to(device).expand(n, -1)
+        self.standing_height = self.sim.standing_height()  # feet just touching: the spawn height
+        self.settled_height = self.sim.settled_height()    # where the PD servos hold the base: height reference
+
+        dr = cfg["domain_rand"]
+        self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
+        self.latency = torch.zeros(n, dtype=torch.long, device=device)
+        self.action_history = torch.zeros(n, self.max_latency + 1, self.num_actions, device=device)
+        self.actions = torch.zeros(n, self.num_actions, device=device)
+        self.last_actions = torch.zeros(n, self.num_actions, device=device)
+        self.dr_params = {k: torch.ones(n, device=device) for k in DR_KEYS}
+        self.dr_params["base_added_mass"] = torch.zeros(n, device=device)
+        self.com_offset = torch.zeros(n, 3, device=device)
+
+        self.command = torch.zeros(n, 5, device=device)
+        self.wait_steps = torch.zeros(n, dtype=torch.long, device=device)
+        self.start_xy = torch.zeros(n, 2, device=device)
+        self.start_yaw = torch.zeros(n, device=device)
+        self.target_xy = torch.zeros(n, 2, device=device)
+        self.target_yaw = torch.zeros(n, device=device)
+        self.airborne_steps = torch.zeros(n, dtype=torch.long, device=device)
+        self.max_airborne_steps = torch.zeros(n, dtype=torch.long, device=device)
+        self.peak_height = torch.zeros(n, device=device)
+        self.body_contact_seen = torch.zeros(n, dtype=torch.bool, device=device)
+        self.difficulty = torch.zeros(n, device=device)
+
+        ccfg = cfg["curriculum"]
+        self.curriculum = StagedLevelCurriculum(
+            n, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"], ccfg["max_difficulty"],
+            ccfg["review_prob"], device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None)
+        self.reward_weights = dict(cfg["rewards"])
+        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
+        self.distance_bins = cmds.max_distance_bins(cfg["command"]).to(device)
+        self.bin_success = torch.zeros(len(self.distance_bins), device=device)  # EMA success per distance bin
+        self.bin_count = torch.zeros(len(self.distance_bins), device=device)
+        self.last_outcome = {k: torch.zeros(n, device=device) for k in
+                             ("success", "fall", "pos_error", "yaw_error", "peak_height", "distance", "stage")}
+        self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
+        self._state = None
+        self._reset_envs(torch.arange(n, device=device))
+
+    # --- state ---------------------------------------------------------------------------------------------
+    def time_s(self) -> torch.Tensor:
+        """Time since the jump command started [s] ``[N]`` (negative while waiting)."""
+        return (self.episode_length_buf - self.wait_steps).float() * self.control_dt
+
+    def robot_state(self) -> RobotState:
+        """The current :class:`RobotState` of every env (policy joint order)."""
+        s = self._state
+        return RobotState(
+            base_pos_w=s["base_pos_w"], base_quat_w=s["base_quat_w"], base_lin_vel_w=s["base_lin_vel_w"],
+            base_ang_vel_b=s["base_ang_vel_b"], last_action=self.actions, command=self.command,
+            joint_pos=s["joint_pos"], joint_vel=s["joint_vel"], default_joint_pos=self.default_joint_pos,
+            foot_contact=s["foot_contact"], time_s=self.time_s())
+
+    def privileged(self, state: RobotState) -> torch.Tensor:
+        """Privileged critic state ``[N, 19 + 3]`` (see the module docstring)."""
+        yaw = yaw_from_quat(state.base_quat_w)
+        rel = self.target_xy - state.base_pos_w[:, :2]
+        c, s = torch.cos(yaw), torch.sin(yaw)
+        rel_h = torch.stack((c * rel[:, 0] + s * rel[:, 1], -s * rel[:, 0] + c * rel[:, 1]), dim=-1)
+        p = self.dr_params
+        return torch.cat((
+            (state.base_pos_w[:, 2:3] - self.settled_height),
+            quat_rotate_inverse(state.base_quat_w, state.base_lin_vel_w),
+            (state.foot_contact > 1.0).float(),
+            rel_h, wrap_angle(self.target_yaw - yaw).unsqueeze(-1),
+            self.command[:, 3:4],
+            p["friction"].unsqueeze(-1), p["mass_scale"].unsqueeze(-1) - 1.0, p["base_added_mass"].unsqueeze(-1),
+            self.com_offset * 10.0, p["motor_strength"].unsqueeze(-1) - 1.0, p["kp_scale"].unsqueeze(-1) - 1.0,
+            p["kd_scale"].unsqueeze(-1) - 1.0, self.latency.float().unsqueeze(-1),
+        ), dim=-1)
+
+    def get_observations(self) -> TensorDict:
+        state = self.robot_state()
+        clean = self.obs_builder.build(state)
+        policy = clean + torch.randn_like(clean) * self._obs_noise_std
+        critic = torch.cat((clean, self.privileged(state)), dim=-1)
+        return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
+
+    # --- stepping ------------------------------------------------------------------------------------------
+    def step(self, actions: torch.Tensor):
+        clip = self.action_term.action_clip
+        actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
+        self.last_actions = self.actions
+        self.actions = actions
+        self.action_history = torch.roll(self.action_history, 1, dims=1)
+        self.action_history[:, 0] = actions
+        applied = self.action_history[torch.arange(self.num_envs, device=self.device), self.latency]
+        self.sim.step(self.action_term.to_command(applied))
+        self._maybe_push()
+        self._state = self.sim.state()
+        self.episode_length_buf += 1
+        state = self.robot_state()
+        e = self.cfg["env"]
+
+        airborne = (state.foot_contact < 1.0).all(-1) & (self.time_s() > 0)
+        self.airborne_steps = torch.where(airborne, self.airborne_steps + 1, torch.zeros_like(self.airborne_steps))
+        self.max_airborne_steps = torch.maximum(self.max_airborne_steps, self.airborne_steps)
+        started = self.time_s() > 0
+        self.peak_height = torch.where(started, torch.maximum(self.peak_height, state.base_pos_w[:, 2]),
+                                       self.peak_height)
+        body_contact = (self._state["body_contact"] > e["body_contact_force"]).any(-1)
+        gravity_z = -quat_rotate_inverse(state.base_quat_w, torch.tensor([0.0, 0.0, 1.0], device=self.device)
+                                         .expand(self.num_envs, 3))[:, 2]
+        tilt = torch.acos((-gravity_z).clamp(-1.0, 1.0))
+        unstable = self.sim.unstable.to(self.device)
+        fall = body_contact | (tilt > e["termination_tilt"]) | (state.base_pos_w[:, 2] < e["termination_height"])
+        fall |= unstable
+        time_out = (self.episode_length_buf >= self.max_episode_length) & ~fall
+
+        terms = rew.compute(self, state, fall, tilt)
+        success = time_out & self._success(state, tilt)
+        terms["success"] = success.float()
+        w = self.reward_weights
+        reward = torch.zeros(self.num_envs, device=self.device)
+        for name, value in terms.items():
+            weighted = value * w[name] * (1.0 if name in rew.ONCE else self.control_dt)
+            self.episode_sums[name] += weighted
+            reward += weighted
+        reward = torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+
+        dones = fall | time_out
+        extras = {"time_outs": time_out, "log": {}}
+        done_ids = dones.nonzero(as_tuple=False).squeeze(-1)
+        if len(done_ids) > 0:
+            self._record_outcome(done_ids, state, success[done_ids], fall[done_ids], extras["log"])
+            self._reset_envs(done_ids)
+        extras["log"].update(self.curriculum.log())
+        extras["log"]["Metrics/max_distance_80"] = self.max_successful_distance()
+        extras["log"]["Metrics/unstable_worlds"] = float(self.sim.num_unstable)
+        return self.get_observations(), reward, dones, extras
+
+    def _landing_errors(self, state: RobotState) -> tuple[torch.Tensor, torch.Tensor]:
+        pos_err = torch.linalg.vector_norm(state.base_pos_w[:, :2] - self.target_xy, dim=-1)
+        yaw_err = wrap_angle(yaw_from_quat(state.base_quat_w) - self.target_yaw).abs()
+        return pos_err, yaw_err
+
+    def _success(self, state: RobotState, tilt: torch.Tensor) -> torch.Tensor:
+        s = self.cfg["success"]
+        pos_err, yaw_err = self._landing_errors(state)
+        dist = torch.linalg.vector_norm(self.command[:, :2], dim=-1)
+        tol = s["position_tol"] + s["position_tol_per_m"] * dist
+        flight = self.max_airborne_steps.float() * self.control_dt >= self.cfg["env"]["airborne_min_s"]
+        return (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight
+
+    def _record_outcome(self, ids, state: RobotState, success, fall, log) -> None:
+        for name, sums in self.episode_sums.items():
+            log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
+            sums[ids] = 0.0
+        pos_err, yaw_err = self._landing_errors(state)
+        stage, _ = self.curriculum.split(self.difficulty[ids])
+        dist = torch.linalg.vector_norm(self.command[ids, :2], dim=-1)
+        out = {"success": success.float(), "fall": fall.float(), "pos_error": pos_err[ids], "yaw_error": yaw_err[ids],
+               "peak_height": self.peak_height[ids] - self.settled_height, "distance": dist, "stage": stage.float()}
+        for key, value in out.items():
+            self.last_outcome[key][ids] = value
+        self.episodes_done[ids] += 1
+        log["Episode_Termination/fall"] = fall.float().mean()
+        log["Metrics/success_rate"] = success.float().mean()
+        log["Metrics/peak_height"] = out["peak_height"].mean()
+        for s in range(self.curriculum.num_stages):
+            mask = stage == s
+            if mask.any():
+                log[f"Metrics/stage{s + 1}_success"] = success[mask].float().mean()
+                log[f"Metrics/stage{s + 1}_landing_error"] = pos_err[ids][mask].mean()
+        # Success per commanded-distance bin (stage-2 episodes), exponential average over episodes.
+        jumps = stage == 1
+        if jumps.any():
+            b = torch.bucketize(dist[jumps], self.distance_bins).clamp(max=len(self.distance_bins) - 1)
+            hits = torch.zeros_like(self.bin_success).index_add_(0, b, success[jumps].float())
+            count = torch.zeros_like(self.bin_count).index_add_(0, b, torch.ones_like(b, dtype=torch.float32))
+            seen = count > 0
+            alpha = 0.05 * count[seen].clamp(max=20)
+            rate = hits[seen] / count[seen]
+            first = self.bin_count[seen] == 0
+            self.bin_success[seen] = torch.where(first, rate, (1 - alpha) * self.bin_success[seen] + alpha * rate)
+            self.bin_count += count
+        self.curriculum.update(ids, self.difficulty[ids], success, fall | ~success)
+
+    def max_successful_distance(self, threshold: float = 0.8) -> float:
+        """Upper edge [m] of the longest commanded-distance bin whose success rate is >= ``threshold`` (0 if none)."""
+        ok = (self.bin_success >= threshold) & (self.bin_count >= 10)
+        return float(self.distance_bins[ok].max()) if ok.any() else 0.0
+
+    def _maybe_push(self) -> None:
+        dr = self.cfg["domain_rand"]
+        if not dr["enabled"] or dr["push_prob"] <= 0:
+            return
+        push = torch.rand(self.num_envs, device=self.device) < dr["push_prob"]
+        ids = push.nonzero(as_tuple=False).squeeze(-1)
+        if len(ids):
+            v = torch.zeros(len(ids), 3, device=self.device)
+            v[:, :2] = (2 * torch.rand(len(ids), 2, device=self.device) - 1) * dr["push_velocity"]
+            self.sim.push(ids, v)
+
+    # --- reset ---------------------------------------------------------------------------------------------
+    def _reset_envs(self, ids: torch.Tensor) -> None:
+        m, dev, e = len(ids), self.device, self.cfg["env"]
+        self._randomise(ids)
+        x = self.curriculum.sample(ids)
+        self.difficulty[ids] = x
+        stage, level = self.curriculum.split(x)
+        self.command[ids] = cmds.sample_commands(stage, level, self.cfg["command"])
+        yaw = (2 * torch.rand(m, device=dev) - 1) * torch.pi
+        start_xy = torch.zeros(m, 2, device=dev)
+        self.start_xy[ids], self.start_yaw[ids] = start_xy, yaw
+        self.target_xy[ids], self.target_yaw[ids] = cmds.target_world(start_xy, yaw, self.command[ids])
+        centre, half, direction = cmds.obstacle_box(start_xy, yaw, self.command[ids], self.cfg["command"]["obstacle_width"])
+        self.sim.set_obstacle(ids, centre, half, direction)
+        lo, hi = e["wait_s"]
+        wait = lo + (hi - lo) * torch.rand(m, device=dev)
+        self.wait_steps[ids] = (wait / self.control_dt).round().long()
+        noise = (2 * torch.rand(m, self.num_actions, device=dev) - 1) * e["init_joint_noise"]
+        joint_pos = self.default_joint_pos[:m] + noise
+        pos = torch.zeros(m, 3, device=dev)
+        pos[:, 2] = self.standing_height + e["init_height_offset"]
+        self.sim.reset(ids, pos, quat_from_yaw(yaw), joint_pos)
+        fresh = self.sim.state()
+        if self._state is None:
+            self._state = fresh
+        else:
+            for k, v in fresh.items():
+                self._state[k][ids] = v[ids]
+        self.actions[ids] = 0.0
+        self.last_actions[ids] = 0.0
+        self.action_history[ids] = 0.0
+        self.airborne_steps[ids] = 0
+        self.max_airborne_steps[ids] = 0
+        self.peak_height[ids] = self.settled_height
+        self.episode_length_buf[ids] = 0
+
+    def _randomise(self, ids: torch.Tensor) -> None:
+        """Sample per-episode physical parameters and latency for envs ``ids``."""
+        m, dev, dr = len(ids), self.device, self.cfg["domain_rand"]
+        if not dr["enabled"]:
+            return
+
+        def uniform(rng):
+            return rng[0] + (rng[1] - rng[0]) * torch.rand(m, device=dev)
+
+        p = self.dr_params
+        for key in DR_KEYS:
+            p[key][ids] = uniform(dr[key])
+        self.com_offset[ids] = (2 * torch.rand(m, 3, device=dev) - 1) * dr["base_com_offset"]
+        self.sim.set_friction(ids, p["friction"][ids])
+        self.sim.set_body_mass(ids, p["mass_scale"][ids], p["base_added_mass"][ids], self.com_offset[ids])
+        self.sim.set_pd(ids, p["kp_scale"][ids], p["kd_scale"][ids], p["motor_strength"][ids])
+        lat = dr["latency_steps"]
+        self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (m,), device=dev)
+
+    @staticmethod
+    def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
+        """Held-out metrics of one episode per env (``last_outcome`` tensors ``[N]``): ``success_rate``,
+        ``fall_rate``, landing ``pos_error_mean`` [m] and ``yaw_error_mean`` [rad], ``peak_height_mean`` [m above
+        the settled standing height, after the command's start], per-stage success and landing error, and ``score``."""
+        err = torch.nan_to_num(outcome["pos_error"], nan=10.0).clamp_max(10.0)
+        success = float(outcome["success"].mean())
+        out = {
+            "success_rate": success,
+            "fall_rate": float(outcome["fall"].mean()),
+            "pos_error_mean": float(err.mean()),
+            "yaw_error_mean": float(torch.nan_to_num(outcome["yaw_error"], nan=3.2).mean()),
+            "peak_height_mean": float(torch.nan_to_num(outcome["peak_height"], nan=0.0).mean()),
+            "score": success - 1e-3 * float(err.mean()),
+        }
+        for s in range(3):
+            mask = outcome["stage"] == s
+            if mask.any():
+                out[f"stage{s + 1}_success_rate"] = float(outcome["success"][mask].mean())
+                out[f"stage{s + 1}_pos_error_mean"] = float(err[mask].mean())
+        return out
+
+    # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
+    def curriculum_state_dict(self) -> dict:
+        return {"stages": self.curriculum.state_dict(), "bin_success": self.bin_success.clone(),
+                "bin_count": self.bin_count.clone()}
+
+    def load_curriculum_state_dict(self, state: dict) -> None:
+        self.curriculum.load_state_dict(state["stages"])
+        self.bin_success = state["bin_success"].to(self.device)
+        self.bin_count = state["bin_count"].to(self.device)
+
+    def metadata(self) -> dict:
+        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
+        return {
+            "task": "quadruped-jump",
+            "control_period_s": self.control_dt,
+            "observation": {"policy": self.obs_builder.layout()},
+            "action": {
+                "interface": self.action_term.interface,
+                "size": self.num_actions,
+                "clip": self.action_term.clip,
+                "command_names": self.action_term.command_names,
+                "command_units": self.action_term.command_units,
+            },
+        }

@@ -1,0 +1,340 @@
+"""quadruped-jump env: the rsl-rl VecEnv contract, auto-reset on time-out, commands per curriculum stage (checked
+against the config's numbers), the obstacle placed in MuJoCo (rays cast down in each world), the landing target
+maths, the success criterion and its wiring into the curriculum, unstable-world resets, metadata and config checks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from rsl_rl.env import VecEnv
+from tensordict import TensorDict
+
+from sim2real.configs import ConfigError
+from sim2real.sim.rotations import quat_from_yaw, yaw_from_quat
+from sim2real.tasks import make_env, task_config
+from sim2real.tasks.quadruped_jump import commands as cmds
+from sim2real.tasks.state import RobotState
+
+POLICY_SIZES = {"projected_gravity_b": 3, "ang_vel_b": 3, "joint_pos_rel": 12, "joint_vel": 12, "last_action": 12,
+                "jump_command": 5, "command_time": 1}
+PRIVILEGED = 22
+
+
+def _cfg(*overrides: str) -> dict:
+    return task_config("quadruped-jump", ["sim.nthread=1", "domain_rand.enabled=false", *overrides])
+
+
+def _env(n: int = 4, *overrides: str, seed: int = 0, eval_mode: bool = False):
+    torch.manual_seed(seed)
+    return make_env(_cfg(*overrides), num_envs=n, eval_mode=eval_mode)
+
+
+# --- rsl-rl contract ----------------------------------------------------------------------------------------------
+def test_vecenv_contract_shapes():
+    env = _env(8)
+    assert isinstance(env, VecEnv)
+    assert env.num_envs == 8 and env.num_actions == 12 and env.device == "cpu" and env.cfg["task"] == "quadruped-jump"
+    assert env.max_episode_length == round((0.6 + 2.0) / 0.02) == 130
+    assert env.episode_length_buf.shape == (8,) and env.episode_length_buf.dtype == torch.long
+    obs = env.get_observations()
+    assert isinstance(obs, TensorDict) and obs.batch_size == torch.Size([8])
+    policy = sum(POLICY_SIZES.values())
+    assert obs["policy"].shape == (8, policy) and obs["critic"].shape == (8, policy + PRIVILEGED)
+    obs, rew, dones, extras = env.step(torch.zeros(8, 12))
+    assert obs.batch_size == torch.Size([8]) and obs["policy"].shape == (8, policy)
+    assert rew.shape == (8,) and rew.dtype == torch.float32 and torch.isfinite(rew).all()
+    assert dones.shape == (8,) and dones.dtype == torch.bool
+    assert extras["time_outs"].shape == (8,) and extras["time_outs"].dtype == torch.bool
+    assert isinstance(extras["log"], dict) and "Curriculum/difficulty_mean" in extras["log"]
+    assert (env.episode_length_buf == 1).all()
+
+
+def test_noise_free_policy_observation_is_the_start_of_the_critic_one():
+    noise_off = "observations.noise={projected_gravity_b: 0.0, ang_vel_b: 0.0, joint_pos_rel: 0.0, joint_vel: 0.0, " \
+                "last_action: 0.0, jump_command: 0.0, command_time: 0.0}"
+    env = _env(4, noise_off)
+    obs, *_ = env.step(torch.full((4, 12), 0.5))
+    torch.testing.assert_close(obs["policy"], obs["critic"][:, :48])
+    sl = env.obs_builder.slices()
+    torch.testing.assert_close(obs["policy"][:, sl["last_action"]], torch.full((4, 12), 0.5))
+    torch.testing.assert_close(obs["policy"][:, sl["jump_command"]], env.command)
+    # projected gravity of an upright robot is (0, 0, -1)
+    torch.testing.assert_close(obs["policy"][:, sl["projected_gravity_b"]], torch.tensor([[0.0, 0.0, -1.0]] * 4),
+                               rtol=0, atol=0.05)
+
+
+def test_time_out_at_max_episode_length_auto_resets():
+    env = _env(4)
+    zero = torch.zeros(4, 12)
+    for k in range(env.max_episode_length - 1):
+        _, _, dones, extras = env.step(zero)
+        assert not dones.any(), f"standing robot done at step {k + 1}"
+    assert (env.episode_length_buf == env.max_episode_length - 1).all()
+    _, _, dones, extras = env.step(zero)
+    assert dones.all() and extras["time_outs"].all()
+    assert (env.episode_length_buf == 0).all()
+    assert extras["log"]["Episode_Termination/fall"] == 0.0
+    assert (env.episodes_done == 1).all()
+    # Fresh episodes: standing at the spawn height, zero last action, a new wait before the command.
+    torch.testing.assert_close(env._state["base_pos_w"][:, 2],
+                               torch.full((4,), env.standing_height + env.cfg["env"]["init_height_offset"]))
+    assert (env.actions == 0).all() and (env.time_s() < 0).all()
+
+
+def test_episode_length_buf_is_writable():
+    env = _env(4)
+    env.episode_length_buf = torch.tensor([0, 10, 50, env.max_episode_length - 1])  # as rsl-rl's random start
+    _, _, dones, extras = env.step(torch.zeros(4, 12))
+    assert dones.tolist() == [False, False, False, True] and extras["time_outs"][3]
+    assert env.episode_length_buf.tolist() == [1, 11, 51, 0]
+    torch.testing.assert_close(env.time_s()[:3], (torch.tensor([1, 11, 51]) - env.wait_steps[:3]).float() * 0.02)
+
+
+# --- commands per stage -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def command_cfg():
+    return _cfg()["command"]
+
+
+def _sample(stage: int, level: float, cfg: dict, n: int = 4000) -> torch.Tensor:
+    torch.manual_seed(stage * 100 + int(level * 10))
+    return cmds.sample_commands(torch.full((n,), stage), torch.full((n,), level), cfg)
+
+
+def test_stage_0_is_an_in_place_jump(command_cfg):
+    assert (_sample(0, 1.0, command_cfg) == 0).all()
+
+
+@pytest.mark.parametrize("level", [0.0, 0.5, 1.0])
+def test_stage_1_distances_directions_and_yaw(command_cfg, level):
+    c = command_cfg
+    cmd = _sample(1, level, c)
+    dist = torch.linalg.vector_norm(cmd[:, :2], dim=-1)
+    reach = 0.3 + (1.0 - 0.3) * level  # distance_start + (distance_max - distance_start) * level, from the YAML
+    assert (c["distance_min"], c["distance_start"], c["distance_max"]) == (0.2, 0.3, 1.0)
+    assert dist.min() >= 0.2 - 1e-6 and dist.max() <= reach + 1e-6
+    assert dist.max() > reach - 0.05 and dist.min() < 0.25  # the whole range is used
+    direction = torch.atan2(cmd[:, 1], cmd[:, 0])
+    assert direction.abs().max() <= c["diagonal_max"] + 1e-5
+    assert direction.abs().max() > 0.9 * c["diagonal_max"]  # diagonal jumps happen
+    assert cmd[:, 2].abs().max() <= c["yaw_max"] * level + 1e-6
+    assert (cmd[:, 3:] == 0).all()  # no obstacle
+    if level == 1.0:
+        assert (dist >= 0.9).float().mean() > 0.08  # 1/8 of them reach 0.9 m or more
+
+
+@pytest.mark.parametrize("level", [0.0, 0.4, 1.0])
+def test_stage_2_obstacle_height_grows_with_the_level(command_cfg, level):
+    c = command_cfg
+    cmd = _sample(2, level, c)
+    dist = torch.linalg.vector_norm(cmd[:, :2], dim=-1)
+    assert dist.min() >= c["obstacle_distance"][0] - 1e-6 and dist.max() <= c["obstacle_distance"][1] + 1e-6
+    assert (cmd[:, 1] == 0).all() and (cmd[:, 2] == 0).all()  # straight ahead, no turn
+    torch.testing.assert_close(cmd[:, 3], torch.full((len(cmd),), 0.15 * level))
+    if level > 0:
+        assert cmd[:, 4].min() >= 0.05 - 1e-6 and cmd[:, 4].max() <= 0.2 + 1e-6
+    else:
+        assert (cmd[:, 4] == 0).all()
+
+
+def test_target_world_against_a_hand_computation():
+    start = torch.tensor([[1.0, 2.0], [0.0, 0.0], [-1.0, 0.5]])
+    yaw = torch.tensor([math.pi / 2, math.pi, -math.pi / 4])
+    cmd = torch.tensor([[1.0, 0.5, 0.3, 0, 0], [0.8, 0.0, -0.2, 0, 0], [1.0, 1.0, 0.0, 0, 0]])
+    xy, target_yaw = cmds.target_world(start, yaw, cmd)
+    r = math.sqrt(2.0)
+    want = torch.tensor([[1.0 - 0.5, 2.0 + 1.0],  # heading +y: forward is +y, left is -x
+                         [-0.8, 0.0],             # heading -x
+                         [-1.0 + r, 0.5]])        # heading -45 deg: (1, 1) in the heading frame is (sqrt 2, 0)
+    torch.testing.assert_close(xy, want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(target_yaw, yaw + cmd[:, 2])
+
+
+def test_env_targets_follow_the_start_heading():
+    env = _env(8, "eval.difficulty=2.0", eval_mode=True)  # stage index 1 at level 1: jumps of up to 1 m
+    assert (env.difficulty == 2.0).all()
+    for i in range(8):
+        c, s = math.cos(float(env.start_yaw[i])), math.sin(float(env.start_yaw[i]))
+        dx, dy = float(env.command[i, 0]), float(env.command[i, 1])
+        assert float(env.target_xy[i, 0]) == pytest.approx(float(env.start_xy[i, 0]) + c * dx - s * dy, abs=1e-5)
+        assert float(env.target_xy[i, 1]) == pytest.approx(float(env.start_xy[i, 1]) + s * dx + c * dy, abs=1e-5)
+        assert float(env.target_yaw[i]) == pytest.approx(float(env.start_yaw[i] + env.command[i, 2]), abs=1e-6)
+    # The robot starts facing the start heading.
+    torch.testing.assert_close(env._state["base_quat_w"], quat_from_yaw(env.start_yaw), rtol=0, atol=1e-6)
+    dist = torch.linalg.vector_norm(env.command[:, :2], dim=-1)
+    assert (dist >= 0.2 - 1e-6).all() and (dist <= 1.0 + 1e-6).all() and (env.command[:, 3] == 0).all()
+
+
+def test_stage_0_env_commands_are_zero():
+    env = _env(4, "eval.difficulty=1.0", eval_mode=True)  # x = 1.0: the top of the first stage, in place
+    assert (env.command == 0).all()
+    torch.testing.assert_close(env.target_xy, env.start_xy)
+
+
+# --- the obstacle in MuJoCo ---------------------------------------------------------------------------------------
+def test_stage_2_obstacle_stands_midway_at_the_level_height():
+    n, level = 6, 0.6
+    env = _env(n, f"eval.difficulty={2.0 + level}", eval_mode=True)
+    height = 0.15 * level
+    torch.testing.assert_close(env.command[:, 3], torch.full((n,), height))
+    sim = env.sim
+    target = env.target_xy.double().numpy()
+    start = env.start_xy.double().numpy()
+    mid = 0.5 * (start + target)
+    direction = (target - start) / np.linalg.norm(target - start, axis=1, keepdims=True)
+    across = np.stack((-direction[:, 1], direction[:, 0]), axis=1)
+    half_length = 0.5 * env.command[:, 4].double().numpy()
+    top = 0.5
+
+    def cast(xy):  # one ray per world, straight down from 0.5 m, ignoring the robot's base
+        pnt = np.concatenate((xy, np.full((n, 1), top)), axis=1)[:, None, :]
+        dist, geom = sim.batch.ray(pnt, np.array([0.0, 0.0, -1.0]), bodyexclude=sim.index.base_body)
+        return dist[:, 0], geom[:, 0]
+
+    obstacle = sim.index.obstacle_geom
+    floor = sim.model.geom("floor").id
+    dist, geom = cast(mid)
+    assert (geom == obstacle).all()
+    np.testing.assert_allclose(top - dist, height, atol=1e-6)
+    dist, geom = cast(mid + 0.45 * across)  # 1 m wide across the jump
+    assert (geom == obstacle).all()
+    for beyond in (mid + 0.55 * across, mid + (half_length + 0.02)[:, None] * direction):
+        dist, geom = cast(beyond)
+        assert (geom == floor).all()
+        np.testing.assert_allclose(dist, top, atol=1e-6)
+    dist, geom = cast(mid + (half_length - 0.01)[:, None] * direction)  # inside its length along the jump
+    assert (geom == obstacle).all()
+
+
+def test_no_obstacle_below_stage_2():
+    env = _env(4, "eval.difficulty=1.5", eval_mode=True)
+    for i in range(4):
+        assert env.sim.batch.get_model(i).geom_pos[env.sim.index.obstacle_geom, 2] < -5.0  # parked
+    mid = (0.5 * env.target_xy).double().numpy()
+    pnt = np.concatenate((mid, np.full((4, 1), 0.5)), axis=1)[:, None, :]
+    _, geom = env.sim.batch.ray(pnt, np.array([0.0, 0.0, -1.0]), bodyexclude=env.sim.index.base_body)
+    assert (geom[:, 0] != env.sim.index.obstacle_geom).all()
+
+
+# --- success ------------------------------------------------------------------------------------------------------
+def _landed(env, offset_xy=(0.0, 0.0), yaw_error=0.0, flight_steps=10):
+    """A state of every env standing upright at its target (plus offsets) with ``flight_steps`` of flight."""
+    n = env.num_envs
+    pos = torch.zeros(n, 3)
+    pos[:, :2] = env.target_xy + torch.tensor(offset_xy)
+    pos[:, 2] = 0.3
+    env.max_airborne_steps[:] = flight_steps
+    z = torch.zeros(n, 3)
+    return RobotState(base_pos_w=pos, base_quat_w=quat_from_yaw(env.target_yaw + yaw_error), base_lin_vel_w=z,
+                      base_ang_vel_b=z, last_action=env.actions, command=env.command,
+                      joint_pos=env.default_joint_pos.clone(), joint_vel=torch.zeros(n, 12),
+                      default_joint_pos=env.default_joint_pos, foot_contact=torch.full((n, 4), 30.0),
+                      time_s=torch.full((n,), 2.0))
+
+
+def test_success_criterion_on_constructed_states():
+    env = _env(2, "eval.difficulty=2.0", eval_mode=True)
+    env.command[:] = torch.tensor([[0.0, 0.0, 0.0, 0, 0], [0.8, 0.6, 0.0, 0, 0]])  # 0 m and 1 m jumps
+    env.target_xy[:] = torch.tensor([[0.0, 0.0], [0.8, 0.6]])
+    env.target_yaw[:] = torch.tensor([0.2, -0.1])
+    upright = torch.zeros(2)
+    ok = lambda state, tilt=upright: env._success(state, tilt).tolist()
+    assert ok(_landed(env)) == [True, True]
+    # Position tolerance 0.15 m + 0.1 m per commanded metre: 0.15 m for the in-place jump, 0.25 m for 1 m.
+    assert ok(_landed(env, offset_xy=(0.14, 0.0))) == [True, True]
+    assert ok(_landed(env, offset_xy=(0.0, 0.16))) == [False, True]
+    assert ok(_landed(env, offset_xy=(-0.24, 0.0))) == [False, True]
+    assert ok(_landed(env, offset_xy=(0.26, 0.0))) == [False, False]
+    assert ok(_landed(env, yaw_error=0.29)) == [True, True]
+    assert ok(_landed(env, yaw_error=-0.31)) == [False, False]
+    assert ok(_landed(env, yaw_error=2 * math.pi + 0.1)) == [True, True]  # yaw error wraps
+    assert ok(_landed(env), torch.tensor([0.49, 0.51])) == [True, False]  # upright within 0.5 rad
+    assert ok(_landed(env, flight_steps=4)) == [True, True]  # 0.08 s of flight >= 0.06 s
+    assert ok(_landed(env, flight_steps=2)) == [False, False]  # 0.04 s: not a jump
+
+
+def test_success_and_failure_move_the_curriculum():
+    env = _env(4, "curriculum.initial=0.5", "curriculum.review_prob=0.0")
+    assert (env.difficulty == 0.5).all()
+    env.step(torch.zeros(4, 12))
+    state = env._state
+    # Land where each robot stands (envs 0, 1, 2), with flight for 0, 1 and 3; env 3 far from its target.
+    env.target_xy[:] = state["base_pos_w"][:, :2]
+    env.target_xy[3] += 1.0
+    env.target_yaw[:] = yaw_from_quat(state["base_quat_w"])
+    env.command[:] = 0.0
+    env.max_airborne_steps[:] = torch.tensor([10, 10, 0, 10])
+    env.episode_length_buf[:] = env.max_episode_length - 1
+    _, rew, dones, extras = env.step(torch.zeros(4, 12))
+    assert dones.all() and extras["time_outs"].all()
+    assert env.last_outcome["success"].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert extras["log"]["Metrics/success_rate"] == pytest.approx(0.5)
+    torch.testing.assert_close(env.curriculum.difficulty, torch.tensor([0.55, 0.55, 0.45, 0.45]))
+    # The success bonus (20, paid once) is what separates env 0 from env 2 (same target, no flight).
+    assert float(rew[0] - rew[2]) == pytest.approx(20.0, abs=0.2)
+
+
+# --- unstable worlds ----------------------------------------------------------------------------------------------
+def test_unstable_world_is_terminated_and_reset():
+    env = _env(3)
+    for _ in range(3):
+        env.step(torch.zeros(3, 12))
+    env.sim.batch.bind("qvel")[1, 0] = float("nan")
+    obs, rew, dones, extras = env.step(torch.zeros(3, 12))
+    assert dones.tolist() == [False, True, False] and not extras["time_outs"].any()
+    assert extras["log"]["Metrics/unstable_worlds"] == 1.0
+    assert extras["log"]["Episode_Termination/fall"] == 1.0
+    assert torch.isfinite(rew).all()
+    for group in ("policy", "critic"):
+        assert torch.isfinite(obs[group]).all()
+    assert env.episode_length_buf.tolist() == [4, 0, 4]
+    # World 1 restarted from the env's spawn state (not MuJoCo's own reset to the model's qpos0).
+    assert float(env._state["base_pos_w"][1, 2]) == pytest.approx(
+        env.standing_height + env.cfg["env"]["init_height_offset"], abs=1e-6)
+    _, _, dones, _ = env.step(torch.zeros(3, 12))
+    assert not dones.any() and not env.sim.unstable.any()
+    for value in env._state.values():
+        assert torch.isfinite(value).all()
+
+
+# --- metadata and config ------------------------------------------------------------------------------------------
+def test_metadata_lists_policy_terms_and_joint_names():
+    env = _env(2)
+    meta = env.metadata()
+    cfg = env.cfg
+    assert meta["task"] == "quadruped-jump" and meta["control_period_s"] == pytest.approx(0.02)
+    layout = meta["observation"]["policy"]
+    assert [t["name"] for t in layout] == cfg["observations"]["policy"] == list(POLICY_SIZES)
+    assert [t["size"] for t in layout] == list(POLICY_SIZES.values())
+    assert [t["offset"] for t in layout] == list(np.cumsum([0, *POLICY_SIZES.values()])[:-1])
+    assert {t["name"]: t["scale"] for t in layout}["joint_vel"] == 0.05
+    action = meta["action"]
+    assert action["interface"] == "joint_position" and action["size"] == 12 and action["clip"] == [-4.0, 4.0]
+    assert action["command_names"] == cfg["robot"]["joint_names"]
+    assert action["command_names"][:3] == ["FL_hip_joint", "FL_thigh_joint", "FL_calf_joint"]
+    assert action["command_units"] == ["rad"] * 12
+
+
+@pytest.mark.parametrize("override, key", [
+    ("curriculum.max_difficulty=5", "curriculum.max_difficulty"),
+    ("curriculum.num_stages=2", "curriculum.num_stages"),
+    ("curriculum.review_prob=1.5", "curriculum.review_prob"),
+    ("eval.difficulty=3.5", "eval.difficulty"),
+    ("command.distance_min=0.5", "command.distance_min"),
+    ("domain_rand.friction=[0.0,1.0]", "domain_rand"),
+    ("env.wait_s=[0.6,0.2]", "env.wait_s"),
+    ("command.distance_maxx=1.0", "command.distance_maxx"),
+])
+def test_bad_config_values_name_the_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        task_config("quadruped-jump", [override])
+
+
+def test_quadrotor_robot_is_refused():
+    with pytest.raises(ConfigError, match="legged") as info:
+        task_config("quadruped-jump", ["robot=crazyflie2"])
+    assert "robot" in str(info.value)
