@@ -120,8 +120,8 @@ def cmd_train(args) -> int:
     runner.learn(int(iterations))
     if runner.last_eval is not None:
         m = runner.last_eval
-        print(f"eval (iteration {m['iteration']}): success rate {m['success_rate']:.3f}, "
-              f"position error mean {m['pos_error_mean']:.3f} m, crash rate {m['crash_rate']:.3f}")
+        print(f"eval (iteration {m['iteration']}): "
+              + ", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float) and k != "score"))
     if args.export:
         from sim2real.policies.export import export_policy
 
@@ -201,6 +201,18 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _robot_kind(args) -> tuple[dict, str]:
+    """The robot config named by ``--robot`` and its kind; fills the kind's defaults of unset ROS options
+    (quadrotor: namespace ``/crazyflie``; legged robot: ``/<robot name>``)."""
+    from sim2real.configs import load_robot
+
+    robot = load_robot(args.robot)
+    kind = robot.get("kind")
+    if args.namespace is None:
+        args.namespace = "/crazyflie" if kind != "legged" else f"/{robot.get('name')}"
+    return robot, kind
+
+
 def _check_ros_names(args) -> None:
     """Raise ConfigError for a namespace or node name ROS 2 would reject."""
     from rclpy.exceptions import NameValidationException
@@ -220,14 +232,26 @@ def _check_ros_names(args) -> None:
 def cmd_deploy(args) -> int:
     from sim2real.deploy.policy_node import deploy_main
 
+    _robot_kind(args)
     _check_ros_names(args)
     return deploy_main(args)
 
 
 def cmd_standin(args) -> int:
+    from sim2real.configs import ConfigError
+
+    robot, kind = _robot_kind(args)
+    _check_ros_names(args)
+    if kind == "legged":
+        from sim2real.hardware.sim_legged import standin_main as legged_standin_main
+
+        return legged_standin_main(args, robot)
+    if args.mjcf is not None:
+        raise ConfigError(f"--mjcf applies to legged robots; robot '{robot.get('name')}' is {kind!r}")
     from sim2real.hardware.sim_quadrotor import standin_main
 
-    _check_ros_names(args)
+    args.sensor_rate_hz = 100.0 if args.sensor_rate_hz is None else args.sensor_rate_hz
+    args.command_timeout = 0.2 if args.command_timeout is None else args.command_timeout
     return standin_main(args)
 
 
@@ -292,12 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_deploy_arguments(p)
     p.set_defaults(func=cmd_deploy)
 
-    p = sub.add_parser("standin", help="simulated robot node standing in for the real drone (ROS 2)")
+    p = sub.add_parser("standin", help="simulated robot node standing in for the real drone or legged robot (ROS 2)")
     add_standin_arguments(p)
     p.set_defaults(func=cmd_standin)
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
-    p.add_argument("name", choices=["throughput", "hover-time", "inference", "all"])
+    p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "all"])
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     p.add_argument("--output", help="write the results as JSON here")
     p.set_defaults(func=cmd_bench)

@@ -259,7 +259,8 @@ class PolicyNode(LifecycleNode):
 
 def deploy_main(args) -> int:
     """``sim2real deploy``: validate the policy against the robot, start the node, spin until ``--duration``
-    or Ctrl-C / SIGTERM (then publish the safe command once and shut down).
+    or Ctrl-C / SIGTERM (then publish the safe command once and shut down). A ``kind: legged`` robot runs
+    :class:`~sim2real.deploy.legged_node.LeggedPolicyNode` instead (``legged_deploy_main``).
 
     Raises:
         PolicyMismatchError: the policy does not fit the robot or is damaged (the CLI prints ``error: ...``
@@ -270,6 +271,14 @@ def deploy_main(args) -> int:
     from sim2real.deploy.ros_runtime import ros_context, sigterm_as_interrupt, spin_for
 
     robot = load_robot(args.robot)
+    if robot.get("kind") == "legged":
+        from sim2real.deploy.legged_node import legged_deploy_main
+
+        if args.namespace is None:
+            args.namespace = f"/{robot.get('name')}"
+        return legged_deploy_main(args, robot)
+    if args.namespace is None:
+        args.namespace = "/crazyflie"
     OnnxPolicy(args.policy, robot)  # refuse a bad policy before any ROS traffic
     if args.rate_hz is not None and "control_rate_hz" in robot:
         lo, hi = robot["control_rate_hz"]

@@ -6,6 +6,19 @@ The one place where conventions change (both the deploy node and the stand-in ro
   * ``nav_msgs/Odometry``: pose in ``header.frame_id`` (the world frame), twist in ``child_frame_id`` (the body
     frame); :class:`RobotState` wants the linear velocity in the world frame: ``v_w = R(q) v_b``;
   * commands: ``std_msgs/Float32MultiArray`` of 4 values, ``layout.dim[0].label`` = comma-joined command names.
+
+Legged robots (``kind: legged``):
+  * ``sensor_msgs/JointState``: joints are matched BY NAME to the robot config's ``joint_names`` (the policy
+    order), whatever order the message lists them in; positions [rad], velocities [rad/s], efforts [N m];
+  * ``sensor_msgs/Imu``: orientation (x, y, z, w) of the IMU frame in the world frame, angular velocity in the IMU
+    frame; both are rotated explicitly to the base frame by the fixed IMU-to-base rotation ``q_bi`` (w, x, y, z;
+    the IMU frame's orientation in the base frame, identity unless the robot config has ``imu_to_base_quat``):
+    ``q_wb = q_wi * conj(q_bi)``, ``w_b = R(q_bi) w_i``;
+  * joint commands: two ``sensor_msgs/JointState`` messages, ``cmd/joint_targets`` (position = target [rad],
+    velocity = 0, effort = 0) and ``cmd/joint_gains`` (a (kp, kd) carrier: position = kp [N m/rad], velocity = kd
+    [N m s/rad], effort empty), both naming the joints they command;
+  * the jump command: ``std_msgs/Float32MultiArray`` of 5 values (dx, dy [m], dyaw [rad], obstacle height,
+    obstacle length [m]).
 """
 
 from __future__ import annotations
@@ -16,10 +29,12 @@ import numpy as np
 import torch
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry
-from sensor_msgs.msg import Imu
+from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
-from sim2real.sim.rotations import quat_rotate, quat_rotate_inverse, quat_wxyz_to_xyzw, quat_xyzw_to_wxyz
+from sim2real.sim.rotations import (
+    quat_mul, quat_rotate, quat_rotate_inverse, quat_wxyz_to_xyzw, quat_xyzw_to_wxyz,
+)
 from sim2real.tasks.state import RobotState
 
 #: Largest accepted deviation of an odometry quaternion's norm from 1 (it is renormalised below this).
@@ -136,3 +151,212 @@ def command_from_message(msg: Float32MultiArray, size: int = 4) -> np.ndarray | 
     if data.shape[0] != size or not np.isfinite(data).all():
         return None
     return data
+
+
+# --- legged robots -------------------------------------------------------------------------------------------------
+#: Values of a jump command (``std_msgs/Float32MultiArray`` on ``jump_command``), in order.
+JUMP_COMMAND_NAMES = ("dx", "dy", "dyaw", "obstacle_height", "obstacle_length")
+
+
+class InvalidMessage(ValueError):
+    """A message that must be discarded; the text says why (a missing joint, NaN/Inf, a non-unit quaternion)."""
+
+
+@dataclass
+class JointSample:
+    """One ``sensor_msgs/JointState`` in the policy joint order (float64 ``[J]`` arrays).
+
+    Attributes:
+        pos: joint positions [rad]; vel: joint velocities [rad/s]; stamp_s: ``header.stamp`` [s].
+    """
+
+    pos: np.ndarray
+    vel: np.ndarray
+    stamp_s: float = 0.0
+
+
+@dataclass
+class ImuSample:
+    """One ``sensor_msgs/Imu`` expressed for the BASE frame (float64 numpy arrays).
+
+    Attributes:
+        quat_w: base-to-world orientation (w, x, y, z), unit norm, ``[4]``.
+        ang_vel_b: base angular velocity in the base frame [rad/s], ``[3]``.
+    """
+
+    quat_w: np.ndarray
+    ang_vel_b: np.ndarray
+
+
+class JointOrder:
+    """Maps the joint lists of incoming ``JointState`` messages BY NAME to a fixed joint order (cached per name
+    list, so a stream in one order costs one dict lookup per message after the first).
+
+    Args:
+        joint_names: the order wanted (the robot config's ``joint_names``, i.e. the policy order).
+    """
+
+    def __init__(self, joint_names: list[str]):
+        self.joint_names = list(joint_names)
+        self._cache_key: tuple[str, ...] | None = None
+        self._cache: np.ndarray | None = None
+
+    def indices(self, names) -> np.ndarray:
+        """For each wanted joint, its index in the message's ``names``.
+
+        Raises:
+            InvalidMessage: a wanted joint is missing or named twice.
+        """
+        key = tuple(names)
+        if key == self._cache_key:
+            return self._cache
+        where: dict[str, int] = {}
+        for i, n in enumerate(key):
+            if n in where:
+                raise InvalidMessage(f"joint '{n}' listed twice")
+            where[n] = i
+        missing = [j for j in self.joint_names if j not in where]
+        if missing:
+            raise InvalidMessage(f"joint{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing")
+        self._cache_key, self._cache = key, np.array([where[j] for j in self.joint_names], dtype=np.int64)
+        return self._cache
+
+    def field(self, msg: JointState, field: str, required: bool = True) -> np.ndarray | None:
+        """``msg.<field>`` (position, velocity or effort) in this order, float64 ``[J]``.
+
+        Returns None for an empty field when not ``required``.
+
+        Raises:
+            InvalidMessage: a missing joint, a field whose length differs from ``msg.name`` (an empty required
+                one included), or a NaN/Inf value of a wanted joint.
+        """
+        values = np.asarray(getattr(msg, field), dtype=np.float64)
+        if values.size == 0 and not required:
+            return None
+        if values.shape[0] != len(msg.name):
+            raise InvalidMessage(f"{field} has {values.shape[0]} values for {len(msg.name)} joint names")
+        out = values[self.indices(msg.name)]
+        if not np.isfinite(out).all():
+            bad = [self.joint_names[i] for i in np.flatnonzero(~np.isfinite(out))]
+            raise InvalidMessage(f"{field} of {', '.join(bad)} is NaN/Inf")
+        return out
+
+
+def joint_state_to_sample(msg: JointState, order: JointOrder) -> JointSample:
+    """Positions and velocities of ``msg`` in ``order`` (by name).
+
+    Raises:
+        InvalidMessage: a joint missing, a position or velocity absent or NaN/Inf (the message must be discarded).
+    """
+    stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+    return JointSample(order.field(msg, "position"), order.field(msg, "velocity"), stamp)
+
+
+def imu_to_sample(msg: Imu, imu_to_base_quat=None) -> ImuSample:
+    """Base orientation and base-frame angular velocity of a ``sensor_msgs/Imu`` (see the module docstring).
+
+    Args:
+        msg: the IMU message (orientation x, y, z, w in the world frame; angular velocity in the IMU frame).
+        imu_to_base_quat: ``q_bi`` (w, x, y, z), the IMU frame's orientation in the base frame; None: identity.
+
+    Raises:
+        InvalidMessage: NaN/Inf, no orientation estimate (``orientation_covariance[0] == -1``, the ROS
+            convention), or a quaternion whose norm is off by more than :data:`QUAT_NORM_TOLERANCE`.
+    """
+    o, w = msg.orientation, msg.angular_velocity
+    raw = np.array([o.x, o.y, o.z, o.w, w.x, w.y, w.z], dtype=np.float64)
+    if not np.isfinite(raw).all():
+        raise InvalidMessage("NaN/Inf")
+    if msg.orientation_covariance[0] == -1.0:
+        raise InvalidMessage("no orientation estimate (orientation_covariance[0] = -1)")
+    q_xyzw = torch.from_numpy(raw[:4])
+    norm = float(torch.linalg.vector_norm(q_xyzw))
+    if abs(norm - 1.0) > QUAT_NORM_TOLERANCE:
+        raise InvalidMessage(f"orientation quaternion of norm {norm:.4g}")
+    q_wi = quat_xyzw_to_wxyz(q_xyzw / norm)
+    w_i = torch.from_numpy(raw[4:7])
+    if imu_to_base_quat is None:
+        return ImuSample(q_wi.numpy().copy(), w_i.numpy().copy())
+    q_bi = torch.as_tensor(imu_to_base_quat, dtype=torch.float64).reshape(4)
+    q_bi = q_bi / torch.linalg.vector_norm(q_bi)
+    q_ib = q_bi * torch.tensor([1.0, -1.0, -1.0, -1.0], dtype=torch.float64)
+    q_wb = quat_mul(q_wi.unsqueeze(0), q_ib.unsqueeze(0))[0]
+    q_wb = q_wb / torch.linalg.vector_norm(q_wb)
+    return ImuSample(q_wb.numpy().copy(), quat_rotate(q_bi, w_i).numpy().copy())
+
+
+def legged_robot_state(joints: JointSample, imu: ImuSample, default_pose, last_action: torch.Tensor,
+                       command, time_s: float) -> RobotState:
+    """A batch-1 float32 :class:`RobotState` of a legged robot from its latest joint and IMU samples.
+
+    ``base_pos_w`` and ``base_lin_vel_w`` are zeros (not measured on board; the legged policies do not observe
+    them), ``foot_contact`` is None.
+
+    Args:
+        joints, imu: the latest valid samples (policy joint order; base frame).
+        default_pose: ``[J]`` rad, policy order.
+        last_action: the previous policy action ``[1, A]``.
+        command: the task command ``[C]`` (quadruped-jump: dx, dy, dyaw, obstacle height, obstacle length).
+        time_s: time since the command began [s] (``-inf`` before any command).
+    """
+
+    def t(x) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=torch.float32).reshape(1, -1)
+
+    zeros3 = torch.zeros(1, 3)
+    return RobotState(
+        base_pos_w=zeros3, base_quat_w=t(imu.quat_w), base_lin_vel_w=zeros3.clone(), base_ang_vel_b=t(imu.ang_vel_b),
+        last_action=torch.as_tensor(last_action).reshape(1, -1).float(), command=t(command),
+        joint_pos=t(joints.pos), joint_vel=t(joints.vel), default_joint_pos=t(default_pose),
+        foot_contact=None, time_s=torch.tensor([float(time_s)], dtype=torch.float32))
+
+
+def joint_command_messages(names: list[str], targets, kp, kd) -> tuple[JointState, JointState]:
+    """The ``(cmd/joint_targets, cmd/joint_gains)`` pair of one joint command (headers left to the caller).
+
+    Args:
+        names: joint names, in the order of the arrays.
+        targets: position targets ``[J]`` [rad]; kp ``[J]`` [N m/rad]; kd ``[J]`` [N m s/rad].
+    """
+    n = len(names)
+
+    def floats(x) -> list[float]:
+        values = [float(v) for v in np.asarray(torch.as_tensor(x).detach().cpu(), dtype=np.float64).reshape(-1)]
+        if len(values) != n:
+            raise ValueError(f"{len(values)} values for {n} joints")
+        return values
+
+    target_msg = JointState(name=list(names), position=floats(targets), velocity=[0.0] * n, effort=[0.0] * n)
+    gains_msg = JointState(name=list(names), position=floats(kp), velocity=floats(kd))
+    return target_msg, gains_msg
+
+
+def joint_targets_from_message(msg: JointState, order: JointOrder) -> np.ndarray:
+    """Position targets ``[J]`` [rad] of a ``cmd/joint_targets`` message, in ``order`` (by name).
+
+    Raises:
+        InvalidMessage: a joint missing, or NaN/Inf.
+    """
+    return order.field(msg, "position")
+
+
+def joint_gains_from_message(msg: JointState, order: JointOrder) -> tuple[np.ndarray, np.ndarray]:
+    """``(kp [N m/rad], kd [N m s/rad])`` ``[J]`` each of a ``cmd/joint_gains`` message, in ``order`` (by name).
+
+    Raises:
+        InvalidMessage: a joint missing, NaN/Inf, or a negative gain.
+    """
+    kp, kd = order.field(msg, "position"), order.field(msg, "velocity")
+    if (kp < 0).any() or (kd < 0).any():
+        raise InvalidMessage("negative gain")
+    return kp, kd
+
+
+def fill_joint_state(msg: JointState, names: list[str], pos, vel, effort=None) -> JointState:
+    """Write joint positions [rad], velocities [rad/s] and efforts [N m] (in the order of ``names``) into
+    ``msg``; returns ``msg``."""
+    msg.name = list(names)
+    msg.position = np.asarray(pos, dtype=np.float64).reshape(-1)
+    msg.velocity = np.asarray(vel, dtype=np.float64).reshape(-1)
+    msg.effort = [] if effort is None else np.asarray(effort, dtype=np.float64).reshape(-1)
+    return msg

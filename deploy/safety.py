@@ -16,6 +16,10 @@ tick, for the command to publish. Semantics (times are the node's monotonic cloc
 
 The safe command is :meth:`QuadrotorAction.safe_command` (motors idle). A fault is reported as one of
 :data:`FAULTS`; checks are made every tick, so any fault reaches the motors within one control period.
+
+:class:`InputMonitor` applies the same e-stop and input semantics to a node with several streamed inputs (the
+legged deploy node: ``joint_states`` and ``imu``; its safe command is the damping mode, see
+:mod:`sim2real.deploy.legged_node`).
 """
 
 from __future__ import annotations
@@ -129,3 +133,57 @@ class SafetyLayer:
     def clamp(self, command: torch.Tensor) -> torch.Tensor:
         """``command`` ``[1, 4]`` clamped element-wise to the interface's command limits."""
         return torch.maximum(torch.minimum(command, self.command_high), self.command_low)
+
+
+class InputMonitor:
+    """Input health of a node with several streamed inputs (the legged deploy node: joint states and IMU) and the
+    latched e-stop; the same semantics as :class:`SafetyLayer` (see the module docstring), per named input.
+
+    Args:
+        inputs: names of the inputs that must all be fresh and valid, in the order they are checked.
+        timeout_s: an input whose latest valid message is older than this [s] is stale.
+
+    Faults (the first that holds is reported): ``"estop"``, then for each input in order ``"invalid_<name>"``
+    (its latest message was discarded), ``"no_<name>"`` (none yet), ``"stale_<name>"``.
+
+    Raises:
+        ValueError: ``timeout_s`` not positive and finite, or no inputs.
+    """
+
+    def __init__(self, inputs: tuple[str, ...] | list[str], timeout_s: float):
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise ValueError(f"state timeout must be a positive number of seconds, got {timeout_s}")
+        if not inputs:
+            raise ValueError("no inputs to monitor")
+        self.inputs = tuple(inputs)
+        self.timeout_s = float(timeout_s)
+        self.estop_engaged = False
+        self.last_time: dict[str, float | None] = {name: None for name in self.inputs}
+        self._invalid = {name: False for name in self.inputs}
+
+    def on_input(self, name: str, now: float, valid: bool) -> None:
+        """A message of input ``name`` arrived at ``now`` [s]; ``valid`` False when it was discarded."""
+        if valid:
+            self.last_time[name] = float(now)
+            self._invalid[name] = False
+        else:
+            self._invalid[name] = True
+
+    def on_estop(self, engaged: bool) -> None:
+        """``True`` engages the (latched) stop; ``False`` is ignored once engaged."""
+        if engaged:
+            self.estop_engaged = True
+
+    def fault(self, now: float) -> str | None:
+        """The first fault at ``now`` [s], or None when every input is fresh and valid."""
+        if self.estop_engaged:
+            return "estop"
+        for name in self.inputs:
+            last = self.last_time[name]
+            if self._invalid[name]:
+                return f"invalid_{name}"
+            if last is None:
+                return f"no_{name}"
+            if now - last > self.timeout_s:
+                return f"stale_{name}"
+        return None

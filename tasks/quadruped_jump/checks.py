@@ -27,6 +27,7 @@ def check_config(cfg: dict) -> None:
             "need 0 <= distance_min <= distance_start <= distance_max")
     for key in ("obstacle_distance", "obstacle_length"):
         require(0 <= c[key][0] <= c[key][1], f"command.{key}", f"must be a range [low, high] >= 0, got {c[key]}")
+    require(s["min_peak_height"] >= 0, "success.min_peak_height", "must be >= 0")
     for key in ("position_tol", "yaw_tol", "upright_tilt"):
         require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
     check_observations(cfg["observations"])

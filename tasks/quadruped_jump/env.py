@@ -2,7 +2,8 @@
 
 Episode: the robot stands for ``env.wait_s`` (``command_time`` < 0), then the jump command starts and the episode
 runs ``env.jump_s`` more seconds. Success (at the time-out) = landing xy within the tolerance of the target, yaw
-within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, and no fall or body contact.
+within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, a peak base height at least
+``success.min_peak_height`` above the settled standing height, and no fall or body contact.
 
 Observation groups (TensorDict, batch ``[N]``):
   * ``policy``: ``observations.policy`` terms (:mod:`sim2real.tasks.observations`), scaled, with noise;
@@ -211,7 +212,8 @@ class QuadrupedJumpEnv(VecEnv):
         dist = torch.linalg.vector_norm(self.command[:, :2], dim=-1)
         tol = s["position_tol"] + s["position_tol_per_m"] * dist
         flight = self.max_airborne_steps.float() * self.control_dt >= self.cfg["env"]["airborne_min_s"]
-        return (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight
+        jumped = self.peak_height - self.settled_height >= s["min_peak_height"]
+        return (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight & jumped
 
     def _record_outcome(self, ids, state: RobotState, success, fall, log) -> None:
         for name, sums in self.episode_sums.items():

@@ -351,3 +351,32 @@ def test_menagerie_path_without_menagerie_fails_clearly(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match="model file not found") as info:
         _backend(1, mjcf="menagerie:unitree_go2/scene.xml")
     assert str(tmp_path / "unitree_go2" / "scene.xml") in str(info.value)
+
+
+# --- terrain ------------------------------------------------------------------------------------------------------
+def test_robots_stand_on_their_terrain_tiles():
+    """Per-env terrain levels: every world shares one tiled heightfield; a robot reset at a tile's spawn origin
+    stands on that tile at the tile's height plus its flat-ground settled height."""
+    from sim2real.sim.terrain import generate_terrain
+
+    terrain = generate_terrain({"num_rows": 2, "num_cols": 2, "tile_size": 4.0, "types": {"flat": 1, "stairs_down": 1},
+                                "max_step_height": 0.1, "platform_size": 1.0}, seed=0)
+    robot = load_robot("go2")
+    # The fast settings' 4 solver iterations do not converge on heightfield contacts (the robot sits 1-2 cm low):
+    # terrain tasks need the model's own solver settings or more iterations.
+    sim = MujocoBackend(robot, 3, FULL, terrain=terrain)
+    flat = MujocoBackend(robot, 1, FULL)
+    tiles = [(0, 0), (1, 1), (1, 0)]  # flat level 0, stairs_down level 1 (raised platform), flat level 1
+    origins = torch.tensor(np.stack([terrain.tile_origins[r, c] for r, c in tiles]), dtype=torch.float32)
+    assert origins[1, 2] > 0.05  # the raised platform of a level-1 stairs_down tile
+    pos = origins.clone()
+    pos[:, 2] += sim.standing_height() + 0.01
+    quat = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(3, 1)
+    sim.reset(torch.arange(3), pos, quat, sim.default_joint_pos.repeat(3, 1))
+    for _ in range(50):
+        sim.step(sim.default_joint_pos.repeat(3, 1))
+    height = sim.state()["base_pos_w"][:, 2]
+    expected = origins[:, 2] + flat.settled_height()
+    torch.testing.assert_close(height, expected, atol=0.005, rtol=0)
+    np.testing.assert_allclose(sim.state()["foot_contact"].sum(1).numpy(),
+                               float(sim.model.body_subtreemass[1]) * 9.81, rtol=0.05)

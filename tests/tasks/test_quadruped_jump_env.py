@@ -221,9 +221,11 @@ def test_no_obstacle_below_stage_2():
 
 
 # --- success ------------------------------------------------------------------------------------------------------
-def _landed(env, offset_xy=(0.0, 0.0), yaw_error=0.0, flight_steps=10):
-    """A state of every env standing upright at its target (plus offsets) with ``flight_steps`` of flight."""
+def _landed(env, offset_xy=(0.0, 0.0), yaw_error=0.0, flight_steps=10, peak=0.1):
+    """A state of every env standing upright at its target (plus offsets) with ``flight_steps`` of flight and a
+    peak base height ``peak`` above the settled standing height."""
     n = env.num_envs
+    env.peak_height[:] = env.settled_height + peak
     pos = torch.zeros(n, 3)
     pos[:, :2] = env.target_xy + torch.tensor(offset_xy)
     pos[:, 2] = 0.3
@@ -255,6 +257,8 @@ def test_success_criterion_on_constructed_states():
     assert ok(_landed(env), torch.tensor([0.49, 0.51])) == [True, False]  # upright within 0.5 rad
     assert ok(_landed(env, flight_steps=4)) == [True, True]  # 0.08 s of flight >= 0.06 s
     assert ok(_landed(env, flight_steps=2)) == [False, False]  # 0.04 s: not a jump
+    assert ok(_landed(env, peak=0.079)) == [False, False]  # below success.min_peak_height (0.08 m)
+    assert ok(_landed(env, peak=0.081)) == [True, True]
 
 
 def test_success_and_failure_move_the_curriculum():
@@ -268,6 +272,7 @@ def test_success_and_failure_move_the_curriculum():
     env.target_yaw[:] = yaw_from_quat(state["base_quat_w"])
     env.command[:] = 0.0
     env.max_airborne_steps[:] = torch.tensor([10, 10, 0, 10])
+    env.peak_height[:] = env.settled_height + 0.1
     env.episode_length_buf[:] = env.max_episode_length - 1
     _, rew, dones, extras = env.step(torch.zeros(4, 12))
     assert dones.all() and extras["time_outs"].all()

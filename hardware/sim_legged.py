@@ -1,0 +1,311 @@
+"""``sim2real standin --robot go2``: a simulated legged robot on the legged deploy topics (MuJoCo, real time).
+
+The robot config's MJCF (or ``--mjcf``, e.g. MuJoCo Menagerie's Go2) is compiled with
+``build_model(robot, {"fidelity": "full"})`` (the model's own solver settings) and every policy joint's actuator
+is turned into a PD position servo inside MuJoCo (:func:`make_position_servos`, force limited to the torque
+limit), so the PD loop runs at the physics rate from the latest commanded targets and gains, like the joint
+controller of a real robot.
+
+Topics, relative to the namespace (default ``/<robot name>``):
+  * ``cmd/joint_targets`` (``sensor_msgs/JointState``, in): ``position`` = joint targets [rad];
+  * ``cmd/joint_gains`` (``sensor_msgs/JointState``, in, a (kp, kd) carrier): ``position`` = kp [N m/rad],
+    ``velocity`` = kd [N m s/rad]. Both are mapped to the actuators BY JOINT NAME (Menagerie's Go2 lists its
+    actuators FR, FL, RR, RL; the policy order is FL, FR, RL, RR); a message missing a joint, with NaN/Inf or a
+    negative gain is ignored. Gains are written to the servos (``gainprm``/``biasprm``) when they change;
+  * ``joint_states`` (``sensor_msgs/JointState``, out, sensor rate, default 500 Hz): the actuated joints in the
+    MODEL's actuator (motor) order, as a robot's SDK reports them — the deploy node must map by name; position
+    [rad], velocity [rad/s], effort = servo torque [N m];
+  * ``imu`` (``sensor_msgs/Imu``, out, sensor rate, frame ``imu``): orientation of the IMU site in the world
+    frame, angular velocity [rad/s] and specific force [m/s^2] (reads +g up at rest) in the site frame;
+  * ``odom`` (``nav_msgs/Odometry``, out, 50 Hz, for tests and observers): base pose in the world frame, twist in
+    the base frame; ``contacts`` (``std_msgs/Float32MultiArray``, out, 50 Hz): normal contact forces [N] on the
+    feet then on the termination bodies (``layout.dim[0].label`` = their comma-joined names).
+
+Behaviour:
+  * start: the robot rests on the floor in ``initial_pose`` (``crouch``: legs folded; ``default``: the config's
+    default pose), settled for 1 s of simulated time before real time starts;
+  * no command yet, or targets or gains older than ``command_timeout_s``: damping mode (kp = 0, kd =
+    ``damping_kd``), as a real joint controller's watchdog;
+  * timing: a steady wall-clock timer at the model timestep; late callbacks catch up (:class:`RealTimeStepper`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import mujoco
+import numpy as np
+from nav_msgs.msg import Odometry
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+
+from sim2real.deploy.ros_conversions import (
+    InvalidMessage, JointOrder, fill_imu, fill_joint_state, fill_odometry, joint_gains_from_message,
+    joint_targets_from_message,
+)
+from sim2real.hardware.realtime import RealTimeStepper
+from sim2real.sim.mujoco_backend import build_model, make_position_servos
+from sim2real.sim.robot import LeggedRobot
+
+WORLD_FRAME, BASE_FRAME, IMU_FRAME = "world", "base", "imu"
+#: Folded legs (Go2-style joint names); joints it does not cover start at the default pose.
+CROUCH_POSE = {r".*_hip_joint": 0.0, r".*_thigh_joint": 1.2, r".*_calf_joint": -2.6}
+DAMPING_KD = 2.0  # N m s/rad
+SETTLE_S = 1.0
+
+
+def initial_joint_pos(legged: LeggedRobot, pose: str, joint_range: np.ndarray) -> np.ndarray:
+    """Joint positions ``[J]`` (policy order) of ``pose`` (``crouch`` or ``default``), inside the joint ranges."""
+    if pose not in ("crouch", "default"):
+        raise ValueError(f"initial pose '{pose}' (choose crouch or default)")
+    q = legged.default_pose.copy()
+    if pose == "crouch":
+        for j, name in enumerate(legged.joint_names):
+            for pattern, value in CROUCH_POSE.items():
+                if re.fullmatch(pattern, name):
+                    q[j] = value
+    return np.clip(q, joint_range[:, 0], joint_range[:, 1])
+
+
+class SimLeggedNode(Node):
+    """A real-time simulated legged robot on the legged deploy topics (see the module docstring).
+
+    Args:
+        robot: robot config (``kind: legged``).
+        namespace, node_name: ROS names (namespace default ``/<robot name>``).
+        mjcf: simulate this MJCF instead of the config's ``mjcf`` (None: the config's).
+        sensor_rate_hz: ``joint_states`` / ``imu`` rate [Hz] (at most the physics rate).
+        odom_rate_hz: ``odom`` / ``contacts`` rate [Hz].
+        command_timeout_s: targets or gains older than this [s] -> damping mode.
+        damping_kd: kd [N m s/rad] of the damping mode.
+        initial_pose: ``crouch`` or ``default``.
+        context: rclpy context.
+
+    Raises:
+        ValueError: robot not legged, a sensor rate above the physics rate, an unknown initial pose.
+        ConfigError: the model lacks a part the robot config names (see :func:`build_model`).
+    """
+
+    def __init__(self, robot: dict, *, namespace: str | None = None, node_name: str = "standin",
+                 mjcf: str | None = None, sensor_rate_hz: float = 500.0, odom_rate_hz: float = 50.0,
+                 command_timeout_s: float = 0.1, damping_kd: float = DAMPING_KD, initial_pose: str = "crouch",
+                 context=None):
+        if robot.get("kind") != "legged":
+            raise ValueError(f"this stand-in simulates legged robots; robot '{robot.get('name')}' is "
+                             f"{robot.get('kind')!r}")
+        robot = dict(robot, mjcf=str(mjcf)) if mjcf else dict(robot)
+        self.legged = LeggedRobot.from_config(robot)
+        self.model, self.index = build_model(robot, {"fidelity": "full"})
+        self.dt = float(self.model.opt.timestep)
+        if sensor_rate_hz * self.dt > 1.0 + 1e-9 or odom_rate_hz * self.dt > 1.0 + 1e-9:
+            raise ValueError(f"sensor rate {max(sensor_rate_hz, odom_rate_hz)} Hz is above the physics rate "
+                             f"{1.0 / self.dt:.4g} Hz")
+        super().__init__(node_name, namespace=namespace or f"/{robot['name']}", context=context)
+        self.robot = robot
+        self.damping_kd = float(damping_kd)
+        self.command_timeout_s = float(command_timeout_s)
+        m, i = self.model, self.index
+        self.data = mujoco.MjData(m)
+        self.joint_names = list(self.legged.joint_names)  # policy order
+        self.order = JointOrder(self.joint_names)
+        # joint_states lists the actuated joints in the model's actuator order.
+        self.model_order = np.argsort(i.actuator_ids)
+        self.model_joint_names = [self.joint_names[j] for j in self.model_order]
+        self.contact_names = list(self.legged.foot_geoms) + list(self.legged.termination_contact_bodies)
+        self._kp = np.zeros(len(self.joint_names))
+        self._kd = np.full(len(self.joint_names), self.damping_kd)
+        make_position_servos(m, i, self._kp, self._kd)
+        self._settle(initial_joint_pos(self.legged, initial_pose, i.joint_range))
+
+        self.targets: np.ndarray | None = None  # policy order [rad]
+        self.gains: tuple[np.ndarray, np.ndarray] | None = None
+        self.targets_time = self.gains_time = -float("inf")
+        self.commands_received = 0
+        self.damping = True
+        self.sensor_every = max(1, int(round(1.0 / (sensor_rate_hz * self.dt))))
+        self.odom_every = max(1, int(round(1.0 / (odom_rate_hz * self.dt))))
+        self._vel6 = np.zeros(6)
+        self._acc6 = np.zeros(6)
+        self._quat = np.zeros(4)
+
+        qos = QoSProfile(depth=10)
+        self.joint_pub = self.create_publisher(JointState, "joint_states", qos)
+        self.imu_pub = self.create_publisher(Imu, "imu", qos)
+        self.odom_pub = self.create_publisher(Odometry, "odom", qos)
+        self.contacts_pub = self.create_publisher(Float32MultiArray, "contacts", qos)
+        self.create_subscription(JointState, "cmd/joint_targets", self._on_targets, qos)
+        self.create_subscription(JointState, "cmd/joint_gains", self._on_gains, qos)
+        self.stepper = RealTimeStepper(self.dt, time.monotonic())
+        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
+        self.get_logger().info(f"stand-in {robot['name']} ({self.model.nu} actuators, dt {self.dt:g} s) from "
+                               f"{robot['mjcf']}: {initial_pose} pose, damping until the first command")
+
+    def _settle(self, q: np.ndarray) -> None:
+        """Put the robot in joint pose ``q`` just above the floor and let it settle (PD holding ``q``) for
+        :data:`SETTLE_S` s of simulated time; then damping mode."""
+        m, d, i = self.model, self.data, self.index
+        mujoco.mj_resetData(m, d)
+        d.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+        d.qpos[i.joint_qpos] = q
+        mujoco.mj_forward(m, d)
+        robot_geoms = [g for g in range(m.ngeom)
+                       if m.geom_bodyid[g] != 0 and (m.geom_contype[g] or m.geom_conaffinity[g])]
+        lowest = min(d.geom_xpos[g, 2] - m.geom_rbound[g] for g in robot_geoms)
+        d.qpos[i.base_qpos + 2] += 0.005 - lowest
+        self._set_gains(self.legged.stiffness, self.legged.damping)
+        d.ctrl[i.actuator_ids] = q
+        for _ in range(int(round(SETTLE_S / self.dt))):
+            mujoco.mj_step(m, d)
+        self._set_gains(np.zeros_like(self._kp), np.full_like(self._kd, self.damping_kd))
+        d.time = 0.0
+
+    # --- commands -------------------------------------------------------------------------------------------
+    def _on_targets(self, msg: JointState) -> None:
+        try:
+            self.targets = joint_targets_from_message(msg, self.order)
+        except InvalidMessage as exc:
+            self.get_logger().warning(f"cmd/joint_targets ignored: {exc}", throttle_duration_sec=1.0)
+            return
+        self.targets_time = time.monotonic()
+        self.commands_received += 1
+
+    def _on_gains(self, msg: JointState) -> None:
+        try:
+            self.gains = joint_gains_from_message(msg, self.order)
+        except InvalidMessage as exc:
+            self.get_logger().warning(f"cmd/joint_gains ignored: {exc}", throttle_duration_sec=1.0)
+            return
+        self.gains_time = time.monotonic()
+
+    def _set_gains(self, kp: np.ndarray, kd: np.ndarray) -> None:
+        """Write servo gains (policy order) into the model when they differ from the current ones."""
+        if np.array_equal(kp, self._kp) and np.array_equal(kd, self._kd):
+            return
+        a = self.index.actuator_ids
+        self.model.actuator_gainprm[a, 0] = kp
+        self.model.actuator_biasprm[a, 1] = -kp
+        self.model.actuator_biasprm[a, 2] = -kd
+        self._kp, self._kd = np.array(kp, dtype=np.float64), np.array(kd, dtype=np.float64)
+
+    def apply_command(self, now: float) -> None:
+        """Set the servos from the latest command at wall time ``now``, or damping if none or stale."""
+        fresh = self.targets is not None and self.gains is not None and \
+            now - min(self.targets_time, self.gains_time) <= self.command_timeout_s
+        if fresh:
+            if self.damping:
+                self.get_logger().info("commands received: joint servos on")
+            self.damping = False
+            self._set_gains(*self.gains)
+            self.data.ctrl[self.index.actuator_ids] = self.targets
+            return
+        if not self.damping:
+            self.get_logger().warning(f"no fresh command for {self.command_timeout_s} s: damping mode")
+        self.damping = True
+        self._set_gains(np.zeros_like(self._kp), np.full_like(self._kd, self.damping_kd))
+        self.data.ctrl[self.index.actuator_ids] = self.data.qpos[self.index.joint_qpos]
+
+    # --- physics --------------------------------------------------------------------------------------------
+    def physics_step(self, now: float) -> None:
+        """One physics step at wall time ``now`` [s] under the command acting then."""
+        self.apply_command(now)
+        mujoco.mj_step(self.model, self.data)
+
+    def _on_timer(self) -> None:
+        now = time.monotonic()
+        sensors = odom = False
+        for _ in range(self.stepper.due(now)):
+            self.physics_step(now)
+            sensors |= self.stepper.steps_taken % self.sensor_every == 0
+            odom |= self.stepper.steps_taken % self.odom_every == 0
+        if sensors or odom:
+            mujoco.mj_forward(self.model, self.data)  # positions and velocities of the new state
+        if sensors:
+            self.publish_sensors()
+        if odom:
+            self.publish_odometry()
+
+    def publish_sensors(self) -> None:
+        """Publish ``joint_states`` (model actuator order) and ``imu`` of the current state."""
+        m, d, i = self.model, self.data, self.index
+        stamp = self.get_clock().now().to_msg()
+        js = JointState()
+        js.header.stamp = stamp
+        order = self.model_order
+        fill_joint_state(js, self.model_joint_names, d.qpos[i.joint_qpos[order]], d.qvel[i.joint_qvel[order]],
+                         d.actuator_force[i.actuator_ids[order]])
+        mujoco.mju_mat2Quat(self._quat, d.site_xmat[i.imu_site])
+        mujoco.mj_objectVelocity(m, d, mujoco.mjtObj.mjOBJ_SITE, i.imu_site, self._vel6, 1)
+        mujoco.mj_rnePostConstraint(m, d)
+        mujoco.mj_objectAcceleration(m, d, mujoco.mjtObj.mjOBJ_SITE, i.imu_site, self._acc6, 1)
+        imu = Imu()
+        imu.header.stamp, imu.header.frame_id = stamp, IMU_FRAME
+        fill_imu(imu, self._quat, self._vel6[:3], self._acc6[3:])
+        self.joint_pub.publish(js)
+        self.imu_pub.publish(imu)
+
+    def publish_odometry(self) -> None:
+        """Publish ``odom`` (base pose, world frame; twist, base frame) and ``contacts``."""
+        d, i = self.data, self.index
+        odom = Odometry()
+        odom.header.stamp = self.get_clock().now().to_msg()
+        odom.header.frame_id, odom.child_frame_id = WORLD_FRAME, BASE_FRAME
+        b, v = i.base_qpos, i.base_qvel
+        fill_odometry(odom, d.qpos[b:b + 3], d.qpos[b + 3:b + 7], d.qvel[v:v + 3], d.qvel[v + 3:v + 6])
+        contacts = Float32MultiArray()
+        forces = self.contact_forces()
+        contacts.layout.dim = [MultiArrayDimension(label=",".join(self.contact_names), size=len(forces),
+                                                   stride=len(forces))]
+        contacts.data = [float(f) for f in forces]
+        self.odom_pub.publish(odom)
+        self.contacts_pub.publish(contacts)
+
+    # --- introspection --------------------------------------------------------------------------------------
+    def contact_forces(self) -> np.ndarray:
+        """Normal contact forces [N]: feet (``foot_geoms`` order), then termination bodies."""
+        i = self.index
+        return np.concatenate((self.data.sensordata[i.foot_sensors], self.data.sensordata[i.body_sensors]))
+
+    def joint_positions(self) -> dict[str, float]:
+        """``{joint name: position [rad]}`` of the policy joints."""
+        q = self.data.qpos[self.index.joint_qpos]
+        return {n: float(x) for n, x in zip(self.joint_names, q)}
+
+    def base_height(self) -> float:
+        return float(self.data.qpos[self.index.base_qpos + 2])
+
+
+def standin_main(args, robot: dict) -> int:
+    """``sim2real standin`` with a ``kind: legged`` robot: run :class:`SimLeggedNode` until ``--duration`` or
+    Ctrl-C / SIGTERM. Discovery is forced to loopback; ``ROS_DOMAIN_ID`` is taken from the environment.
+
+    Raises:
+        ConfigError: a bad model or option (one line naming it).
+    """
+    from rclpy.executors import SingleThreadedExecutor
+
+    from sim2real.configs import ConfigError
+    from sim2real.deploy.ros_env import force_localhost_discovery
+    from sim2real.deploy.ros_runtime import ros_context, sigterm_as_interrupt, spin_for
+
+    force_localhost_discovery()
+    with sigterm_as_interrupt(), ros_context() as ctx:
+        try:
+            node = SimLeggedNode(
+                robot, namespace=args.namespace, node_name=args.node_name, mjcf=args.mjcf,
+                sensor_rate_hz=args.sensor_rate_hz or 500.0, command_timeout_s=args.command_timeout or 0.1,
+                damping_kd=args.damping_kd or DAMPING_KD, initial_pose=args.initial_pose, context=ctx)
+        except ValueError as exc:  # ConfigError included
+            raise ConfigError(str(exc)) from None
+        executor = SingleThreadedExecutor(context=ctx)
+        executor.add_node(node)
+        try:
+            spin_for(executor, ctx, args.duration)
+        finally:
+            executor.shutdown()
+            node.destroy_node()
+    return 0

@@ -1,0 +1,413 @@
+"""The legged lifecycle policy node in-process: joints mapped by name into the observation and out of the action,
+the stand-up ramp and hand-over, the jump command clock, and every damping path.
+
+The policies are linear (``actions = obs @ W + b``) with the real quadruped-jump metadata, so each published target
+is known exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from rclpy.lifecycle import TransitionCallbackReturn
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Bool, Float32MultiArray
+
+from sim2real.configs import load_robot
+from sim2real.deploy.legged_node import LeggedPolicyNode
+from sim2real.deploy.ros_runtime import BackgroundSpin
+from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+MENAGERIE = Path(__file__).resolve().parents[3] / "shared" / "robots" / "unitree_go2" / "scene.xml"
+ROBOT = load_robot("go2")
+# Written out here, not read from the config: the policy order and Menagerie's motor order.
+POLICY_ORDER = [f"{leg}_{part}_joint" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
+MOTOR_ORDER = [f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "thigh", "calf")]
+DEFAULT = {n: {"hip": 0.0, "thigh": 0.9, "calf": -1.8}[n.split("_")[1]] for n in POLICY_ORDER}
+DEFAULT_VEC = np.array([DEFAULT[n] for n in POLICY_ORDER])
+ACTION_SCALE, KP, KD, DAMPING_KD = 0.35, 40.0, 1.0, 2.0
+J = len(POLICY_ORDER)
+
+
+def _policy_layout() -> tuple[int, dict[str, int], dict[str, float]]:
+    """(dimension, offset and scale of each term) of quadruped-jump's policy observation group, from its config."""
+    from sim2real.tasks import task_config
+    from sim2real.tasks.observations import ObservationBuilder
+
+    obs = task_config("quadruped-jump")["observations"]
+    builder = ObservationBuilder([{"name": n} for n in obs["policy"]], J)
+    scales = {n: float(obs.get("scales", {}).get(n, 1.0)) for n in obs["policy"]}
+    return builder.dim, {name: sl.start for name, sl in builder.slices().items()}, scales
+
+
+OBS_DIM, OFFSETS, SCALES = _policy_layout()
+LAST_ACTION, JUMP_COMMAND, COMMAND_TIME = OFFSETS["last_action"], OFFSETS["jump_command"], OFFSETS["command_time"]
+FL_HIP, FR_HIP, FR_CALF = (POLICY_ORDER.index(n) for n in ("FL_hip_joint", "FR_hip_joint", "FR_calf_joint"))
+
+
+def menagerie_robot() -> dict:
+    if not MENAGERIE.is_file():
+        pytest.skip(f"Menagerie Go2 not found at {MENAGERIE}")
+    return dict(ROBOT, mjcf=str(MENAGERIE))
+
+
+def joint_msg(pos: dict, vel: dict | None = None, order=MOTOR_ORDER) -> JointState:
+    """A JointState listing the joints in ``order`` (default: the robot's motor order, not the policy order)."""
+    vel = vel or {}
+    return JointState(name=list(order), position=[float(pos[n]) for n in order],
+                      velocity=[float(vel.get(n, 0.0)) for n in order], effort=[0.0] * len(order))
+
+
+def imu_msg(q_xyzw=(0.0, 0.0, 0.0, 1.0), gyro=(0.0, 0.0, 0.0)) -> Imu:
+    m = Imu()
+    m.orientation.x, m.orientation.y, m.orientation.z, m.orientation.w = q_xyzw
+    m.angular_velocity.x, m.angular_velocity.y, m.angular_velocity.z = gyro
+    return m
+
+
+def configured(ros_ctx, namespace, policy_dir, robot=ROBOT, **kwargs) -> LeggedPolicyNode:
+    node = LeggedPolicyNode(policy_dir, robot, namespace=namespace, context=ros_ctx, **kwargs)
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.configure_error
+    return node
+
+
+def test_input_monitor_reports_the_first_fault_in_order():
+    from sim2real.deploy.safety import InputMonitor
+
+    m = InputMonitor(("joint_states", "imu"), 0.1)
+    assert m.fault(0.0) == "no_joint_states"
+    m.on_input("joint_states", 0.0, True)
+    assert m.fault(0.05) == "no_imu"
+    m.on_input("imu", 0.05, True)
+    assert m.fault(0.1) is None
+    assert m.fault(0.11) == "stale_joint_states"
+    m.on_input("joint_states", 0.12, True)
+    m.on_input("imu", 0.13, False)  # discarded: invalid until the next valid one, however fresh the last
+    assert m.fault(0.13) == "invalid_imu"
+    m.on_input("imu", 0.14, True)
+    assert m.fault(0.14) is None
+    m.on_estop(True)
+    m.on_estop(False)
+    assert m.fault(0.14) == "estop"
+    with pytest.raises(ValueError):
+        InputMonitor(("imu",), 0.0)
+
+
+# --- (a) joint order -------------------------------------------------------------------------------------------
+def test_offsetting_one_joint_moves_exactly_its_observation_entry(ros_ctx, namespace, legged_policy):
+    robot = menagerie_robot()
+    node = configured(ros_ctx, namespace, legged_policy(np.zeros(J), robot=robot), robot)
+    try:
+        layout = {t["name"]: t for t in node.metadata["observation"]["policy"]}
+        pos_at, vel_at = layout["joint_pos_rel"]["offset"], layout["joint_vel"]["offset"]
+        pos_scale, vel_scale = layout["joint_pos_rel"]["scale"], layout["joint_vel"]["scale"]
+        node._on_imu(imu_msg())
+        rng = np.random.default_rng(0)
+        for order in (MOTOR_ORDER, list(rng.permutation(POLICY_ORDER))):
+            node._on_joint_states(joint_msg(DEFAULT, order=order))
+            base = node.observation()[0]
+            np.testing.assert_allclose(base[pos_at:pos_at + J], 0.0, atol=1e-6)  # the default pose, by name
+            for j, name in enumerate(POLICY_ORDER):
+                node._on_joint_states(joint_msg(dict(DEFAULT, **{name: DEFAULT[name] + 0.1}), {name: 2.0}, order))
+                diff = node.observation()[0] - base
+                expected = np.zeros(OBS_DIM)
+                expected[pos_at + j] = 0.1 * pos_scale
+                expected[vel_at + j] = 2.0 * vel_scale
+                np.testing.assert_allclose(diff, expected, atol=1e-6, err_msg=f"offset on {name}")
+    finally:
+        node.destroy_node()
+
+
+def test_a_unit_action_on_one_joint_moves_exactly_its_target(ros_ctx, namespace, legged_policy):
+    robot = menagerie_robot()
+    node = configured(ros_ctx, namespace, legged_policy(np.zeros(J), robot=robot), robot)
+    try:
+        for j, name in enumerate(POLICY_ORDER):
+            action = torch.zeros(1, J)
+            action[0, j] = 1.0
+            _, targets = node.action_to_targets(action)
+            expected = DEFAULT_VEC.copy()
+            expected[j] += ACTION_SCALE
+            np.testing.assert_allclose(targets, expected, atol=1e-6, err_msg=f"unit action on {name}")
+        # Clipped to the action clip (4), then to the model's joint range (FR_hip +-1.0472, FR_calf <= -0.83776).
+        clipped, targets = node.action_to_targets(torch.tensor([[0.0] * 3 + [10.0, 0.0, 4.0] + [0.0] * 6]))
+        assert clipped[0, FR_HIP].item() == 4.0
+        assert targets[FR_HIP] == pytest.approx(1.0472) and targets[FR_CALF] == pytest.approx(-0.83776)
+    finally:
+        node.destroy_node()
+
+
+def test_node_observation_equals_the_task_observation_of_the_same_state(ros_ctx, namespace, legged_policy):
+    """Training builds the observation from the simulator's state, the node from JointState + Imu messages: the
+    same physical state must give the same observation (joint order, quaternion order, frames, scales)."""
+    from sim2real.deploy.ros_conversions import fill_imu
+    from sim2real.tasks import make_env, task_config
+
+    env = make_env(task_config("quadruped-jump"), num_envs=4)
+    torch.manual_seed(0)
+    for _ in range(5):
+        env.step(0.5 * torch.randn(4, J))
+    expected = env.obs_builder.build(env.robot_state()).numpy()
+    state = env.robot_state()
+    node = configured(ros_ctx, namespace, legged_policy(np.zeros(J)))
+    try:
+        now = time.monotonic()
+        for i in range(4):
+            pos = dict(zip(POLICY_ORDER, state.joint_pos[i].tolist()))
+            vel = dict(zip(POLICY_ORDER, state.joint_vel[i].tolist()))
+            node._on_joint_states(joint_msg(pos, vel))
+            node._on_imu(fill_imu(Imu(), state.base_quat_w[i], state.base_ang_vel_b[i], torch.zeros(3)))
+            node.last_action = state.last_action[i:i + 1]
+            node.command = state.command[i].numpy().astype(np.float64)
+            node.command_time = now - float(state.time_s[i])
+            np.testing.assert_allclose(node.observation(now)[0], expected[i], atol=2e-5)
+    finally:
+        node.destroy_node()
+
+
+def test_configure_refuses_a_policy_for_another_model_or_robot_kind(ros_ctx, namespace, legged_policy,
+                                                                    linear_policy):
+    node = LeggedPolicyNode(legged_policy(np.zeros(J)), menagerie_robot(), namespace=namespace, context=ros_ctx)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert "robot.params.mjcf" in node.configure_error.fields
+        assert node.policy is None and node.fault == "unconfigured"
+    finally:
+        node.destroy_node()
+    node = LeggedPolicyNode(linear_policy(np.zeros((22, 4)), np.zeros(4)), ROBOT, namespace=namespace,
+                            context=ros_ctx)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert str(node.configure_error).startswith("policy refused:")
+        assert "robot.name" in node.configure_error.fields
+    finally:
+        node.destroy_node()
+
+
+# --- a live graph ---------------------------------------------------------------------------------------------
+class Graph:
+    """The node under test, a probe recording its commands, and a 200 Hz feeder of joint states and IMU."""
+
+    def __init__(self, ctx, namespace, node):
+        self.node, self.ns = node, namespace
+        self.targets_topic, self.gains_topic = f"{namespace}/cmd/joint_targets", f"{namespace}/cmd/joint_gains"
+        self.probe = TopicRecorder("probe", {self.targets_topic: JointState, self.gains_topic: JointState},
+                                   context=ctx)
+        self.joints: JointState | None = joint_msg(DEFAULT)
+        self.imu: Imu | None = imu_msg()
+        self.last_joint_pub = None
+        joint_pub = self.probe.publisher(f"{namespace}/joint_states", JointState)
+        imu_pub = self.probe.publisher(f"{namespace}/imu", Imu)
+
+        def feed():
+            if self.joints is not None:
+                joint_pub.publish(self.joints)
+                self.last_joint_pub = time.monotonic()
+            if self.imu is not None:
+                imu_pub.publish(self.imu)
+
+        self.probe.create_timer(0.005, feed)
+
+    def commands(self, since=-math.inf) -> list[tuple[float, np.ndarray, np.ndarray, np.ndarray]]:
+        """``[(arrival time, targets, kp, kd), ...]`` in policy order (by name), targets and gains paired."""
+        gains = self.probe.messages(self.gains_topic, since)
+        out = []
+        for t, m in self.probe.messages(self.targets_topic, since):
+            g = next((gm for _, gm in reversed(gains) if gm.header.stamp == m.header.stamp), None)
+            if g is None:
+                continue
+            assert list(m.name) == POLICY_ORDER and list(g.name) == POLICY_ORDER
+            assert list(m.velocity) == [0.0] * J and list(m.effort) == [0.0] * J
+            out.append((t, np.array(m.position), np.array(g.position), np.array(g.velocity)))
+        return out
+
+    def last(self):
+        c = self.commands(since=time.monotonic() - 0.2)
+        return c[-1] if c else None
+
+    def wait_for(self, predicate, timeout=3.0) -> bool:
+        return wait_until(lambda: (c := self.last()) is not None and predicate(*c[1:]), timeout)
+
+    def publish(self, topic, msg_type, msg, times=5) -> None:
+        pub = self.probe.publisher(f"{self.ns}/{topic}", msg_type)
+        for _ in range(times):
+            pub.publish(msg)
+            time.sleep(0.01)
+
+
+def is_damping(targets, kp, kd) -> bool:
+    return bool((kp == 0).all() and np.allclose(kd, DAMPING_KD))
+
+
+def policy_targets(bias: np.ndarray) -> np.ndarray:
+    return DEFAULT_VEC + ACTION_SCALE * bias
+
+
+@pytest.fixture
+def start(ros_ctx, namespace):
+    """``start(policy_dir, ramp_s=0.2, **node_kwargs) -> Graph`` (configured, activated, spinning)."""
+    with contextlib.ExitStack() as stack:
+
+        def make(policy_dir, **kwargs):
+            kwargs.setdefault("ramp_s", 0.2)
+            node = configured(ros_ctx, namespace, policy_dir, **kwargs)
+            stack.callback(node.destroy_node)
+            assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+            graph = Graph(ros_ctx, namespace, node)
+            stack.callback(graph.probe.destroy_node)
+            stack.enter_context(BackgroundSpin(ros_ctx, node, graph.probe))
+            return graph
+
+        yield make
+
+
+THIGH_BIAS = np.array([0.05 / ACTION_SCALE if n.endswith("thigh_joint") else 0.0 for n in POLICY_ORDER])
+
+
+def test_activation_ramps_from_the_measured_pose_then_hands_over_with_zero_last_action(start, legged_policy):
+    # a_FL_hip = 0.1 + 0.5 last_action_FL_hip: 0.1, 0.15, 0.175, ... if the first policy tick sees zeros.
+    w = np.zeros((OBS_DIM, J))
+    w[LAST_ACTION + FL_HIP, FL_HIP] = 0.5 / SCALES["last_action"]
+    bias = np.zeros(J)
+    bias[FL_HIP] = 0.1
+    crouch = {n: DEFAULT[n] + (0.3 if n.endswith("calf_joint") else 0.0) for n in POLICY_ORDER}
+    g = start(legged_policy(bias, w), ramp_s=0.4)
+    g.joints = joint_msg(crouch)  # the (fake) robot does not move: the ramp starts from these positions
+    assert wait_until(lambda: g.node.phase == "policy" and len(g.commands()) > 5 + 0.4 / 0.02, 5.0)
+    time.sleep(0.1)
+    cmds = [c for c in g.commands() if not is_damping(*c[1:])]
+    measured = np.array([crouch[n] for n in POLICY_ORDER])
+    ramp = [c for c in cmds if abs(c[1][FL_HIP]) < 1e-9]
+    after = [c for c in cmds if abs(c[1][FL_HIP]) >= 1e-9]
+    for _, targets, kp, kd in cmds:  # the policy's PD gains throughout
+        np.testing.assert_allclose(kp, KP)
+        np.testing.assert_allclose(kd, KD)
+    np.testing.assert_allclose(ramp[0][1], measured, atol=0.3 * 0.02 / 0.4 + 1e-6)  # starts at the measured pose
+    np.testing.assert_allclose(ramp[-1][1], DEFAULT_VEC, atol=1e-6)  # ends at the default pose
+    alpha = [(measured - t)[2] / 0.3 for _, t, _, _ in ramp]  # linear in time, one tick (0.02 s) at a time
+    assert all(b >= a - 1e-9 for a, b in zip(alpha, alpha[1:])) and max(np.diff(alpha)) < 0.2
+    assert 0.3 <= ramp[-1][0] - ramp[0][0] <= 0.6, ramp[-1][0] - ramp[0][0]
+    expected_first = [ACTION_SCALE * a for a in (0.1, 0.15, 0.175)]
+    np.testing.assert_allclose([c[1][FL_HIP] for c in after[:3]], expected_first, atol=1e-6)
+    assert g.node.fault is None and g.node.tick_phases["ramp"] >= 0.4 / 0.02 - 2
+
+
+@pytest.mark.parametrize("stale", ["joint_states", "imu"])
+def test_stale_input_gives_damping_then_a_new_ramp(start, legged_policy, stale):
+    g = start(legged_policy(THIGH_BIAS))
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
+    moved = dict(DEFAULT, FR_calf_joint=-1.5)
+    g.joints = joint_msg(moved)
+    time.sleep(0.05)
+    setattr(g, "joints" if stale == "joint_states" else "imu", None)
+    t_stop = time.monotonic()
+    assert g.wait_for(is_damping, timeout=1.0)
+    t_damp = next(c[0] for c in g.commands(since=t_stop) if is_damping(*c[1:]))
+    assert 0.09 <= t_damp - t_stop <= 0.1 + 0.02 + 0.1, t_damp - t_stop
+    assert g.node.fault == f"stale_{stale}"
+    np.testing.assert_allclose(g.last()[1], [moved[n] for n in POLICY_ORDER], atol=1e-6)  # holds where it is
+    g.joints, g.imu = joint_msg(DEFAULT), imu_msg()
+    assert g.wait_for(lambda t, kp, kd: (kp == KP).all(), timeout=1.0)
+    assert g.node.phase in ("ramp", "policy")
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
+
+
+@pytest.mark.parametrize("bad, fault", [
+    ("nan_joint", "invalid_joint_states"), ("missing_joint", "invalid_joint_states"),
+    ("nan_gyro", "invalid_imu"), ("non_unit_quaternion", "invalid_imu"),
+])
+def test_invalid_input_gives_damping_until_valid_again(start, legged_policy, bad, fault):
+    g = start(legged_policy(THIGH_BIAS))
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
+    if bad == "nan_joint":
+        g.joints = joint_msg(dict(DEFAULT, RL_thigh_joint=math.nan))
+    elif bad == "missing_joint":
+        g.joints = joint_msg(DEFAULT, order=MOTOR_ORDER[:-1])
+    elif bad == "nan_gyro":
+        g.imu = imu_msg(gyro=(0.0, math.nan, 0.0))
+    else:
+        g.imu = imu_msg((0.0, 0.0, 0.0, 0.9))
+    assert g.wait_for(is_damping, timeout=0.5)
+    assert g.node.fault == fault
+    g.joints, g.imu = joint_msg(DEFAULT), imu_msg()
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
+
+
+def test_non_finite_policy_output_gives_damping(start, legged_policy):
+    bias = np.zeros(J)
+    bias[3] = math.nan
+    g = start(legged_policy(bias))
+    assert wait_until(lambda: g.node.fault == "invalid_action", 2.0)
+    assert g.wait_for(is_damping)
+
+
+def test_estop_is_latched_until_restart(start, legged_policy):
+    g = start(legged_policy(THIGH_BIAS))
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
+    g.publish("estop", Bool, Bool(data=True))
+    assert g.wait_for(is_damping, timeout=0.5)
+    g.publish("estop", Bool, Bool(data=False))
+    t0 = time.monotonic()
+    time.sleep(0.3)  # fresh joint states and IMU keep arriving
+    after = g.commands(since=t0)
+    assert len(after) >= 10 and all(is_damping(*c[1:]) for c in after)
+    np.testing.assert_allclose(after[-1][1], DEFAULT_VEC, atol=1e-6)  # damping holds the measured positions
+    assert g.node.fault == "estop"
+
+
+def test_deactivate_publishes_an_acknowledged_damping_command_then_silence(start, legged_policy):
+    g = start(legged_policy(THIGH_BIAS))
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
+    t0 = time.monotonic()
+    assert g.node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS  # waits for the acknowledgement
+    assert time.monotonic() - t0 < 0.5 + 0.2
+    assert wait_until(lambda: g.commands(since=t0) and is_damping(*g.commands(since=t0)[-1][1:]), 0.5)
+    assert g.node.phase == "inactive" and not g.node.active
+    n = g.probe.count(g.targets_topic)
+    time.sleep(0.2)
+    assert g.probe.count(g.targets_topic) == n
+
+
+def test_jump_command_sets_the_command_and_restarts_its_clock(start, legged_policy):
+    # a_FL_hip = command_time (-0.5 waiting .. 2), a_FR_hip = dx.
+    w = np.zeros((OBS_DIM, J))
+    w[COMMAND_TIME, FL_HIP] = 1.0 / SCALES["command_time"]
+    w[JUMP_COMMAND, FR_HIP] = 1.0 / SCALES["jump_command"]
+    g = start(legged_policy(np.zeros(J), w))
+    jump = Float32MultiArray(data=[0.4, 0.0, 0.0, 0.0, 0.0])
+    g.publish("jump_command", Float32MultiArray, jump, times=1)  # during the ramp: ignored
+    waiting = lambda t, kp, kd: abs(t[FL_HIP] - ACTION_SCALE * -0.5) < 1e-6 and t[FR_HIP] == 0.0  # noqa: E731
+    assert g.wait_for(waiting)
+    assert g.node.phase == "policy"
+    g.publish("jump_command", Float32MultiArray, Float32MultiArray(data=[0.4, 0.0, 0.0]), times=1)  # malformed
+    time.sleep(0.1)
+    assert waiting(*g.last()[1:])
+    t_cmd = time.monotonic()
+    g.publish("jump_command", Float32MultiArray, jump, times=1)
+    assert g.wait_for(lambda t, kp, kd: abs(t[FR_HIP] - ACTION_SCALE * 0.4) < 1e-6, timeout=1.0)
+    time.sleep(0.3)
+    _, targets, _, _ = g.last()
+    elapsed = targets[FL_HIP] / ACTION_SCALE  # command_time seen by the policy
+    assert 0.15 <= elapsed <= time.monotonic() - t_cmd + 0.01, elapsed
+    g.publish("jump_command", Float32MultiArray, jump, times=1)  # a new command restarts the clock
+    assert g.wait_for(lambda t, kp, kd: t[FL_HIP] / ACTION_SCALE < 0.1, timeout=1.0)
+
+
+def test_cli_refuses_a_mismatched_policy_and_quadrotor_flags(legged_policy, capsys):
+    from sim2real.cli import main
+
+    policy = legged_policy(np.zeros(J), robot=menagerie_robot())  # trained on another model than go2.yaml's
+    assert main(["deploy", "--policy", str(policy), "--robot", "go2", "--activate", "--duration", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1 and "robot.params.mjcf" in err
+    assert main(["deploy", "--policy", str(legged_policy(np.zeros(J))), "--robot", "go2", "--goal", "0", "0", "1",
+                 "--duration", "0.1"]) == 2
+    assert "--goal applies to quadrotors" in capsys.readouterr().err

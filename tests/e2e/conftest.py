@@ -1,0 +1,23 @@
+"""Fixtures of the end-to-end tests: the synthetic legged policy writer of tests/deploy/conftest.py (loaded by
+path: tests are not a package)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+
+def _deploy_fixtures():
+    path = Path(__file__).resolve().parents[1] / "deploy" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("sim2real_tests_deploy_fixtures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def write_legged_policy():
+    """``write_legged_policy(out_dir, bias, weight=None, robot=None) -> out_dir`` (see tests/deploy/conftest.py)."""
+    return _deploy_fixtures().write_legged_policy

@@ -1,0 +1,150 @@
+"""End to end over ROS 2, in separate processes: ``sim2real standin --robot go2 --mjcf <Menagerie Go2>`` (a plant
+the policy was not built from) + ``sim2real deploy --robot go2``, configured and activated through its lifecycle
+services. The node ramps the crouched robot to its default pose, hands over to the policy, and the robot stays up
+(base height above a threshold, no base-ground contact) for 5 s with the policy's targets off the default pose;
+Ctrl-C of the node leaves the robot in damping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sim2real
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadruped-jump"
+#: The policy under test: None = a synthetic policy with the real quadruped-jump metadata whose constant action
+#: moves the thigh targets +0.05 rad off the default pose; set it to PRETRAINED once the trained policy ships.
+POLICY_DIR: Path | None = None
+MENAGERIE = Path(__file__).resolve().parents[3] / "shared" / "robots" / "unitree_go2" / "scene.xml"
+RAMP_S, HOLD_S = 2.0, 5.0
+MIN_BASE_HEIGHT_M = 0.18  # standing: ~0.24 m on Menagerie's Go2; crouched ~0.1 m
+MIN_TARGET_OFFSET_RAD = 0.01  # the policy's targets differ from the default pose by at least this (max over joints)
+STARTUP_TIMEOUT_S = 30.0
+POLICY_ORDER = [f"{leg}_{part}_joint" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
+DEFAULT = np.array([{"hip": 0.0, "thigh": 0.9, "calf": -1.8}[n.split("_")[1]] for n in POLICY_ORDER])
+
+
+@pytest.fixture
+def policy_dir(tmp_path, write_legged_policy) -> Path:
+    if POLICY_DIR is not None:
+        if not (Path(POLICY_DIR) / "policy.onnx").is_file():
+            pytest.skip(f"no policy at {POLICY_DIR}")
+        return Path(POLICY_DIR)
+    bias = np.array([0.05 / 0.35 if n.endswith("thigh_joint") else 0.0 for n in POLICY_ORDER])
+    return write_legged_policy(tmp_path / "policy", bias)
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _stop(proc: subprocess.Popen, timeout=10.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+@pytest.mark.slow
+def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy_dir):
+    if not MENAGERIE.is_file():
+        pytest.skip(f"Menagerie Go2 not found at {MENAGERIE}")
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+    from nav_msgs.msg import Odometry
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float32MultiArray
+
+    from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
+    from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+
+    topics = {f"{namespace}/odom": Odometry, f"{namespace}/contacts": Float32MultiArray,
+              f"{namespace}/cmd/joint_targets": JointState, f"{namespace}/cmd/joint_gains": JointState}
+    odom_t, contacts_t, targets_t, gains_t = topics
+    procs = {"standin": _spawn(["standin", "--robot", "go2", "--mjcf", str(MENAGERIE), "--namespace", namespace,
+                                "--duration", "60"], tmp_path / "standin.log")}
+    logs = lambda: "\n".join(f"--- {n}:\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in procs)  # noqa: E731
+    try:
+        with ros_context() as ctx:
+            rec = TopicRecorder("e2e_go2_probe", topics, context=ctx)
+            with BackgroundSpin(ctx, rec):
+                # The robot is up (crouched, in damping) before the node starts.
+                assert wait_until(lambda: rec.count(odom_t) > 0, STARTUP_TIMEOUT_S), "no stand-in\n" + logs()
+                procs["deploy"] = _spawn(["deploy", "--policy", str(policy_dir), "--robot", "go2", "--namespace",
+                                          namespace, "--ramp-s", str(RAMP_S), "--duration", "60"],
+                                         tmp_path / "deploy.log")
+                # Configure, see its command publishers, then activate (discovery of a new process can take
+                # seconds on a loaded machine: the ramp must not start before the probe hears it).
+                change = rec.create_client(ChangeState, f"{namespace}/policy_node/change_state")
+                assert change.wait_for_service(timeout_sec=STARTUP_TIMEOUT_S), "no policy node\n" + logs()
+
+                def transition(tid) -> bool:
+                    reply = change.call(ChangeState.Request(transition=Transition(id=tid)), timeout_sec=10.0)
+                    return reply is not None and reply.success
+
+                assert transition(Transition.TRANSITION_CONFIGURE), "configure failed\n" + logs()
+                assert wait_until(lambda: rec.count_publishers(targets_t) > 0 and rec.count_publishers(gains_t) > 0,
+                                  10.0), "command publishers not discovered\n" + logs()
+                t_activate = time.monotonic()
+                assert transition(Transition.TRANSITION_ACTIVATE), "activate failed\n" + logs()
+
+                def kp_positive():
+                    return [t for t, m in rec.messages(gains_t) if min(m.position) > 0]
+
+                assert wait_until(lambda: kp_positive(), STARTUP_TIMEOUT_S), "no ramp started\n" + logs()
+                t_ramp = kp_positive()[0]
+                assert t_ramp - t_activate < 1.0, t_ramp - t_activate
+                t_policy = t_ramp + RAMP_S + 0.1
+                time.sleep(max(0.0, t_policy + HOLD_S + 0.2 - time.monotonic()))
+                assert all(p.poll() is None for p in procs.values()), "a process exited early\n" + logs()
+                # Ctrl-C / SIGTERM of the node: one last damping command, acknowledged, then exit.
+                t_stop = time.monotonic()
+                code_deploy = _stop(procs["deploy"])
+                damped = wait_until(lambda: rec.last(gains_t)[0] >= t_stop
+                                    and max(rec.last(gains_t)[1].position) == 0.0, 2.0)
+                odom = [(t, m.pose.pose.position.z) for t, m in rec.messages(odom_t)]
+                contacts = [(t, list(m.data), m.layout.dim[0].label) for t, m in rec.messages(contacts_t)]
+                targets = [(t, np.array(m.position), list(m.name)) for t, m in rec.messages(targets_t)]
+                gains = [(t, np.array(m.position)) for t, m in rec.messages(gains_t)]
+    finally:
+        codes = {name: _stop(p) for name, p in procs.items()}
+    assert code_deploy == 0 and codes == {"standin": 0, "deploy": 0}, logs()
+    assert damped, "no damping command after stopping the node\n" + logs()
+
+    # Before the ramp the robot is crouched; the ramp starts from the measured pose and ends at the default pose.
+    before = [z for t, z in odom if t < t_ramp]
+    assert before and before[-1] < 0.15, (before[-3:], logs())
+    ramp = [(t, q) for t, q, _ in targets if t_ramp - 0.01 <= t < t_ramp + RAMP_S + 0.05]
+    assert ramp[0][1][POLICY_ORDER.index("FL_thigh_joint")] > 1.0, ramp[0]  # folded thigh, not the default 0.9
+    assert any(np.allclose(q, DEFAULT, atol=1e-5) for _, q in ramp), "the ramp never reached the default pose"
+
+    # Policy in control for HOLD_S: up, no base contact, never damping, targets off the default pose.
+    window = (t_policy, t_policy + HOLD_S)
+    heights = [z for t, z in odom if window[0] <= t <= window[1]]
+    ts = [t for t, _ in odom if window[0] <= t <= window[1]]
+    assert len(heights) >= 0.8 * 50 * HOLD_S and max(np.diff(ts)) < 0.25, "odometry stream too sparse"
+    assert min(heights) > MIN_BASE_HEIGHT_M, (min(heights), logs())
+    base = [c[-1] for t, c, label in contacts if window[0] <= t <= window[1]]
+    assert contacts[0][2].split(",")[-1] == "base" and base and max(base) == 0.0, max(base)
+    in_window = [(q, n) for t, q, n in targets if window[0] <= t <= window[1]]
+    assert len(in_window) >= 0.8 * 50 * HOLD_S
+    assert all(n == POLICY_ORDER for _, n in in_window)
+    offsets = [float(np.abs(q - DEFAULT).max()) for q, _ in in_window]
+    assert min(offsets) > MIN_TARGET_OFFSET_RAD, min(offsets)
+    assert all(min(kp) > 0 for t, kp in gains if window[0] <= t <= window[1])
+    print(f"\ne2e go2: base height {min(heights):.3f}-{max(heights):.3f} m over {HOLD_S} s, "
+          f"target offsets {min(offsets):.3f}-{max(offsets):.3f} rad")

@@ -1,0 +1,136 @@
+"""The legged stand-in robot (MuJoCo Menagerie's Go2): commands reach the right actuator by joint name, sensors
+are published in the model's motor order, stale commands give damping, and the CLI dispatches on the robot kind."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float32MultiArray
+
+from sim2real.cli import main
+from sim2real.configs import load_robot
+from sim2real.deploy.ros_runtime import BackgroundSpin
+from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from sim2real.hardware.sim_legged import SimLeggedNode
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+MENAGERIE = Path(__file__).resolve().parents[3] / "shared" / "robots" / "unitree_go2" / "scene.xml"
+POLICY_ORDER = [f"{leg}_{part}_joint" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
+MOTOR_ORDER = [f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "thigh", "calf")]
+DEFAULT = {n: {"hip": 0.0, "thigh": 0.9, "calf": -1.8}[n.split("_")[1]] for n in POLICY_ORDER}
+
+
+@pytest.fixture
+def robot():
+    if not MENAGERIE.is_file():
+        pytest.skip(f"Menagerie Go2 not found at {MENAGERIE}")
+    return load_robot("go2")
+
+
+@pytest.fixture
+def standin(ros_ctx, namespace, robot):
+    """``standin(**kwargs) -> SimLeggedNode`` on Menagerie's Go2 (not spinning)."""
+    with contextlib.ExitStack() as stack:
+
+        def make(**kwargs):
+            node = SimLeggedNode(robot, namespace=namespace, mjcf=str(MENAGERIE), context=ros_ctx, **kwargs)
+            stack.callback(node.destroy_node)
+            return node
+
+        yield make
+
+
+def command(node: SimLeggedNode, targets: dict, kp=40.0, kd=1.0, order=POLICY_ORDER) -> None:
+    """Deliver a (targets, gains) pair to the node's subscriptions, joints listed in ``order``."""
+    n = len(order)
+    node._on_targets(JointState(name=list(order), position=[float(targets[j]) for j in order],
+                                velocity=[0.0] * n, effort=[0.0] * n))
+    node._on_gains(JointState(name=list(order), position=[float(kp)] * n, velocity=[float(kd)] * n))
+
+
+def test_a_target_on_FR_calf_moves_only_FR_calf(standin):
+    node = standin(initial_pose="default")
+    m, d, i = node.model, node.data, node.index
+    # Floating in zero gravity, away from the floor: only the commanded servo moves a joint.
+    m.opt.gravity[:] = 0.0
+    d.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    d.qpos[i.joint_qpos] = [DEFAULT[n] for n in POLICY_ORDER]
+    d.qvel[:] = 0.0
+    command(node, dict(DEFAULT, FR_calf_joint=DEFAULT["FR_calf_joint"] + 0.4), order=MOTOR_ORDER)
+    for _ in range(250):  # 0.5 s
+        node.physics_step(node.targets_time)
+    q = node.joint_positions()
+    assert q["FR_calf_joint"] - DEFAULT["FR_calf_joint"] > 0.3, q
+    others = {n: round(q[n] - DEFAULT[n], 4) for n in POLICY_ORDER if n != "FR_calf_joint"}
+    assert max(abs(v) for v in others.values()) < 0.02, others
+    # The servo gains were written to FR_calf's actuator (Menagerie lists it third, FR first).
+    fr_calf = m.actuator("FR_calf").id
+    assert fr_calf == 2 and m.actuator_gainprm[fr_calf, 0] == 40.0 and m.actuator_biasprm[fr_calf, 2] == -1.0
+
+
+def test_stale_or_missing_commands_give_damping(standin):
+    node = standin()
+    i = node.index
+    assert (node.model.actuator_gainprm[i.actuator_ids, 0] == 0).all()  # damping before any command
+    command(node, DEFAULT, kp=30.0, kd=0.5)
+    t = node.targets_time
+    node.physics_step(t + 0.05)
+    assert not node.damping and (node.model.actuator_gainprm[i.actuator_ids, 0] == 30.0).all()
+    np.testing.assert_allclose(node.data.ctrl[i.actuator_ids], [DEFAULT[n] for n in POLICY_ORDER])
+    node.physics_step(t + 0.15)  # older than the 0.1 s timeout
+    assert node.damping
+    assert (node.model.actuator_gainprm[i.actuator_ids, 0] == 0).all()
+    assert (node.model.actuator_biasprm[i.actuator_ids, 2] == -2.0).all()
+    # A message missing a joint or carrying NaN is ignored.
+    node._on_targets(JointState(name=POLICY_ORDER[:-1], position=[0.0] * 11))
+    node._on_gains(JointState(name=POLICY_ORDER, position=[float("nan")] * 12, velocity=[1.0] * 12))
+    assert node.gains[0][0] == 30.0 and node.targets_time == t
+
+
+def test_sensors_are_published_in_the_model_motor_order(ros_ctx, namespace, standin):
+    node = standin()
+    probe = TopicRecorder("probe", {f"{namespace}/joint_states": JointState, f"{namespace}/imu": Imu,
+                                    f"{namespace}/odom": Odometry, f"{namespace}/contacts": Float32MultiArray},
+                          context=ros_ctx)
+    try:
+        with BackgroundSpin(ros_ctx, node, probe):
+            assert wait_until(lambda: probe.count(f"{namespace}/imu") > 0 and probe.count(f"{namespace}/odom") > 0,
+                              5.0)
+            t0 = time.monotonic()
+            time.sleep(0.5)
+            n_joint = len(probe.messages(f"{namespace}/joint_states", since=t0))
+            n_odom = len(probe.messages(f"{namespace}/odom", since=t0))
+            js = probe.last(f"{namespace}/joint_states")[1]
+            truth = node.joint_positions()
+        imu = probe.last(f"{namespace}/imu")[1]
+        contacts = probe.last(f"{namespace}/contacts")[1]
+    finally:
+        probe.destroy_node()
+    assert list(js.name) == MOTOR_ORDER  # the robot's motor order, not the policy order
+    by_name = dict(zip(js.name, js.position))
+    for name in POLICY_ORDER:
+        assert by_name[name] == pytest.approx(truth[name], abs=0.05)  # the robot keeps settling meanwhile
+    assert by_name["FR_thigh_joint"] > 1.0 and by_name["FR_calf_joint"] < -2.3  # crouched
+    assert len(js.velocity) == 12 and len(js.effort) == 12
+    assert 150 <= n_joint <= 260, n_joint  # 500 Hz nominal, on a loaded 2-core machine
+    assert 15 <= n_odom <= 30, n_odom  # 50 Hz
+    q = np.array([imu.orientation.x, imu.orientation.y, imu.orientation.z, imu.orientation.w])
+    assert abs(np.linalg.norm(q) - 1.0) < 1e-6
+    acc = np.array([imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z])
+    assert abs(np.linalg.norm(acc) - 9.81) < 1.5 and acc[2] > 8.0  # resting: specific force +g, up
+    assert contacts.layout.dim[0].label == "FL,FR,RL,RR,base" and len(contacts.data) == 5
+
+
+def test_cli_dispatches_on_the_robot_kind(capsys, robot):
+    assert main(["standin", "--robot", "go2", "--mjcf", "/nonexistent/scene.xml", "--duration", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "robot.mjcf" in err and "/nonexistent/scene.xml" in err
+    assert main(["standin", "--mjcf", str(MENAGERIE), "--duration", "0.1"]) == 2  # crazyflie2: a quadrotor
+    assert "--mjcf applies to legged robots" in capsys.readouterr().err
