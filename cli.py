@@ -94,6 +94,11 @@ def cmd_train(args) -> int:
                 raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
                                   f"{lookup(saved, key)!r}); start a new run instead")
         get_task(args.task).check(cfg)
+    else:
+        cfg = _task_cfg(args, extra)
+    _seed_everything(int(cfg["seed"]))
+    env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
+    if resume_path is not None:
         run_dir = resume_path.parent
         later = [p for p in ck.list_checkpoints(run_dir) if ck.checkpoint_iteration(p) >= int(data["iter"])]
         if later:  # resuming from an earlier point: branch, never overwrite the run's later checkpoints
@@ -101,11 +106,8 @@ def cmd_train(args) -> int:
             print(f"{resume_path.parent} has checkpoints after {resume_path.name}: continuing in {run_dir}")
         ck.write_run_files(run_dir, cfg, sys.argv, resumed_from=resume_path)
     else:
-        cfg = _task_cfg(args, extra)
         run_dir = ck.new_run_dir(args.task, args.run_name, args.runs_root)
         ck.write_run_files(run_dir, cfg, sys.argv)
-    _seed_everything(int(cfg["seed"]))
-    env = make_env(cfg)
     runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=not args.no_progress)
     if resume_path is not None:
         runner.load(str(resume_path))

@@ -277,17 +277,26 @@ class MujocoBackend:
         bottom = data.geom_xpos[i.foot_geoms, 2] - self.model.geom_size[i.foot_geoms, 0]
         return float(-bottom.min())
 
+    def settled_state(self, duration_s: float = 1.0) -> tuple[float, np.ndarray, np.ndarray]:
+        """Base height [m], base orientation ``[4]`` (w, x, y, z; the sag's small pitch/roll, zero yaw start) and
+        joint positions ``[J]`` [rad] (policy order) the nominal robot settles at under its PD gains holding the
+        default pose on flat ground (one world simulated for ``duration_s`` from :meth:`standing_height`; the
+        servos sag under the weight). Spawning there avoids a settling transient."""
+        if getattr(self, "_settled", None) is None:
+            data = mujoco.MjData(self.model)
+            i = self.index
+            data.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, self.standing_height(), 1.0, 0.0, 0.0, 0.0]
+            data.qpos[i.joint_qpos] = self.legged.default_pose
+            data.ctrl[i.actuator_ids] = self.legged.default_pose
+            for _ in range(int(round(duration_s / self.timestep))):
+                mujoco.mj_step(self.model, data)
+            self._settled = (float(data.qpos[i.base_qpos + 2]), data.qpos[i.base_qpos + 3:i.base_qpos + 7].copy(),
+                             data.qpos[i.joint_qpos].copy())
+        return self._settled
+
     def settled_height(self, duration_s: float = 1.0) -> float:
-        """Base height [m] the nominal robot settles at under its PD gains holding the default pose on flat ground
-        (one world simulated for ``duration_s`` from :meth:`standing_height`; the PD servos sag under the weight)."""
-        data = mujoco.MjData(self.model)
-        i = self.index
-        data.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, self.standing_height(), 1.0, 0.0, 0.0, 0.0]
-        data.qpos[i.joint_qpos] = self.legged.default_pose
-        data.ctrl[i.actuator_ids] = self.legged.default_pose
-        for _ in range(int(round(duration_s / self.timestep))):
-            mujoco.mj_step(self.model, data)
-        return float(data.qpos[i.base_qpos + 2])
+        """Base height [m] of :meth:`settled_state`."""
+        return self.settled_state(duration_s)[0]
 
     # --- stepping ----------------------------------------------------------------------------------------------
     def step(self, targets: torch.Tensor) -> None:

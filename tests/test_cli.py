@@ -87,6 +87,27 @@ def test_bad_config_value():
                                  check=False), "train.learning_rate")
 
 
+@pytest.mark.parametrize("edit, named", [
+    ({"imu_site": "imu_missing"}, "robot.imu_site: site 'imu_missing'"),
+    ({"joint_names": ["FL_hip_joint", "FL_thigh_joint", "FL_front_calf_joint"]},
+     "robot.joint_names: joint 'FL_front_calf_joint'"),
+    ({"foot_geoms": ["FL", "FR", "RL", "left_foot"]}, "robot.foot_geoms: 'left_foot'"),
+])
+def test_bad_legged_robot_config_is_refused_before_a_run_starts(tmp_path, edit, named):
+    """A robot config naming a joint, site or geom its MJCF lacks: one error line naming it, no run folder."""
+    import yaml
+
+    from sim2real.configs import load_robot
+
+    robot = dict(load_robot("go2"), **edit)
+    path = tmp_path / "robot.yaml"
+    path.write_text(yaml.safe_dump(robot))
+    proc = sim2real("train", "--task", "quadruped-jump", "--set", f"robot={path}", "--runs-root", tmp_path / "runs",
+                    check=False)
+    _assert_clean_error(proc, named)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_missing_and_corrupt_checkpoint(tmp_path):
     _assert_clean_error(sim2real("export", "--task", "quadrotor-hover", "--checkpoint", tmp_path / "nope.pt",
                                  check=False), "not found")

@@ -25,7 +25,7 @@ from tensordict import TensorDict
 
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.sim.mujoco_backend import MujocoBackend
-from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, wrap_angle, yaw_from_quat
+from sim2real.sim.rotations import quat_from_yaw, quat_mul, quat_rotate_inverse, wrap_angle, yaw_from_quat
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.observations import ObservationBuilder
 from sim2real.tasks.quadruped_jump import commands as cmds
@@ -70,7 +70,12 @@ class QuadrupedJumpEnv(VecEnv):
         self._obs_noise_std = torch.tensor(stds, device=device)
         self.default_joint_pos = self.sim.default_joint_pos.to(device).expand(n, -1)
         self.standing_height = self.sim.standing_height()  # feet just touching: the spawn height
-        self.settled_height = self.sim.settled_height()    # where the PD servos hold the base: height reference
+        # Where the PD servos hold the nominal robot (they sag under its weight): spawn state and height reference.
+        self.settled_height, settled_quat, settled_joints = self.sim.settled_state()
+        settled_quat = torch.tensor(settled_quat, dtype=torch.float32, device=device)
+        # Keep the sag's pitch/roll, drop its (tiny) yaw: the spawn heading is drawn per episode.
+        self.settled_tilt_quat = quat_mul(quat_from_yaw(-yaw_from_quat(settled_quat[None]))[0][None], settled_quat[None])
+        self.settled_joint_pos = torch.tensor(settled_joints, dtype=torch.float32, device=device)
 
         dr = cfg["domain_rand"]
         self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
@@ -283,10 +288,10 @@ class QuadrupedJumpEnv(VecEnv):
         wait = lo + (hi - lo) * torch.rand(m, device=dev)
         self.wait_steps[ids] = (wait / self.control_dt).round().long()
         noise = (2 * torch.rand(m, self.num_actions, device=dev) - 1) * e["init_joint_noise"]
-        joint_pos = self.default_joint_pos[:m] + noise
+        joint_pos = self.settled_joint_pos + noise
         pos = torch.zeros(m, 3, device=dev)
-        pos[:, 2] = self.standing_height + e["init_height_offset"]
-        self.sim.reset(ids, pos, quat_from_yaw(yaw), joint_pos)
+        pos[:, 2] = self.settled_height + e["init_height_offset"]
+        self.sim.reset(ids, pos, quat_mul(quat_from_yaw(yaw), self.settled_tilt_quat.expand(m, 4)), joint_pos)
         fresh = self.sim.state()
         if self._state is None:
             self._state = fresh

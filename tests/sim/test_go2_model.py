@@ -135,7 +135,7 @@ def test_stands_under_pd(model):
     h = _run_pd(m, d, 1.0, lambda t: q0)
     xy_1s = d.qpos[:2].copy()
     h = np.concatenate([h, _run_pd(m, d, 1.0, lambda t: q0)])
-    assert np.all((h > 0.22) & (h < 0.32)), (h.min(), h.max())
+    assert np.all((h > 0.20) & (h < 0.32)), (h.min(), h.max())
     assert np.ptp(h[len(h) // 2:]) < 0.005  # settled
     assert np.linalg.norm(d.qpos[:2] - xy_1s) < 0.01  # no walking off in the second second
     assert np.linalg.norm(d.qpos[:2]) < 0.1  # the settling sag shifts the base a few cm at most
