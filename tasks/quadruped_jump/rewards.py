@@ -42,7 +42,7 @@ def compute(env, state: RobotState, fall: torch.Tensor, tilt: torch.Tensor) -> d
         "position": started * torch.exp(-pos_err / 0.25),
         "yaw": started * torch.exp(-yaw_err / 0.3),
         "flight": window * airborne,
-        "height": window * height,
+        "height": window * airborne * height,  # only in flight: standing tall on extended legs is not a jump
         "rise": window * rise,
         "land_still": settle * torch.exp(-speed2),
         "wait_still": waiting * torch.exp(-speed2 - pose2),
