@@ -65,9 +65,9 @@ def cmd_list(args) -> int:
 
 
 # Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
-FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "observations.policy",
-                   "train.actor_hidden_dims", "train.critic_hidden_dims", "train.activation",
-                   "train.obs_normalization", "device")
+FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
+                   "observations.policy", "observations.scales", "train.actor_hidden_dims", "train.critic_hidden_dims",
+                   "train.activation", "train.obs_normalization", "device")  # keys a task lacks are skipped
 
 
 def cmd_train(args) -> int:
@@ -90,6 +90,10 @@ def cmd_train(args) -> int:
         saved = data["infos"]["config"]
         cfg = apply_overrides(saved, list(args.overrides) + extra)
         for key in FIXED_ON_RESUME:
+            try:
+                lookup(saved, key)
+            except KeyError:  # not a key of this task
+                continue
             if lookup(cfg, key) != lookup(saved, key):
                 raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
                                   f"{lookup(saved, key)!r}); start a new run instead")

@@ -64,6 +64,29 @@ def test_resume_export_eval_play_chain(cli_run, tmp_path):
     assert (tmp_path / "traj.png").stat().st_size > 1000
 
 
+def test_quadruped_jump_train_resume_export_eval_play(tmp_path):
+    """The legged task through the CLI: a tiny run, a resume (refusing a structural change, accepting a reward
+    weight), an export that carries the joint metadata, eval of the export and play plots."""
+    runs = tmp_path / "runs"
+    tiny = ["--num-envs", 16, "--runs-root", runs, "--no-progress", "--set", "train.num_steps_per_env=4",
+            "--set", "train.eval_interval=0", "--set", "train.save_interval=1", "--set", "sim.nthread=1"]
+    sim2real("train", "--task", "quadruped-jump", "--max-iterations", 1, *tiny)
+    out = sim2real("train", "--task", "quadruped-jump", "--resume", "--max-iterations", 1, *tiny,
+                   "--set", "rewards.wait_still=3.0").stdout
+    assert "at iteration 1" in out
+    _assert_clean_error(sim2real("train", "--task", "quadruped-jump", "--resume", "--max-iterations", 1, *tiny,
+                                 "--set", "sim.control_dt=0.01", check=False), "sim.control_dt")
+    sim2real("export", "--task", "quadruped-jump", "--checkpoint", "latest", "--runs-root", runs,
+             "--output", tmp_path / "exp")
+    meta = json.loads((tmp_path / "exp" / "metadata.json").read_text())
+    assert meta["action"]["interface"] == "joint_position" and meta["robot"]["joint_names"][0] == "FL_hip_joint"
+    assert meta["training"]["iteration"] == 1
+    metrics = json.loads(sim2real("eval", "--policy", tmp_path / "exp", "--episodes", 4).stdout)
+    assert metrics["num_episodes"] == 4 and "stage1_success_rate" in metrics
+    sim2real("play", "--policy", tmp_path / "exp", "--output", tmp_path / "jump.png")
+    assert (tmp_path / "jump.png").stat().st_size > 1000
+
+
 def _assert_clean_error(proc, *needles):
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]

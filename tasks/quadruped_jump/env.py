@@ -329,7 +329,9 @@ class QuadrupedJumpEnv(VecEnv):
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
         """Held-out metrics of one episode per env (``last_outcome`` tensors ``[N]``): ``success_rate``,
         ``fall_rate``, landing ``pos_error_mean`` [m] and ``yaw_error_mean`` [rad], ``peak_height_mean`` [m above
-        the settled standing height, after the command's start], per-stage success and landing error, and ``score``."""
+        the settled standing height, after the command's start], per-stage success and landing error, ``score``, and
+        for stage-2 jumps the success rate per 0.2 m bin of commanded distance with ``max_distance_80`` [m], the
+        upper edge of the longest bin succeeding >= 80% (bins of >= 10 episodes)."""
         err = torch.nan_to_num(outcome["pos_error"], nan=10.0).clamp_max(10.0)
         success = float(outcome["success"].mean())
         out = {
@@ -345,6 +347,19 @@ class QuadrupedJumpEnv(VecEnv):
             if mask.any():
                 out[f"stage{s + 1}_success_rate"] = float(outcome["success"][mask].mean())
                 out[f"stage{s + 1}_pos_error_mean"] = float(err[mask].mean())
+        # Stage-2 jumps by commanded distance (0.2 m bins): the longest bin with >= 80% success (>= 10 episodes).
+        jumps = outcome["stage"] == 1
+        if jumps.any():
+            edges = torch.arange(0.2, 1.2001, 0.2)
+            b = torch.bucketize(outcome["distance"][jumps], edges)
+            best = 0.0
+            for i, hi in enumerate(edges.tolist()):
+                hits = outcome["success"][jumps][b == i]
+                if len(hits) >= 10:
+                    out[f"success_rate_to_{hi:.1f}m"] = float(hits.mean())
+                    if float(hits.mean()) >= 0.8:
+                        best = hi
+            out["max_distance_80"] = round(best, 3)
         return out
 
     # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------

@@ -347,3 +347,19 @@ def test_quadrotor_robot_is_refused():
     with pytest.raises(ConfigError, match="legged") as info:
         task_config("quadruped-jump", ["robot=crazyflie2"])
     assert "robot" in str(info.value)
+
+
+def test_eval_summary_reports_the_longest_distance_bin_that_succeeds_80_percent():
+    from sim2real.tasks.quadruped_jump.env import QuadrupedJumpEnv
+
+    n = 40
+    distance = torch.tensor([0.3] * 10 + [0.5] * 10 + [0.7] * 10 + [0.9] * 10)
+    success = torch.tensor([1.0] * 10 + [1.0] * 8 + [0.0] * 2 + [1.0] * 7 + [0.0] * 3 + [1.0] * 2 + [0.0] * 8)
+    outcome = {"success": success, "fall": torch.zeros(n), "pos_error": torch.full((n,), 0.1),
+               "yaw_error": torch.zeros(n), "peak_height": torch.zeros(n), "distance": distance,
+               "stage": torch.ones(n)}
+    m = QuadrupedJumpEnv.summarize_outcomes(outcome)
+    assert m["success_rate_to_0.4m"] == 1.0 and m["success_rate_to_0.6m"] == pytest.approx(0.8)
+    assert m["success_rate_to_0.8m"] == pytest.approx(0.7) and m["success_rate_to_1.0m"] == pytest.approx(0.2)
+    assert m["max_distance_80"] == pytest.approx(0.6)
+    assert m["success_rate"] == pytest.approx(27 / 40) and m["stage2_success_rate"] == pytest.approx(27 / 40)
