@@ -154,7 +154,8 @@ def _action_term(robot: dict, interface: str, problems: list):
 
     if interface == "joint_position":
         if robot.get("kind") != "legged":
-            problems.append(("action.interface", f"joint_position needs a legged robot, robot is {robot.get('kind')!r}"))
+            problems.append(("action.interface",
+                             f"joint_position needs a legged robot, robot is {robot.get('kind')!r}"))
             return None
         try:
             return JointPositionAction(robot)

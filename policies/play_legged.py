@@ -77,7 +77,8 @@ def plot_jumps(traj: dict, path: Path) -> Path:
         start = p[0, j, :2]
         direction = traj["target_xy"][j] - start
         norm = np.linalg.norm(direction)
-        along = (p[:, j, :2] - start) @ (direction / norm) if norm > 1e-6 else np.linalg.norm(p[:, j, :2] - start, axis=1)
+        offset = p[:, j, :2] - start
+        along = offset @ (direction / norm) if norm > 1e-6 else np.linalg.norm(offset, axis=1)
         side.plot(along, p[:, j, 2], color=f"C{j}", label=label)
         side.axvline(norm, color=f"C{j}", ls=":", lw=1)
         top.plot(p[:, j, 0], p[:, j, 1], color=f"C{j}")

@@ -32,7 +32,8 @@ SOLVER_KEYS = ("timestep", "cone", "iterations", "ls_iterations", "impratio")
 CONES = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
 #: Where an absent obstacle is parked (world frame, m): far outside every world's reach.
 OBSTACLE_PARK = (1000.0, 1000.0, -10.0)
-UNSTABLE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+UNSTABLE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+                     mujoco.mjtWarning.mjWARN_BADQVEL)
 
 
 @dataclass
@@ -181,7 +182,8 @@ def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle
 
     return ModelIndex(
         base_body=base, base_qpos=int(model.jnt_qposadr[free[0]]), base_qvel=int(model.jnt_dofadr[free[0]]),
-        joint_ids=joint_ids, joint_qpos=model.jnt_qposadr[joint_ids].copy(), joint_qvel=model.jnt_dofadr[joint_ids].copy(),
+        joint_ids=joint_ids, joint_qpos=model.jnt_qposadr[joint_ids].copy(),
+        joint_qvel=model.jnt_dofadr[joint_ids].copy(),
         actuator_ids=act_ids, joint_range=rng, torque_limit=np.abs(limit),
         foot_geoms=np.array([model.geom(n).id for n in legged.foot_geoms]),
         foot_sensors=np.array([sensor_adr(f"sim2real_foot_{n}_touch") for n in legged.foot_geoms]),

@@ -197,11 +197,11 @@ def _boxes(rng, u, v, half, platform_half, hs, max_h) -> np.ndarray:
         return h
     n = round(_BOXES_PER_TILE_M2 * (2 * half) ** 2)
     for _ in range(n):
-        w, l = rng.uniform(0.4, 1.2, size=2)
-        cx, cy = rng.uniform(-half + w / 2, half - w / 2), rng.uniform(-half + l / 2, half - l / 2)
+        w, length = rng.uniform(0.4, 1.2, size=2)
+        cx, cy = rng.uniform(-half + w / 2, half - w / 2), rng.uniform(-half + length / 2, half - length / 2)
         # snap to the sample grid so box edges are sharp at the sample spacing
         x0, x1 = np.round((cx - w / 2) / hs) * hs, np.round((cx + w / 2) / hs) * hs
-        y0, y1 = np.round((cy - l / 2) / hs) * hs, np.round((cy + l / 2) / hs) * hs
+        y0, y1 = np.round((cy - length / 2) / hs) * hs, np.round((cy + length / 2) / hs) * hs
         inside = (u >= x0 - 1e-9) & (u <= x1 + 1e-9) & (v >= y0 - 1e-9) & (v <= y1 + 1e-9)
         h[inside] = np.maximum(h[inside], rng.uniform(0.25, 1.0) * max_h)
     platform = _chebyshev(u, v) <= platform_half + hs + 1e-9

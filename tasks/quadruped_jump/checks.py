@@ -34,7 +34,8 @@ def check_config(cfg: dict) -> None:
     dr = cfg["domain_rand"]
     for key in ("friction", "mass_scale", "motor_strength", "kp_scale", "kd_scale", "latency_steps"):
         lo, hi = dr[key]
-        require(0 <= lo <= hi, f"domain_rand.{key}", f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
+        require(0 <= lo <= hi, f"domain_rand.{key}",
+                f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
     require(dr["friction"][0] > 0 and dr["mass_scale"][0] > 0 and dr["motor_strength"][0] > 0,
             "domain_rand", "friction, mass and strength scales must be positive")
     require(0 <= dr["push_prob"] <= 1, "domain_rand.push_prob", "must lie in [0, 1]")

@@ -35,7 +35,8 @@ def sample_commands(stage: torch.Tensor, level: torch.Tensor, cfg: dict) -> torc
     return cmd
 
 
-def target_world(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def target_world(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Landing target xy ``[M, 2]`` [m] and yaw ``[M]`` [rad] in the world frame of commands ``[M, 5]`` issued at
     ``start_xy`` ``[M, 2]`` with heading ``start_yaw`` ``[M]``."""
     c, s = torch.cos(start_yaw), torch.sin(start_yaw)

@@ -74,7 +74,8 @@ class QuadrupedJumpEnv(VecEnv):
         self.settled_height, settled_quat, settled_joints = self.sim.settled_state()
         settled_quat = torch.tensor(settled_quat, dtype=torch.float32, device=device)
         # Keep the sag's pitch/roll, drop its (tiny) yaw: the spawn heading is drawn per episode.
-        self.settled_tilt_quat = quat_mul(quat_from_yaw(-yaw_from_quat(settled_quat[None]))[0][None], settled_quat[None])
+        settled_quat = settled_quat.unsqueeze(0)
+        self.settled_tilt_quat = quat_mul(quat_from_yaw(-yaw_from_quat(settled_quat)), settled_quat)
         self.settled_joint_pos = torch.tensor(settled_joints, dtype=torch.float32, device=device)
 
         dr = cfg["domain_rand"]
@@ -282,7 +283,8 @@ class QuadrupedJumpEnv(VecEnv):
         start_xy = torch.zeros(m, 2, device=dev)
         self.start_xy[ids], self.start_yaw[ids] = start_xy, yaw
         self.target_xy[ids], self.target_yaw[ids] = cmds.target_world(start_xy, yaw, self.command[ids])
-        centre, half, direction = cmds.obstacle_box(start_xy, yaw, self.command[ids], self.cfg["command"]["obstacle_width"])
+        width = self.cfg["command"]["obstacle_width"]
+        centre, half, direction = cmds.obstacle_box(start_xy, yaw, self.command[ids], width)
         self.sim.set_obstacle(ids, centre, half, direction)
         lo, hi = e["wait_s"]
         wait = lo + (hi - lo) * torch.rand(m, device=dev)

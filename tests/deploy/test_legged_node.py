@@ -7,6 +7,8 @@ is known exactly.
 
 from __future__ import annotations
 
+import os
+
 import contextlib
 import math
 import time
@@ -26,7 +28,8 @@ from sim2real.deploy.ros_testing import TopicRecorder, wait_until
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-MENAGERIE = Path(__file__).resolve().parents[3] / "shared" / "robots" / "unitree_go2" / "scene.xml"
+SHARED = Path(os.environ.get("SIM2REAL_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
+MENAGERIE = SHARED / "robots" / "unitree_go2" / "scene.xml"
 ROBOT = load_robot("go2")
 # Written out here, not read from the config: the policy order and Menagerie's motor order.
 POLICY_ORDER = [f"{leg}_{part}_joint" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]

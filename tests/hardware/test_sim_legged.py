@@ -3,6 +3,8 @@ are published in the model's motor order, stale commands give damping, and the C
 
 from __future__ import annotations
 
+import os
+
 import contextlib
 import time
 from pathlib import Path
@@ -21,7 +23,8 @@ from sim2real.hardware.sim_legged import SimLeggedNode
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-MENAGERIE = Path(__file__).resolve().parents[3] / "shared" / "robots" / "unitree_go2" / "scene.xml"
+SHARED = Path(os.environ.get("SIM2REAL_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
+MENAGERIE = SHARED / "robots" / "unitree_go2" / "scene.xml"
 POLICY_ORDER = [f"{leg}_{part}_joint" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
 MOTOR_ORDER = [f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "thigh", "calf")]
 DEFAULT = {n: {"hip": 0.0, "thigh": 0.9, "calf": -1.8}[n.split("_")[1]] for n in POLICY_ORDER}

@@ -8,6 +8,8 @@ Right answers come from a plain ``mujoco.MjModel`` of the same MJCF (names looke
 
 from __future__ import annotations
 
+import os
+
 import copy
 import sys
 from pathlib import Path
@@ -21,9 +23,11 @@ from sim2real.sim.mujoco_backend import MujocoBackend
 
 mujoco = pytest.importorskip("mujoco")
 
-MENAGERIE = Path("/work/shared/robots")
+SHARED = Path(os.environ.get("SIM2REAL_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
+MENAGERIE = SHARED / "robots"
 GO2_SCENE = MENAGERIE / "unitree_go2" / "scene.xml"
-pytestmark = pytest.mark.skipif(not GO2_SCENE.is_file(), reason="Menagerie's Go2 is not in /work/shared/robots")
+pytestmark = pytest.mark.skipif(not GO2_SCENE.is_file(),
+                                 reason=f"Menagerie's Go2 is not at {GO2_SCENE} (set SIM2REAL_SHARED)")
 
 FAST = {"fidelity": "fast", "fast": {"timestep": 0.005, "cone": "pyramidal", "iterations": 4, "ls_iterations": 8},
         "control_dt": 0.02, "nthread": 1}

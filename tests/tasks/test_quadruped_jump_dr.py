@@ -11,6 +11,8 @@ observation, and that pushes and action latency act as configured.
 
 from __future__ import annotations
 
+import os
+
 import copy
 from pathlib import Path
 
@@ -24,8 +26,10 @@ from sim2real.tasks import make_env, task_config
 
 mujoco = pytest.importorskip("mujoco")
 
-GO2_SCENE = Path("/work/shared/robots/unitree_go2/scene.xml")
-needs_menagerie = pytest.mark.skipif(not GO2_SCENE.is_file(), reason="Menagerie's Go2 is not in /work/shared/robots")
+SHARED = Path(os.environ.get("SIM2REAL_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
+GO2_SCENE = SHARED / "robots" / "unitree_go2" / "scene.xml"
+needs_menagerie = pytest.mark.skipif(not GO2_SCENE.is_file(),
+                                 reason=f"Menagerie's Go2 is not at {GO2_SCENE} (set SIM2REAL_SHARED)")
 FAST = {"fidelity": "fast", "fast": {"timestep": 0.005, "cone": "pyramidal", "iterations": 4, "ls_iterations": 8},
         "control_dt": 0.02, "nthread": 1}
 FULL = {"fidelity": "full", "control_dt": 0.02, "nthread": 1}
