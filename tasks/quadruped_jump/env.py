@@ -156,6 +156,18 @@ class QuadrupedJumpEnv(VecEnv):
 
     # --- stepping ------------------------------------------------------------------------------------------
     def step(self, actions: torch.Tensor):
+        if self.device != "cpu":
+            return self._step(actions)
+        # The per-step task tensors are small ([N, <=70]): on the CPU, torch's intra-op threads only contend with
+        # MuJoCo's physics threads (measured: +35% env-steps/s at 256 envs on 2 cores with one torch thread here).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._step(actions)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _step(self, actions: torch.Tensor):
         clip = self.action_term.action_clip
         actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
         self.last_actions = self.actions

@@ -199,12 +199,12 @@ def test_configure_refuses_a_policy_for_another_model_or_robot_kind(ros_ctx, nam
 class Graph:
     """The node under test, a probe recording its commands, and a 200 Hz feeder of joint states and IMU."""
 
-    def __init__(self, ctx, namespace, node):
+    def __init__(self, ctx, namespace, node, joints: dict | None = None):
         self.node, self.ns = node, namespace
         self.targets_topic, self.gains_topic = f"{namespace}/cmd/joint_targets", f"{namespace}/cmd/joint_gains"
         self.probe = TopicRecorder("probe", {self.targets_topic: JointState, self.gains_topic: JointState},
                                    context=ctx)
-        self.joints: JointState | None = joint_msg(DEFAULT)
+        self.joints: JointState | None = joint_msg(joints or DEFAULT)
         self.imu: Imu | None = imu_msg()
         self.last_joint_pub = None
         joint_pub = self.probe.publisher(f"{namespace}/joint_states", JointState)
@@ -256,15 +256,16 @@ def policy_targets(bias: np.ndarray) -> np.ndarray:
 
 @pytest.fixture
 def start(ros_ctx, namespace):
-    """``start(policy_dir, ramp_s=0.2, **node_kwargs) -> Graph`` (configured, activated, spinning)."""
+    """``start(policy_dir, ramp_s=0.2, joints=None, **node_kwargs) -> Graph`` (configured, activated, spinning;
+    ``joints``: the fed joint positions by name from the start, default pose when None)."""
     with contextlib.ExitStack() as stack:
 
-        def make(policy_dir, **kwargs):
+        def make(policy_dir, joints=None, **kwargs):
             kwargs.setdefault("ramp_s", 0.2)
             node = configured(ros_ctx, namespace, policy_dir, **kwargs)
             stack.callback(node.destroy_node)
             assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
-            graph = Graph(ros_ctx, namespace, node)
+            graph = Graph(ros_ctx, namespace, node, joints)
             stack.callback(graph.probe.destroy_node)
             stack.enter_context(BackgroundSpin(ros_ctx, node, graph.probe))
             return graph
@@ -282,8 +283,8 @@ def test_activation_ramps_from_the_measured_pose_then_hands_over_with_zero_last_
     bias = np.zeros(J)
     bias[FL_HIP] = 0.1
     crouch = {n: DEFAULT[n] + (0.3 if n.endswith("calf_joint") else 0.0) for n in POLICY_ORDER}
-    g = start(legged_policy(bias, w), ramp_s=0.4)
-    g.joints = joint_msg(crouch)  # the (fake) robot does not move: the ramp starts from these positions
+    # The (fake) robot is crouched from the first message on and does not move: the ramp starts from there.
+    g = start(legged_policy(bias, w), ramp_s=0.4, joints=crouch)
     assert wait_until(lambda: g.node.phase == "policy" and len(g.commands()) > 5 + 0.4 / 0.02, 5.0)
     time.sleep(0.1)
     cmds = [c for c in g.commands() if not is_damping(*c[1:])]
