@@ -375,7 +375,7 @@ def legged_deploy_main(args, robot: dict) -> int:
     from rclpy.executors import SingleThreadedExecutor
 
     from sim2real.configs import ConfigError
-    from sim2real.deploy.ros_runtime import ros_context, sigterm_as_interrupt, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
 
     for flag, value in (("--goal", args.goal), ("--rate-hz", args.rate_hz)):
         if value is not None:
@@ -383,7 +383,7 @@ def legged_deploy_main(args, robot: dict) -> int:
     OnnxPolicy(args.policy, robot)  # refuse a bad policy before any ROS traffic
     torch.set_num_threads(1)
     damping_kd = DAMPING_KD if getattr(args, "damping_kd", None) is None else args.damping_kd
-    with sigterm_as_interrupt(), ros_context() as ctx:
+    with stop_on_signals(), ros_context() as ctx:
         node = LeggedPolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
                                 state_timeout_s=args.state_timeout, ramp_s=args.ramp_s, damping_kd=damping_kd,
                                 context=ctx)

@@ -268,7 +268,7 @@ def deploy_main(args) -> int:
         ConfigError: unknown robot or unreadable robot YAML.
     """
     from sim2real.configs import load_robot
-    from sim2real.deploy.ros_runtime import ros_context, sigterm_as_interrupt, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
 
     robot = load_robot(args.robot)
     if robot.get("kind") == "legged":
@@ -289,7 +289,7 @@ def deploy_main(args) -> int:
     torch.set_num_threads(1)
     from rclpy.executors import SingleThreadedExecutor
 
-    with sigterm_as_interrupt(), ros_context() as ctx:
+    with stop_on_signals(), ros_context() as ctx:
         node = PolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
                           state_timeout_s=args.state_timeout, goal=args.goal, rate_hz=args.rate_hz, context=ctx)
         executor = SingleThreadedExecutor(context=ctx)

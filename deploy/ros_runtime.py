@@ -15,8 +15,8 @@ from rclpy.signals import SignalHandlerOptions
 
 @contextlib.contextmanager
 def ros_context():
-    """A fresh, initialised rclpy :class:`Context` (no rclpy signal handlers: Ctrl-C raises
-    ``KeyboardInterrupt`` in Python, so nodes can still publish a last safe command); shut down on exit."""
+    """A fresh, initialised rclpy :class:`Context` (no rclpy signal handlers: Ctrl-C stays with Python, see
+    :func:`stop_on_signals`, so nodes can still publish a last safe command); shut down on exit."""
     ctx = Context()
     rclpy.init(context=ctx, signal_handler_options=SignalHandlerOptions.NO)
     try:
@@ -25,29 +25,41 @@ def ros_context():
         rclpy.try_shutdown(context=ctx)
 
 
+#: Set by Ctrl-C / SIGTERM inside :func:`stop_on_signals`; :func:`spin_for` returns when it is set.
+STOP_REQUESTED = threading.Event()
+
+
 @contextlib.contextmanager
-def sigterm_as_interrupt():
-    """Inside the block, SIGTERM raises ``KeyboardInterrupt`` like Ctrl-C (main thread only; else a no-op)."""
+def stop_on_signals():
+    """Inside the block, Ctrl-C (SIGINT) and SIGTERM request a stop (:data:`STOP_REQUESTED`) instead of raising
+    ``KeyboardInterrupt`` wherever the main thread happens to be: an exception raised inside rclpy's executor or a
+    node callback can leave a lock held, and the node's last safe command would then hang or be lost. Main thread
+    only; elsewhere a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        STOP_REQUESTED.set()
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    STOP_REQUESTED.clear()
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def spin_for(executor: SingleThreadedExecutor, context: Context, duration_s: float | None) -> str:
     """Spin ``executor`` until ``duration_s`` [s] have passed (None: forever), the context shuts down, or
-    Ctrl-C / SIGTERM. Returns why it stopped: ``"duration"``, ``"shutdown"`` or ``"interrupted"``."""
+    Ctrl-C / SIGTERM (a ``KeyboardInterrupt``, or :data:`STOP_REQUESTED` under :func:`stop_on_signals`).
+    Returns why it stopped: ``"duration"``, ``"shutdown"`` or ``"interrupted"``."""
     deadline = None if duration_s is None else time.monotonic() + float(duration_s)
     try:
         while context.ok():
+            if STOP_REQUESTED.is_set():
+                return "interrupted"
             timeout = 0.05
             if deadline is not None:
                 left = deadline - time.monotonic()

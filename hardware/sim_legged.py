@@ -290,10 +290,10 @@ def standin_main(args, robot: dict) -> int:
 
     from sim2real.configs import ConfigError
     from sim2real.deploy.ros_env import force_localhost_discovery
-    from sim2real.deploy.ros_runtime import ros_context, sigterm_as_interrupt, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
 
     force_localhost_discovery()
-    with sigterm_as_interrupt(), ros_context() as ctx:
+    with stop_on_signals(), ros_context() as ctx:
         try:
             node = SimLeggedNode(
                 robot, namespace=args.namespace, node_name=args.node_name, mjcf=args.mjcf,

@@ -204,9 +204,9 @@ def standin_main(args) -> int:
     torch.set_num_threads(1)
     from rclpy.executors import SingleThreadedExecutor
 
-    from sim2real.deploy.ros_runtime import ros_context, sigterm_as_interrupt, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
 
-    with sigterm_as_interrupt(), ros_context() as ctx:
+    with stop_on_signals(), ros_context() as ctx:
         try:
             node = SimQuadrotorNode(
                 robot, namespace=args.namespace, node_name=args.node_name, initial_position=args.initial_position,
