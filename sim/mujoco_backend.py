@@ -180,6 +180,11 @@ def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle
     def sensor_adr(name: str) -> int:
         return int(model.sensor_adr[model.sensor(name).id])
 
+    ground = np.array([g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
+                       and model.geom(g).name != "sim2real_obstacle"], dtype=np.int64)
+    if len(ground) == 0:
+        raise ConfigError(f"robot.mjcf: {model_name} has no ground (no geom on the world body); point it at a scene "
+                          "file with a floor, e.g. Menagerie's scene.xml rather than the bare robot file")
     return ModelIndex(
         base_body=base, base_qpos=int(model.jnt_qposadr[free[0]]), base_qvel=int(model.jnt_dofadr[free[0]]),
         joint_ids=joint_ids, joint_qpos=model.jnt_qposadr[joint_ids].copy(),
@@ -188,8 +193,7 @@ def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle
         foot_geoms=np.array([model.geom(n).id for n in legged.foot_geoms]),
         foot_sensors=np.array([sensor_adr(f"sim2real_foot_{n}_touch") for n in legged.foot_geoms]),
         body_sensors=np.array([sensor_adr(f"sim2real_body_{n}_touch") for n in legged.termination_contact_bodies]),
-        ground_geoms=np.array([g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
-                               and model.geom(g).name != "sim2real_obstacle"]),
+        ground_geoms=ground,
         imu_site=model.site(legged.imu_site).id,
         obstacle_geom=model.geom("sim2real_obstacle").id if obstacle else -1,
     )

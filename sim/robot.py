@@ -128,6 +128,9 @@ class LeggedRobot:
             v = robot[key]
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
                 raise ConfigError(f"robot.{key}: expected a positive number, got {v!r}")
+        for key in ("stiffness", "damping"):
+            if (resolve_joint_values(robot[key], joints, key) < 0).any():
+                raise ConfigError(f"robot.{key}: PD gains must be >= 0")
         return cls(
             name=robot["name"], joint_names=list(joints), foot_geoms=list(robot["foot_geoms"]),
             base_body=robot["base_body"], imu_site=robot["imu_site"],

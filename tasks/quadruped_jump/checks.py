@@ -23,11 +23,27 @@ def check_config(cfg: dict) -> None:
         require(e[key] > 0, f"env.{key}", f"must be positive, got {e[key]}")
     require(cfg["sim"]["control_dt"] > 0, "sim.control_dt", "must be positive")
     require(cfg["sim"]["nthread"] >= 0, "sim.nthread", "must be >= 0")
+    require(c["distance_max"] >= 0, "command.distance_max", f"must be >= 0, got {c['distance_max']}")
     require(0 <= c["distance_min"] <= c["distance_start"] <= c["distance_max"], "command.distance_min",
             "need 0 <= distance_min <= distance_start <= distance_max")
+    require(0 <= c["diagonal_max"] <= 3.1416, "command.diagonal_max", "must lie in [0, pi]")
+    for key in ("yaw_max", "obstacle_height_max"):
+        require(c[key] >= 0, f"command.{key}", f"must be >= 0, got {c[key]}")
+    require(c["obstacle_width"] > 0, "command.obstacle_width", "must be positive")
+    require(e["termination_height"] >= 0, "env.termination_height", "must be >= 0")
+    require(e["init_joint_noise"] >= 0 and e["init_height_offset"] >= 0, "env.init_joint_noise",
+            "init noise and height offset must be >= 0")
+    require(e["body_contact_force"] >= 0, "env.body_contact_force", "must be >= 0")
+    fast = cfg["sim"]["fast"]
+    if "timestep" in fast:
+        require(fast["timestep"] > 0, "sim.fast.timestep", f"must be positive, got {fast['timestep']}")
+    for key in ("iterations", "ls_iterations"):
+        if key in fast:
+            require(int(fast[key]) == fast[key] and fast[key] >= 1, f"sim.fast.{key}", "must be an integer >= 1")
     for key in ("obstacle_distance", "obstacle_length"):
         require(0 <= c[key][0] <= c[key][1], f"command.{key}", f"must be a range [low, high] >= 0, got {c[key]}")
     require(s["min_peak_height"] >= 0, "success.min_peak_height", "must be >= 0")
+    require(s["position_tol_per_m"] >= 0, "success.position_tol_per_m", "must be >= 0")
     for key in ("position_tol", "yaw_tol", "upright_tilt"):
         require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
     check_observations(cfg["observations"])
@@ -36,6 +52,11 @@ def check_config(cfg: dict) -> None:
         lo, hi = dr[key]
         require(0 <= lo <= hi, f"domain_rand.{key}",
                 f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
+    require(dr["base_added_mass"][0] <= dr["base_added_mass"][1], "domain_rand.base_added_mass",
+            f"must be a range [low, high], got {dr['base_added_mass']}")
+    require(all(int(v) == v for v in dr["latency_steps"]), "domain_rand.latency_steps", "must be whole control steps")
+    require(dr["base_com_offset"] >= 0 and dr["push_velocity"] >= 0, "domain_rand.base_com_offset",
+            "offsets and push velocities must be >= 0")
     require(dr["friction"][0] > 0 and dr["mass_scale"][0] > 0 and dr["motor_strength"][0] > 0,
             "domain_rand", "friction, mass and strength scales must be positive")
     require(0 <= dr["push_prob"] <= 1, "domain_rand.push_prob", "must lie in [0, 1]")
@@ -44,6 +65,8 @@ def check_config(cfg: dict) -> None:
     require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",
             "need 0 <= initial <= max_difficulty <= num_stages")
     require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
+    require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
+    require(cfg["rewards"]["scale"] > 0, "rewards.scale", "must be positive")
     require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")
     check_train(cfg)
     check_device(cfg["device"])

@@ -384,3 +384,9 @@ def test_robots_stand_on_their_terrain_tiles():
     torch.testing.assert_close(height, expected, atol=0.005, rtol=0)
     np.testing.assert_allclose(sim.state()["foot_contact"].sum(1).numpy(),
                                float(sim.model.body_subtreemass[1]) * 9.81, rtol=0.05)
+
+
+def test_a_model_without_ground_is_refused_by_name():
+    robot = dict(load_robot("go2"), mjcf=str(GO2_SCENE.parent / "go2.xml"))  # the bare robot file, no floor
+    with pytest.raises(ConfigError, match="robot.mjcf: go2.xml has no ground"):
+        MujocoBackend(robot, 1, FAST)
