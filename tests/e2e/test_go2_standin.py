@@ -25,8 +25,8 @@ import sim2real
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadruped-jump"
-#: The policy under test: None = a synthetic policy with the real quadruped-jump metadata whose constant action
-#: moves the thigh targets +0.05 rad off the default pose; set it to PRETRAINED once the trained policy ships.
+#: The policy under test: the shipped trained one (None would use a synthetic policy with the real quadruped-jump
+#: metadata whose constant action moves the thigh targets +0.05 rad off the default pose).
 POLICY_DIR: Path | None = PRETRAINED
 RAMP_S, HOLD_S = 2.0, 5.0
 #: Up = the trunk clear of the ground (standing ~0.24 m on Menagerie's Go2; the jump policy's take-off crouch ~0.13 m;
@@ -42,8 +42,7 @@ DEFAULT = np.array([{"hip": 0.0, "thigh": 0.9, "calf": -1.8}[n.split("_")[1]] fo
 @pytest.fixture
 def policy_dir(tmp_path, write_legged_policy) -> Path:
     if POLICY_DIR is not None:
-        if not (Path(POLICY_DIR) / "policy.onnx").is_file():
-            pytest.skip(f"no policy at {POLICY_DIR}")
+        assert (Path(POLICY_DIR) / "policy.onnx").is_file(), f"the shipped policy is missing: {POLICY_DIR}"
         return Path(POLICY_DIR)
     bias = np.array([0.05 / 0.35 if n.endswith("thigh_joint") else 0.0 for n in POLICY_ORDER])
     return write_legged_policy(tmp_path / "policy", bias)
