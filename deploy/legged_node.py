@@ -56,7 +56,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from rclpy.clock import Clock, ClockType
-from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import Imu, JointState
@@ -66,6 +65,7 @@ from sim2real.deploy.ros_conversions import (
     JUMP_COMMAND_NAMES, InvalidMessage, JointOrder, command_from_message, imu_to_sample, joint_command_messages,
     joint_state_to_sample, legged_robot_state,
 )
+from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import InputMonitor
 from sim2real.policies.metadata import PolicyMismatchError
 from sim2real.policies.onnx_policy import OnnxPolicy
@@ -75,7 +75,6 @@ from sim2real.tasks.observations import ObservationBuilder
 TARGETS_TOPIC, GAINS_TOPIC = "cmd/joint_targets", "cmd/joint_gains"
 INPUTS = ("joint_states", "imu")
 DAMPING_KD = 2.0  # N m s/rad, joint damping of the damping mode
-SAFE_COMMAND_ACK_TIMEOUT_S = 0.5  # bound on waiting for subscribers to acknowledge the final damping command
 
 
 class LeggedPolicyNode(LifecycleNode):
@@ -217,10 +216,7 @@ class LeggedPolicyNode(LifecycleNode):
             self._timer = None
         if self.active and self._pubs:
             self._publish(*self.damping_command())
-            # Reliable QoS: a process exiting right after deactivate/shutdown must not drop it on the wire.
-            deadline = time.monotonic() + SAFE_COMMAND_ACK_TIMEOUT_S
-            acked = all(pub.wait_for_all_acked(Duration(seconds=max(0.0, deadline - time.monotonic())))
-                        for pub in self._pubs.values())
+            acked = wait_for_acks(self._pubs.values())
             self.get_logger().info("control stopped: damping command published"
                                    + ("" if acked else " (not acknowledged by every subscriber)"))
         self.active = False

@@ -31,7 +31,6 @@ import torch
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry
 from rclpy.clock import Clock, ClockType
-from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Bool, Float32MultiArray
@@ -39,6 +38,7 @@ from std_msgs.msg import Bool, Float32MultiArray
 from sim2real.deploy.ros_conversions import (
     command_to_message, goal_to_position, odometry_to_sample, robot_state,
 )
+from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import SafetyLayer
 from sim2real.policies.metadata import PolicyMismatchError
 from sim2real.policies.onnx_policy import OnnxPolicy
@@ -48,7 +48,6 @@ from sim2real.tasks.observations import ObservationBuilder
 COMMAND_TOPICS = {"motor_thrust": "cmd/motors", "ctbr": "cmd/ctbr"}
 #: Goal frames accepted besides the odometry's own ``header.frame_id``.
 WORLD_FRAMES = ("", "world")
-SAFE_COMMAND_ACK_TIMEOUT_S = 0.5  # bound on waiting for subscribers to acknowledge the final safe command
 
 
 class PolicyNode(LifecycleNode):
@@ -163,9 +162,7 @@ class PolicyNode(LifecycleNode):
             self._timer = None
         if self.active and self._pub is not None and self.safety is not None:
             self._publish(self.safety.safe_command())
-            # Reliable QoS: wait (bounded) until every matched subscriber has the safe command, so that a process
-            # exiting right after deactivate/shutdown does not drop it on the wire.
-            acked = self._pub.wait_for_all_acked(Duration(seconds=SAFE_COMMAND_ACK_TIMEOUT_S))
+            acked = wait_for_acks([self._pub])
             self.get_logger().info("control stopped: safe command published"
                                    + ("" if acked else " (not acknowledged by every subscriber)"))
         self.active = False

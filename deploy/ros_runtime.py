@@ -9,6 +9,7 @@ import time
 
 import rclpy
 from rclpy.context import Context
+from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
@@ -72,6 +73,31 @@ def spin_for(executor: SingleThreadedExecutor, context: Context, duration_s: flo
     except ExternalShutdownException:
         return "shutdown"
     return "shutdown"
+
+
+#: Bound [s] on waiting for subscribers to acknowledge a node's last safe command.
+SAFE_COMMAND_ACK_TIMEOUT_S = 0.5
+
+
+def wait_for_acks(publishers, timeout_s: float = SAFE_COMMAND_ACK_TIMEOUT_S) -> bool:
+    """Wait until every matched (reliable) subscriber of each publisher has acknowledged what was published, for
+    at most ``timeout_s`` [s] in all: a process exiting right after its last safe command must not drop it on the
+    wire. Returns whether all acknowledged in time."""
+    deadline = time.monotonic() + timeout_s
+    return all(pub.wait_for_all_acked(Duration(seconds=max(0.0, deadline - time.monotonic())))
+               for pub in publishers)
+
+
+def spin_node(node, context: Context, duration_s: float | None) -> str:
+    """Spin one ``node`` in its own executor with :func:`spin_for`; shut the executor down and destroy the node
+    afterwards. Returns :func:`spin_for`'s reason."""
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    try:
+        return spin_for(executor, context, duration_s)
+    finally:
+        executor.shutdown()
+        node.destroy_node()
 
 
 class BackgroundSpin:

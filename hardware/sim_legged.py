@@ -286,11 +286,10 @@ def standin_main(args, robot: dict) -> int:
     Raises:
         ConfigError: a bad model or option (one line naming it).
     """
-    from rclpy.executors import SingleThreadedExecutor
 
     from sim2real.configs import ConfigError
     from sim2real.deploy.ros_env import force_localhost_discovery
-    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals
 
     force_localhost_discovery()
     with stop_on_signals(), ros_context() as ctx:
@@ -301,11 +300,5 @@ def standin_main(args, robot: dict) -> int:
                 damping_kd=args.damping_kd or DAMPING_KD, initial_pose=args.initial_pose, context=ctx)
         except ValueError as exc:  # ConfigError included
             raise ConfigError(str(exc)) from None
-        executor = SingleThreadedExecutor(context=ctx)
-        executor.add_node(node)
-        try:
-            spin_for(executor, ctx, args.duration)
-        finally:
-            executor.shutdown()
-            node.destroy_node()
+        spin_node(node, ctx, args.duration)
     return 0

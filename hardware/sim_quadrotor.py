@@ -202,9 +202,8 @@ def standin_main(args) -> int:
     if args.initial_position[2] < 0.0:
         raise ConfigError(f"--initial-position z = {args.initial_position[2]:g} m is below the floor (z = 0)")
     torch.set_num_threads(1)
-    from rclpy.executors import SingleThreadedExecutor
 
-    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals
 
     with stop_on_signals(), ros_context() as ctx:
         try:
@@ -215,11 +214,5 @@ def standin_main(args) -> int:
                 sensor_rate_hz=args.sensor_rate_hz, command_timeout_s=args.command_timeout, context=ctx)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        executor = SingleThreadedExecutor(context=ctx)
-        executor.add_node(node)
-        try:
-            spin_for(executor, ctx, args.duration)
-        finally:
-            executor.shutdown()
-            node.destroy_node()
+        spin_node(node, ctx, args.duration)
     return 0
