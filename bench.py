@@ -6,8 +6,9 @@
   where the time goes (simulation, policy inference during rollouts, PPO update; evaluation excluded).
 * ``inference``: ONNX inference latency per step (p50/p99) and the policy node's control-period error (p50/p99)
   at 50 Hz and 100 Hz against the stand-in robot.
-* ``jump-throughput``: ``quadruped-jump`` env-steps/s against the raw MuJoCo physics floor and a Gymnasium
-  ``SyncVectorEnv`` (:mod:`sim2real.bench_legged`).
+* ``jump-throughput`` / ``footsteps-throughput``: ``quadruped-jump`` / ``humanoid-footsteps`` env-steps/s against
+  the raw MuJoCo physics floor and a Gymnasium ``SyncVectorEnv`` (:mod:`sim2real.bench_legged`); ``--set KEY=VALUE``
+  overrides the task config (e.g. ``robot.mjcf=<path to the real JVRC-1 scene.xml>``).
 """
 
 from __future__ import annotations
@@ -143,15 +144,21 @@ def bench_inference(quick: bool = False) -> dict:
 def run_bench(args) -> int:
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
-    from sim2real.bench_legged import bench_jump_throughput
+    from sim2real.bench_legged import bench_footsteps_throughput, bench_jump_throughput
 
     benches = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference,
-               "jump-throughput": bench_jump_throughput}
+               "jump-throughput": bench_jump_throughput, "footsteps-throughput": bench_footsteps_throughput}
+    overridable = ("jump-throughput", "footsteps-throughput")
     names = list(benches) if args.name == "all" else [args.name]
+    overrides = list(getattr(args, "overrides", []) or [])
+    if overrides and any(name not in overridable for name in names):
+        from sim2real.configs import ConfigError
+
+        raise ConfigError(f"--set applies to {' and '.join(overridable)} only")
     for name in names:
         print(f"== {name}")
         fn = benches[name]
-        results[name] = fn(quick=args.quick)
+        results[name] = fn(quick=args.quick, overrides=overrides) if name in overridable else fn(quick=args.quick)
     if args.output:
         from sim2real.policies.checkpoints import atomic_write_bytes
 

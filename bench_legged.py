@@ -1,9 +1,10 @@
-"""``sim2real bench jump-throughput``: the ``quadruped-jump`` env against the raw physics floor, side by side.
+"""``sim2real bench jump-throughput`` / ``footsteps-throughput``: a legged task's env (``quadruped-jump``,
+``humanoid-footsteps``) against the raw physics floor, side by side.
 
 For each batch size the same worlds (same model, solver settings, PD servos and threads) are stepped three ways
 in one run:
 
-* ``env``: ``QuadrupedJumpEnv.step`` with random actions (physics + observations, rewards, resets, DR);
+* ``env``: the task env's ``step`` with random actions (physics + observations, rewards, resets, DR);
 * ``floor``: ``Batch.step(nstep=decimation)`` of the env's own batch with the same random targets and nothing else;
 * ``gymnasium`` (smallest batch only): a Gymnasium ``SyncVectorEnv`` of single-world MuJoCo envs (``mj_step`` in
   Python, one world after another) on the same model and settings.
@@ -84,27 +85,38 @@ def _time_gymnasium(env, n: int, steps: int, gen) -> float:
     return rate
 
 
-def bench_jump_throughput(quick: bool = False) -> dict:
+def bench_jump_throughput(quick: bool = False, overrides: list[str] | None = None) -> dict:
+    return bench_legged_throughput("quadruped-jump", quick, overrides)
+
+
+def bench_footsteps_throughput(quick: bool = False, overrides: list[str] | None = None) -> dict:
+    return bench_legged_throughput("humanoid-footsteps", quick, overrides)
+
+
+def bench_legged_throughput(task: str, quick: bool = False, overrides: list[str] | None = None) -> dict:
+    """Env vs floor at 256/1024/4096 envs (64/256 with ``quick``), floor vs Gymnasium and fast vs full fidelity
+    at the smallest size, for ``task`` with config ``overrides`` (e.g. ``robot.mjcf=...``)."""
     from sim2real.tasks import make_env, task_config
 
+    overrides = list(overrides or [])
     sizes = [64, 256] if quick else [256, 1024, 4096]
     gen = torch.Generator().manual_seed(0)
-    out: dict = {"sizes": {}}
+    out: dict = {"task": task, "overrides": overrides, "sizes": {}}
     threads = torch.get_num_threads()
     print(f"{'envs':>6} {'env steps/s':>12} {'floor steps/s':>14} {'env/floor':>10}")
     for n in sizes:
         steps = max(10, min(100, 40_000 // n)) if not quick else 10
-        env = make_env(task_config("quadruped-jump"), num_envs=n)
+        env = make_env(task_config(task, overrides), num_envs=n)
         floor = _time_floor(env, steps, gen)
         rate = _time_env(env, steps, gen)
         out["sizes"][str(n)] = {"env_steps_per_s": rate, "floor_steps_per_s": floor, "env_over_floor": rate / floor}
         print(f"{n:>6} {rate:>12,.0f} {floor:>14,.0f} {rate / floor:>10.2f}", flush=True)
     n = sizes[0]
     steps = 10 if quick else 40
-    env = make_env(task_config("quadruped-jump"), num_envs=n)
+    env = make_env(task_config(task, overrides), num_envs=n)
     gym_rate = _time_gymnasium(env, n, steps, gen)
     floor = _time_floor(env, steps, gen)
-    full = make_env(task_config("quadruped-jump", ["sim.fidelity=full"]), num_envs=n)
+    full = make_env(task_config(task, overrides + ["sim.fidelity=full"]), num_envs=n)
     floor_full = _time_floor(full, steps, gen)
     env_full = _time_env(full, steps, gen)
     out.update(gymnasium_steps_per_s=gym_rate, floor_over_gymnasium=floor / gym_rate, fast_floor_steps_per_s=floor,

@@ -174,12 +174,25 @@ def _policy_fn(args):
 
 
 def cmd_eval(args) -> int:
+    from sim2real.configs import ConfigError
     from sim2real.policies.evaluation import evaluate
 
+    if args.plans and args.task not in (None, "humanoid-footsteps"):
+        raise ConfigError(f"--plans applies to humanoid-footsteps, not {args.task}")
     policy, cfg = _policy_fn(args)
-    metrics = evaluate(cfg, policy, num_episodes=args.episodes)
-    text = json.dumps(metrics, indent=2)
-    print(text)
+    if args.plans:
+        from sim2real.tasks.humanoid_footsteps.evaluation import evaluate_plans, format_report
+
+        if cfg["task"] != "humanoid-footsteps":
+            raise ConfigError(f"--plans applies to humanoid-footsteps, the policy is for {cfg['task']}")
+        plans = _load_plan_file(args.plans)
+        metrics = evaluate_plans(cfg, policy, plans, repeats=args.repeats)
+        print(format_report(metrics))
+        text = json.dumps(metrics, indent=2)
+    else:
+        metrics = evaluate(cfg, policy, num_episodes=args.episodes)
+        text = json.dumps(metrics, indent=2)
+        print(text)
     if args.output:
         from sim2real.policies.checkpoints import atomic_write_bytes
 
@@ -187,11 +200,28 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def _load_plan_file(path: str) -> list:
+    from sim2real.configs import ConfigError
+    from sim2real.tasks.humanoid_footsteps.plans import PlanFileError, load_plans
+
+    try:
+        return load_plans(path)
+    except PlanFileError as exc:
+        raise ConfigError(f"--plans: {exc}") from None
+
+
 def cmd_play(args) -> int:
+    from sim2real.configs import ConfigError
     from sim2real.policies.play import play
 
     policy, cfg = _policy_fn(args)
-    out = play(cfg, policy, Path(args.output), duration_s=args.duration, video=not args.no_video)
+    plans = None
+    if args.plans:
+        if cfg["task"] != "humanoid-footsteps":
+            raise ConfigError(f"--plans applies to humanoid-footsteps, not {cfg['task']}")
+        plans = _load_plan_file(args.plans)
+    duration = args.duration if args.duration is not None or cfg["task"] == "humanoid-footsteps" else 5.0
+    out = play(cfg, policy, Path(args.output), duration_s=duration, video=not args.no_video, plans=plans)
     print(f"wrote {out}")
     return 0
 
@@ -304,10 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "eval":
             p.add_argument("--episodes", type=positive_int, help="default: eval.num_episodes")
             p.add_argument("--output", help="also write the metrics to this JSON file")
+            p.add_argument("--plans", help="humanoid-footsteps: a footstep plan file; score every plan in it")
+            p.add_argument("--repeats", type=positive_int, default=1, help="with --plans: episodes per plan")
         else:
             p.add_argument("--output", default="play.gif",
                            help="animated GIF path (trajectory plots go beside it as .png); a .png path: plots only")
-            p.add_argument("--duration", type=positive_float, default=5.0, help="seconds of simulated time")
+            p.add_argument("--duration", type=positive_float, default=None,
+                           help="seconds of simulated time (default 5; humanoid-footsteps: until the plans end)")
+            p.add_argument("--plans", help="humanoid-footsteps: a footstep plan file; play its first four plans")
             p.add_argument("--no-video", action="store_true", help="trajectory plots only")
         p.set_defaults(func=func)
 
@@ -327,8 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_standin)
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
-    p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "all"])
+    p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "footsteps-throughput",
+                                    "all"])
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="task config override for the legged throughput benches, e.g. robot.mjcf=PATH")
     p.add_argument("--output", help="write the results as JSON here")
     p.set_defaults(func=cmd_bench)
     return parser

@@ -40,7 +40,8 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespace", default=None,
                    help="ROS namespace of the topics (quadrotor: odom, goal, estop, cmd/motors|cmd/ctbr, default "
                         "/crazyflie; legged robot: joint_states, imu, jump_command, estop, cmd/joint_targets, "
-                        "cmd/joint_gains, default /<robot name>)")
+                        "cmd/joint_gains, and for footstep policies odom, footstep_plan, footstep_plan_poses, "
+                        "footstep_status; default /<robot name>)")
     p.add_argument("--node-name", default="policy_node", help="ROS node name (default policy_node)")
     p.add_argument("--activate", action="store_true",
                    help="configure and activate at start (otherwise wait for the lifecycle services)")
@@ -85,6 +86,9 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sensor-rate-hz", type=positive_float, default=None,
                    help="odometry and IMU (legged: joint states and IMU) publishing rate (Hz, default 100 for a "
                         "quadrotor, 500 for a legged robot; at most the physics rate)")
+    p.add_argument("--odom-rate-hz", type=positive_float, default=None,
+                   help="legged robot: ground-truth odometry (odom, frame 'odom') and contacts publishing rate (Hz, "
+                        "default 50; at most the physics rate)")
     p.add_argument("--command-timeout", type=positive_float, default=None, metavar="S",
                    help="commands older than this idle the motors, like the firmware watchdog (legged: damping "
                         "mode) (s, default 0.2 for a quadrotor, 0.1 for a legged robot)")

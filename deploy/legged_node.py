@@ -28,6 +28,9 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
     waiting). Commands arriving while the policy is not in control (ramp, damping, inactive) and malformed ones
     are ignored (logged): a robot still standing up never jumps;
   * ``estop`` (``std_msgs/Bool``, in): ``true`` -> damping mode, latched until the process restarts;
+  * footstep policies only (observation terms ``footstep_targets`` / ``gait_clock``; see "Footsteps" below):
+    ``odom`` (``nav_msgs/Odometry``, in), ``footstep_plan`` (``nav_msgs/Path``, in), ``footstep_plan_poses``
+    (``geometry_msgs/PoseArray``, in) and ``footstep_status`` (``std_msgs/Float32MultiArray``, out);
   * ``cmd/joint_targets`` (``sensor_msgs/JointState``, out): ``name`` = joint names (policy order),
     ``position`` = targets [rad], ``velocity`` = 0, ``effort`` = 0;
   * ``cmd/joint_gains`` (``sensor_msgs/JointState``, out, used as a (kp, kd) carrier): ``name`` = joint names,
@@ -35,16 +38,50 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
     Both are published together every control tick with the same ``header.stamp``; the robot side runs
     ``tau = kp (q* - q) - kd dq`` at its own rate.
 
-Damping mode (e-stop, missing/stale/invalid joint states or IMU, a non-finite policy output, deactivate,
-shutdown): targets = the latest measured joint positions, kp = 0, kd = ``damping_kd`` — the legs sink slowly
-instead of dropping as with torque off. When the inputs recover (not after an e-stop) the node ramps to the
-default pose again before the policy resumes.
+Damping mode (e-stop, missing/stale/invalid joint states or IMU (or odometry, for footstep policies), a
+non-finite policy output, deactivate, shutdown): targets = the latest measured joint positions, kp = 0, kd =
+``damping_kd`` — the legs sink slowly instead of dropping as with torque off. When the inputs recover (not
+after an e-stop) the node ramps to the default pose again before the policy resumes.
 
 Each policy tick: latest joint states + IMU -> :class:`RobotState` (batch 1; ``base_pos_w`` and
-``base_lin_vel_w`` zeros: not measured on board and not observed by the legged policies) -> the task's
-:class:`ObservationBuilder` with the metadata's terms and scales -> onnxruntime -> clip to the metadata's action
-clip -> :class:`JointPositionAction` (``targets = default_pose + action_scale * action``) -> clamp to the model's
-joint ranges.
+``base_lin_vel_w`` zeros: not measured on board and not observed by the jump policy; footstep policies: from
+odometry, see below) -> the task's :class:`ObservationBuilder` with the metadata's terms and scales ->
+onnxruntime -> clip to the metadata's action clip -> :class:`JointPositionAction` (``targets = default_pose +
+action_scale * action``) -> clamp to the model's joint ranges.
+
+Footsteps (policies observing ``footstep_targets`` or ``gait_clock``, e.g. humanoid-footsteps; keyed on the terms,
+not the task name). Frames: the ODOMETRY frame (``odom``'s ``header.frame_id``, e.g. ``odom``; z up, its origin on
+the ground) holds the base pose and every footstep; the base frame (``child_frame_id``) the twist; the IMU gives
+the angular velocity (base frame) as for every legged policy.
+  * ``odom`` (``nav_msgs/Odometry``, in): base position [m] and orientation (ROS x, y, z, w -> project w, x, y,
+    z) in the odometry frame, twist in the base frame (linear velocity rotated to the odometry frame). It becomes
+    ``base_pos_w`` / ``base_quat_w`` / ``base_lin_vel_w`` of the :class:`RobotState` (so the projected gravity
+    and the footsteps' heading frame come from it), and it is a required input like joint states and IMU:
+    missing / stale (older than ``state_timeout_s``) / NaN or non-unit quaternion -> damping mode (``no_odom``,
+    ``stale_odom``, ``invalid_odom``);
+  * ``footstep_plan`` (``nav_msgs/Path``) and ``footstep_plan_poses`` (``geometry_msgs/PoseArray``), in: foot
+    poses in the odometry frame (``header.frame_id`` must equal the odometry's when both are non-empty); pose 0
+    is the current support foot, the feet alternate, pose 0's foot is inferred (pose 1 left of pose 0 in pose
+    0's yaw frame -> pose 0 is the right foot, else the left); z = the pose's z (ground height), yaw = the
+    orientation's heading. Refused (logged, the current plan kept; :attr:`LeggedPolicyNode.plan_error` says
+    why): fewer than 2 poses, more than the policy's ``env.num_plan_steps``, NaN/Inf, a non-unit quaternion, a
+    step outside :func:`~sim2real.tasks.humanoid_footsteps.plans.check_plan`'s limits (crossed feet included), a
+    frame mismatch, or a plan arriving while the policy is not in control (ramp, damping, inactive: a robot
+    still standing up never walks; send it again). An accepted plan replaces the current one at once (its pose 1
+    becomes the target, the step clock restarts);
+  * before any plan, i.e. whenever the policy takes over after a ramp (a plan followed before a damping episode
+    is dropped), the node starts a "step in place" plan at the robot's own feet: from the odometry pose and the
+    metadata's ``gait``, left foot at ``base + R(yaw) (foot_offset_x_m, +half_width_m)``, right at ``(..,
+    -half_width_m)``, yaw = the base's, z = 0 (the odometry frame's ground), or, after a damping episode during a
+    received plan, that plan's current support-step z; the right foot is the support, the left steps first. A
+    plan's real steps done, its padding keeps stepping in place on its last two footsteps;
+  * each policy tick: the shared :class:`~sim2real.tasks.humanoid_footsteps.tracker.FootstepTracker` gives
+    ``command`` (next two targets x, y, z, yaw) and ``phase``, the SAME :class:`ObservationBuilder` as training
+    builds the observation, and after the action the tracker advances by the control period;
+  * ``footstep_status`` (``std_msgs/Float32MultiArray``, out, every policy tick, before the advance):
+    ``[index, length, phase, time_in_step_s]`` (``layout.dim[0].label`` = the names comma-joined): the target
+    step's index in the padded plan (>= 1; >= length: stepping in place after the plan), the plan's real length,
+    the gait phase in [0, 1) the policy observed, the time into the target's window [s].
 """
 
 from __future__ import annotations
@@ -55,15 +92,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from geometry_msgs.msg import PoseArray
+from nav_msgs.msg import Odometry, Path as PathMsg
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Bool, Float32MultiArray
+from std_msgs.msg import Bool, Float32MultiArray, MultiArrayDimension
 
+from sim2real.deploy.footsteps import STATUS_NAMES, FootstepInput, uses_footsteps
 from sim2real.deploy.ros_conversions import (
-    JUMP_COMMAND_NAMES, InvalidMessage, JointOrder, command_from_message, imu_to_sample, joint_command_messages,
-    joint_state_to_sample, legged_robot_state,
+    JUMP_COMMAND_NAMES, InvalidMessage, JointOrder, command_from_message, footstep_plan_from_path,
+    footstep_plan_from_pose_array, imu_to_sample, joint_command_messages, joint_state_to_sample, legged_robot_state,
+    odometry_to_sample,
 )
 from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import InputMonitor
@@ -73,7 +114,9 @@ from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.observations import ObservationBuilder
 
 TARGETS_TOPIC, GAINS_TOPIC = "cmd/joint_targets", "cmd/joint_gains"
+STATUS_TOPIC = "footstep_status"
 INPUTS = ("joint_states", "imu")
+FOOTSTEP_INPUTS = ("odom",)  # required on top of INPUTS by footstep policies
 DAMPING_KD = 2.0  # N m s/rad, joint damping of the damping mode
 
 
@@ -97,6 +140,9 @@ class LeggedPolicyNode(LifecycleNode):
             ``"unconfigured"`` outside the active state.
         last_published: the latest ``(targets, kp, kd)`` sent, float64 ``[J]`` arrays in policy order.
         tick_phases: ticks per outcome (``"policy"``, ``"ramp"`` or a fault name).
+        footsteps: the :class:`FootstepInput` of a footstep policy (None for others).
+        plan_error: why the latest footstep plan was refused (None: the latest was accepted / none yet).
+        plans_accepted / plans_rejected: counts of footstep plans.
     """
 
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str | None = None,
@@ -130,6 +176,12 @@ class LeggedPolicyNode(LifecycleNode):
         self._subs: list = []
         self._joints = None
         self._imu = None
+        self._odom = None
+        self.footsteps: FootstepInput | None = None
+        self.plan_error: str | None = None
+        self.plans_accepted = self.plans_rejected = 0
+        self.last_status: list[float] | None = None  # the latest footstep_status values
+        self._status_pub = None
         # Heard from construction on, whatever the lifecycle state (latched for the process life).
         self.create_subscription(Bool, "estop", self._on_estop, self._qos)
 
@@ -147,6 +199,13 @@ class LeggedPolicyNode(LifecycleNode):
         self._subs = [self.create_subscription(JointState, "joint_states", self._on_joint_states, self._qos),
                       self.create_subscription(Imu, "imu", self._on_imu, self._qos),
                       self.create_subscription(Float32MultiArray, "jump_command", self._on_jump_command, self._qos)]
+        self._status_pub = None
+        if self.footsteps is not None:
+            self._status_pub = self.create_lifecycle_publisher(Float32MultiArray, STATUS_TOPIC, self._qos)
+            self._subs += [
+                self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
+                self.create_subscription(PathMsg, "footstep_plan", self._on_footstep_path, self._qos),
+                self.create_subscription(PoseArray, "footstep_plan_poses", self._on_footstep_poses, self._qos)]
         self.fault = "inactive"
         self.get_logger().info(f"configured {self.policy_dir} ({self.metadata['task']}, {len(self.joint_names)} "
                                f"joints, {1.0 / self.period_s:.4g} Hz, ramp {self.ramp_s:g} s)")
@@ -185,6 +244,12 @@ class LeggedPolicyNode(LifecycleNode):
         self.imu_to_base_quat = self.robot.get("imu_to_base_quat")
         self.last_action = torch.zeros(1, self.action_term.num_actions)
         self._reset_command()
+        self.footsteps = FootstepInput(meta) if uses_footsteps(meta) else None
+        # Footstep policies also need odometry; the e-stop stays latched across a reconfigure.
+        estop = self.monitor.estop_engaged
+        self.monitor = InputMonitor(INPUTS + (FOOTSTEP_INPUTS if self.footsteps is not None else ()),
+                                    self.state_timeout_s)
+        self.monitor.on_estop(estop)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # enables the lifecycle publishers
@@ -230,6 +295,9 @@ class LeggedPolicyNode(LifecycleNode):
         for pub in self._pubs.values():
             self.destroy_lifecycle_publisher(pub)
         self._pubs = {}
+        if self._status_pub is not None:
+            self.destroy_lifecycle_publisher(self._status_pub)
+            self._status_pub = None
         self.policy = None
         self.fault = "unconfigured"
 
@@ -262,6 +330,46 @@ class LeggedPolicyNode(LifecycleNode):
             return
         self.monitor.on_input("imu", now, True)
 
+    def _on_odom(self, msg: Odometry) -> None:
+        now = time.monotonic()
+        sample = odometry_to_sample(msg)
+        if sample is None:
+            self.monitor.on_input("odom", now, False)
+            self.get_logger().warning("odom discarded: NaN/Inf or a non-unit quaternion", throttle_duration_sec=1.0)
+            return
+        self._odom = sample
+        self.monitor.on_input("odom", now, True)
+
+    def _on_footstep_path(self, msg: PathMsg) -> bool:
+        return self._on_plan("footstep_plan", footstep_plan_from_path, msg)
+
+    def _on_footstep_poses(self, msg: PoseArray) -> bool:
+        return self._on_plan("footstep_plan_poses", footstep_plan_from_pose_array, msg)
+
+    def _on_plan(self, topic: str, convert, msg) -> bool:
+        """Validate a footstep plan message and start it (see the module docstring); False when refused."""
+        try:
+            plan, frame = convert(msg)
+            odom_frame = self._odom.frame_id if self._odom is not None else ""
+            if frame and odom_frame and frame != odom_frame:
+                raise InvalidMessage(f"frame '{frame}' is not the odometry frame '{odom_frame}'")
+            if len(plan) > self.footsteps.num_steps:
+                raise InvalidMessage(f"{len(plan)} poses: the policy follows at most {self.footsteps.num_steps} "
+                                     "(env.num_plan_steps); send the next part when it gets there")
+            if self.phase != "policy":
+                raise InvalidMessage(f"the policy is not in control ({self.phase})")
+        except InvalidMessage as exc:
+            self.plans_rejected += 1
+            self.plan_error = f"{topic}: {exc}"
+            self.get_logger().warning(f"footstep plan refused, current plan kept: {self.plan_error}")
+            return False
+        self.footsteps.start(plan)
+        self.plans_accepted += 1
+        self.plan_error = None
+        self.get_logger().info(f"footstep plan of {len(plan)} steps from {topic} (first support foot "
+                               f"{'LR'[int(plan.feet[0])]})")
+        return True
+
     def _on_jump_command(self, msg: Float32MultiArray) -> None:
         values = command_from_message(msg, len(JUMP_COMMAND_NAMES))
         if values is None:
@@ -283,10 +391,18 @@ class LeggedPolicyNode(LifecycleNode):
     # --- control --------------------------------------------------------------------------------------------
     def observation(self, now: float | None = None) -> np.ndarray:
         """The policy observation ``[1, D]`` (float32) of the latest joint states, IMU, command and action."""
+        return self.obs_builder.build(self.robot_state(now)).numpy()
+
+    def robot_state(self, now: float | None = None):
+        """The batch-1 :class:`RobotState` of the latest inputs (footstep policies: odometry pose, the tracker's
+        command and phase)."""
         now = time.monotonic() if now is None else now
         time_s = -float("inf") if self.command_time is None else now - self.command_time
-        state = legged_robot_state(self._joints, self._imu, self.default_pose, self.last_action, self.command, time_s)
-        return self.obs_builder.build(state).numpy()
+        if self.footsteps is None:
+            return legged_robot_state(self._joints, self._imu, self.default_pose, self.last_action, self.command,
+                                      time_s)
+        return legged_robot_state(self._joints, self._imu, self.default_pose, self.last_action,
+                                  self.footsteps.command(), time_s, odom=self._odom, phase=self.footsteps.phase())
 
     def action_to_targets(self, action: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         """Policy action ``[1, J]`` -> (the clipped action, joint targets ``[J]`` rad in policy order, clamped to
@@ -315,6 +431,9 @@ class LeggedPolicyNode(LifecycleNode):
             if bool(torch.isfinite(action).all()):
                 self.last_action, targets = self.action_to_targets(action)
                 command = (targets, self.kp, self.kd)
+                if self.footsteps is not None:
+                    self._publish_status()
+                    self.footsteps.advance(self.period_s)
             else:
                 fault = "invalid_action"
         if fault is not None:
@@ -346,8 +465,20 @@ class LeggedPolicyNode(LifecycleNode):
             self.policy_since = now
             self.last_action = torch.zeros(1, self.action_term.num_actions)
             self._reset_command()
+            if self.footsteps is not None:
+                plan = self.footsteps.start_in_place(self._odom.pos_w, self._odom.quat_w)
+                self.get_logger().info(f"stepping in place at {np.round(plan.poses[:, :2], 3).tolist()} until a "
+                                       "footstep plan arrives")
             self.get_logger().info("default pose reached: policy in control")
         return np.clip(targets, self.joint_low, self.joint_high), self.kp, self.kd
+
+    def _publish_status(self) -> None:
+        msg = Float32MultiArray()
+        msg.layout.dim = [MultiArrayDimension(label=",".join(STATUS_NAMES), size=len(STATUS_NAMES),
+                                              stride=len(STATUS_NAMES))]
+        msg.data = self.footsteps.status()
+        self.last_status = list(msg.data)
+        self._status_pub.publish(msg)
 
     def _publish(self, targets, kp, kd) -> None:
         targets_msg, gains_msg = joint_command_messages(self.joint_names, targets, kp, kd)

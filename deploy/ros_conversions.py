@@ -18,7 +18,12 @@ Legged robots (``kind: legged``):
     velocity = 0, effort = 0) and ``cmd/joint_gains`` (a (kp, kd) carrier: position = kp [N m/rad], velocity = kd
     [N m s/rad], effort empty), both naming the joints they command;
   * the jump command: ``std_msgs/Float32MultiArray`` of 5 values (dx, dy [m], dyaw [rad], obstacle height,
-    obstacle length [m]).
+    obstacle length [m]);
+  * footstep plans: ``nav_msgs/Path`` or ``geometry_msgs/PoseArray`` of foot poses (position = the foot point
+    projected to the ground [m], orientation (x, y, z, w) whose yaw is the foot's heading) in the odometry frame;
+    pose 0 is the current support foot, the feet alternate, and pose 0's foot is inferred from the geometry:
+    pose 1 to the LEFT of pose 0 (y > 0 in pose 0's yaw frame) -> pose 0 is the RIGHT foot, else the LEFT
+    (:func:`footstep_plan_from_poses`).
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from geometry_msgs.msg import PoseStamped
-from nav_msgs.msg import Odometry
+from geometry_msgs.msg import PoseArray, PoseStamped
+from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
@@ -286,29 +291,38 @@ def imu_to_sample(msg: Imu, imu_to_base_quat=None) -> ImuSample:
 
 
 def legged_robot_state(joints: JointSample, imu: ImuSample, default_pose, last_action: torch.Tensor,
-                       command, time_s: float) -> RobotState:
-    """A batch-1 float32 :class:`RobotState` of a legged robot from its latest joint and IMU samples.
+                       command, time_s: float, odom: OdometrySample | None = None, phase=None) -> RobotState:
+    """A batch-1 float32 :class:`RobotState` of a legged robot from its latest joint and IMU samples (and
+    odometry, for policies that observe the base pose in the world frame).
 
-    ``base_pos_w`` and ``base_lin_vel_w`` are zeros (not measured on board; the legged policies do not observe
-    them), ``foot_contact`` is None.
+    Without ``odom``: ``base_pos_w`` and ``base_lin_vel_w`` are zeros (not measured on board; the jump policy does
+    not observe them) and ``base_quat_w`` is the IMU's. With ``odom``: ``base_pos_w``, ``base_quat_w`` and
+    ``base_lin_vel_w`` are the odometry's (its frame: the frame footstep plans are given in); the angular
+    velocity stays the IMU's (gyro, base frame). ``foot_contact`` is None.
 
     Args:
         joints, imu: the latest valid samples (policy joint order; base frame).
         default_pose: ``[J]`` rad, policy order.
         last_action: the previous policy action ``[1, A]``.
-        command: the task command ``[C]`` (quadruped-jump: dx, dy, dyaw, obstacle height, obstacle length).
+        command: the task command ``[C]`` (quadruped-jump: dx, dy, dyaw, obstacle height, obstacle length;
+            humanoid-footsteps: the next two footsteps' x, y, z, yaw in the odometry frame).
         time_s: time since the command began [s] (``-inf`` before any command).
+        odom: the latest valid odometry, or None.
+        phase: gait clock phase ``[1]`` in [0, 1), or None.
     """
 
     def t(x) -> torch.Tensor:
         return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=torch.float32).reshape(1, -1)
 
     zeros3 = torch.zeros(1, 3)
+    pos, quat, lin_vel = ((zeros3, t(imu.quat_w), zeros3.clone()) if odom is None
+                          else (t(odom.pos_w), t(odom.quat_w), t(odom.lin_vel_w)))
     return RobotState(
-        base_pos_w=zeros3, base_quat_w=t(imu.quat_w), base_lin_vel_w=zeros3.clone(), base_ang_vel_b=t(imu.ang_vel_b),
+        base_pos_w=pos, base_quat_w=quat, base_lin_vel_w=lin_vel, base_ang_vel_b=t(imu.ang_vel_b),
         last_action=torch.as_tensor(last_action).reshape(1, -1).float(), command=t(command),
         joint_pos=t(joints.pos), joint_vel=t(joints.vel), default_joint_pos=t(default_pose),
-        foot_contact=None, time_s=torch.tensor([float(time_s)], dtype=torch.float32))
+        foot_contact=None, time_s=torch.tensor([float(time_s)], dtype=torch.float32),
+        phase=None if phase is None else torch.as_tensor(phase, dtype=torch.float32).reshape(1))
 
 
 def joint_command_messages(names: list[str], targets, kp, kd) -> tuple[JointState, JointState]:
@@ -360,3 +374,88 @@ def fill_joint_state(msg: JointState, names: list[str], pos, vel, effort=None) -
     msg.velocity = np.asarray(vel, dtype=np.float64).reshape(-1)
     msg.effort = [] if effort is None else np.asarray(effort, dtype=np.float64).reshape(-1)
     return msg
+
+
+# --- footstep plans -----------------------------------------------------------------------------------------------
+def footstep_plan_from_poses(poses, limits=None):
+    """A :class:`~sim2real.tasks.humanoid_footsteps.plans.FootstepPlan` (poses in the message's frame) from a
+    sequence of ``geometry_msgs/Pose``.
+
+    Pose k is step k: ``(x, y, z)`` = its position, yaw = the heading of its orientation (roll and pitch are
+    ignored). Pose 0 is the current support foot; its foot is inferred from where pose 1 lies in pose 0's yaw
+    frame (``y > 0``: pose 1 is the left foot, so pose 0 is the RIGHT foot; else pose 0 is the LEFT foot); the
+    feet then alternate.
+
+    Args:
+        poses: ``geometry_msgs/Pose`` s.
+        limits: :class:`~sim2real.tasks.humanoid_footsteps.plans.PlanLimits` (None: the defaults).
+
+    Raises:
+        InvalidMessage: fewer than 2 poses, a NaN/Inf, a quaternion whose norm is off by more than
+            :data:`QUAT_NORM_TOLERANCE`, or a step :func:`~sim2real.tasks.humanoid_footsteps.plans.check_plan`
+            refuses (too long, too wide, crossed feet, too much turn or height); the message says which.
+    """
+    from sim2real.tasks.humanoid_footsteps.plans import LEFT, RIGHT, FootstepPlan, check_plan
+
+    poses = list(poses)
+    if len(poses) < 2:
+        raise InvalidMessage(f"{len(poses)} pose(s): a plan needs the support foot and at least one target")
+    raw = np.array([[p.position.x, p.position.y, p.position.z, p.orientation.x, p.orientation.y,
+                     p.orientation.z, p.orientation.w] for p in poses], dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(raw).all(axis=1))
+    if len(bad):
+        raise InvalidMessage(f"pose {int(bad[0])} has NaN/Inf")
+    norms = np.linalg.norm(raw[:, 3:7], axis=1)
+    off = np.flatnonzero(np.abs(norms - 1.0) > QUAT_NORM_TOLERANCE)
+    if len(off):
+        raise InvalidMessage(f"pose {int(off[0])} has an orientation quaternion of norm {norms[off[0]]:.4g}")
+    x, y, z, w = (raw[:, 3 + k] / norms for k in range(4))
+    yaw = np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    c, s = np.cos(yaw[0]), np.sin(yaw[0])
+    lateral = -s * (raw[1, 0] - raw[0, 0]) + c * (raw[1, 1] - raw[0, 1])
+    first = RIGHT if lateral > 0 else LEFT
+    feet = (first + np.arange(len(poses))) % 2
+    plan = FootstepPlan(feet, np.column_stack((raw[:, 0:3], yaw)), name="ros plan", mode="ros")
+    problems = check_plan(plan, limits)
+    if problems:
+        raise InvalidMessage("; ".join(problems))
+    return plan
+
+
+def footstep_plan_from_path(msg: Path, limits=None):
+    """``(plan, frame_id)`` of a ``nav_msgs/Path`` footstep plan (see :func:`footstep_plan_from_poses`).
+
+    Raises:
+        InvalidMessage: a pose whose own ``header.frame_id`` is set and differs from the path's, or see
+            :func:`footstep_plan_from_poses`.
+    """
+    frame = msg.header.frame_id
+    for k, p in enumerate(msg.poses):
+        if p.header.frame_id and p.header.frame_id != frame:
+            raise InvalidMessage(f"pose {k} is in frame '{p.header.frame_id}', the path in '{frame}'")
+    return footstep_plan_from_poses([p.pose for p in msg.poses], limits), frame
+
+
+def footstep_plan_from_pose_array(msg: PoseArray, limits=None):
+    """``(plan, frame_id)`` of a ``geometry_msgs/PoseArray`` footstep plan (see :func:`footstep_plan_from_poses`).
+
+    Raises:
+        InvalidMessage: see :func:`footstep_plan_from_poses`.
+    """
+    return footstep_plan_from_poses(msg.poses, limits), msg.header.frame_id
+
+
+def fill_footstep_poses(poses_out: list, steps) -> list:
+    """Append one ``geometry_msgs/Pose`` per step ``(x, y, z, yaw)`` (``[S, 4]`` or ``[S, 5]`` with the foot
+    code first) to ``poses_out``; returns it (the inverse of :func:`footstep_plan_from_poses`, for tests and
+    planners)."""
+    from geometry_msgs.msg import Pose
+
+    steps = np.asarray(torch.as_tensor(steps).detach().cpu(), dtype=np.float64)
+    steps = steps[:, -4:]
+    for x, y, z, yaw in steps:
+        p = Pose()
+        p.position.x, p.position.y, p.position.z = float(x), float(y), float(z)
+        p.orientation.z, p.orientation.w = float(np.sin(yaw / 2)), float(np.cos(yaw / 2))
+        poses_out.append(p)
+    return poses_out

@@ -1,10 +1,13 @@
 """``sim2real standin --robot go2``: a simulated legged robot on the legged deploy topics (MuJoCo, real time).
 
-The robot config's MJCF (or ``--mjcf``, e.g. MuJoCo Menagerie's Go2) is compiled with
-``build_model(robot, {"fidelity": "full"})`` (the model's own solver settings) and every policy joint's actuator
-is turned into a PD position servo inside MuJoCo (:func:`make_position_servos`, force limited to the torque
-limit), so the PD loop runs at the physics rate from the latest commanded targets and gains, like the joint
-controller of a real robot.
+The robot config's MJCF (or ``--mjcf``, e.g. MuJoCo Menagerie's Go2 or the real JVRC-1 model
+``jvrc_mj_description/xml/scene.xml``) is compiled with ``build_model(robot, {"fidelity": "full"})`` (the model's
+own solver settings) and every policy joint's actuator is turned into a PD position servo inside MuJoCo
+(:func:`make_position_servos`, force limited to the torque limit), so the PD loop runs at the physics rate from the
+latest commanded targets and gains, like the joint controller of a real robot. The robot config's
+``held_joints`` (a humanoid's waist, neck and arms) are held by the stand-in's OWN servos at their configured pose
+(``held_stiffness`` / ``held_damping``), whatever the commands: the robot's controller holds the joints the
+policy does not drive, the deploy node commands only the policy joints.
 
 Topics, relative to the namespace (default ``/<robot name>``):
   * ``cmd/joint_targets`` (``sensor_msgs/JointState``, in): ``position`` = joint targets [rad];
@@ -12,18 +15,24 @@ Topics, relative to the namespace (default ``/<robot name>``):
     ``velocity`` = kd [N m s/rad]. Both are mapped to the actuators BY JOINT NAME (Menagerie's Go2 lists its
     actuators FR, FL, RR, RL; the policy order is FL, FR, RL, RR); a message missing a joint, with NaN/Inf or a
     negative gain is ignored. Gains are written to the servos (``gainprm``/``biasprm``) when they change;
-  * ``joint_states`` (``sensor_msgs/JointState``, out, sensor rate, default 500 Hz): the actuated joints in the
-    MODEL's actuator (motor) order, as a robot's SDK reports them — the deploy node must map by name; position
-    [rad], velocity [rad/s], effort = servo torque [N m];
+  * ``joint_states`` (``sensor_msgs/JointState``, out, sensor rate, default 500 Hz): the actuated joints (policy
+    and held) in the MODEL's actuator (motor) order, as a robot's SDK reports them — the deploy node must map by
+    name and skip the others; position [rad], velocity [rad/s], effort = servo torque [N m];
   * ``imu`` (``sensor_msgs/Imu``, out, sensor rate, frame ``imu``): orientation of the IMU site in the world
     frame, angular velocity [rad/s] and specific force [m/s^2] (reads +g up at rest) in the site frame;
-  * ``odom`` (``nav_msgs/Odometry``, out, 50 Hz, for tests and observers): base pose in the world frame, twist in
-    the base frame; ``contacts`` (``std_msgs/Float32MultiArray``, out, 50 Hz): normal contact forces [N] on the
-    feet then on the termination bodies (``layout.dim[0].label`` = their comma-joined names).
+  * ``odom`` (``nav_msgs/Odometry``, out, always, ``odom_rate_hz``, default 50 Hz): ground truth of the base
+    (``base_body``) from the simulation: pose in the world frame, published as ``header.frame_id`` ``odom`` (the
+    odometry frame: the sim's world frame, origin on the floor), twist in the base frame (``child_frame_id``
+    ``base``). The footstep deploy node needs it (it plans in this frame); for the others it is for tests and
+    observers; ``contacts`` (``std_msgs/Float32MultiArray``, out, same rate): normal contact forces [N] on the
+    feet (``foot_geoms`` or ``foot_bodies``) then on the termination bodies (``layout.dim[0].label`` = their
+    comma-joined names).
 
 Behaviour:
-  * start: the robot rests on the floor in ``initial_pose`` (``crouch``: legs folded; ``default``: the config's
-    default pose), settled for 1 s of simulated time before real time starts;
+  * start: the robot rests on the floor in ``initial_pose`` (``crouch``: legs folded (Go2-style joint names; other
+    robots, e.g. JVRC-1, start in the default pose); ``default``: the config's default pose), held joints at their
+    pose, settled for 1 s of simulated time before real time starts (a humanoid then sinks in damping mode until
+    commands arrive, as on a real robot without a gantry);
   * no command yet, or targets or gains older than ``command_timeout_s``: damping mode (kp = 0, kd =
     ``damping_kd``), as a real joint controller's watchdog;
   * timing: a steady wall-clock timer at the model timestep; late callbacks catch up (:class:`RealTimeStepper`).
@@ -51,7 +60,7 @@ from sim2real.hardware.realtime import RealTimeStepper
 from sim2real.sim.mujoco_backend import build_model, make_position_servos
 from sim2real.sim.robot import LeggedRobot
 
-WORLD_FRAME, BASE_FRAME, IMU_FRAME = "world", "base", "imu"
+ODOM_FRAME, BASE_FRAME, IMU_FRAME = "odom", "base", "imu"
 #: Folded legs (Go2-style joint names); joints it does not cover start at the default pose.
 CROUCH_POSE = {r".*_hip_joint": 0.0, r".*_thigh_joint": 1.2, r".*_calf_joint": -2.6}
 DAMPING_KD = 2.0  # N m s/rad
@@ -79,7 +88,7 @@ class SimLeggedNode(Node):
         namespace, node_name: ROS names (namespace default ``/<robot name>``).
         mjcf: simulate this MJCF instead of the config's ``mjcf`` (None: the config's).
         sensor_rate_hz: ``joint_states`` / ``imu`` rate [Hz] (at most the physics rate).
-        odom_rate_hz: ``odom`` / ``contacts`` rate [Hz].
+        odom_rate_hz: ``odom`` / ``contacts`` rate [Hz] (at most the physics rate).
         command_timeout_s: targets or gains older than this [s] -> damping mode.
         damping_kd: kd [N m s/rad] of the damping mode.
         initial_pose: ``crouch`` or ``default``.
@@ -112,10 +121,17 @@ class SimLeggedNode(Node):
         self.data = mujoco.MjData(m)
         self.joint_names = list(self.legged.joint_names)  # policy order
         self.order = JointOrder(self.joint_names)
-        # joint_states lists the actuated joints in the model's actuator order.
-        self.model_order = np.argsort(i.actuator_ids)
-        self.model_joint_names = [self.joint_names[j] for j in self.model_order]
-        self.contact_names = list(self.legged.foot_geoms) + list(self.legged.termination_contact_bodies)
+        # joint_states lists the actuated joints (policy and held) in the model's actuator order.
+        held = list(i.held_joint_names or [])
+        held_ids = [m.joint(n).id for n in held]
+        acts = np.concatenate((i.actuator_ids, np.asarray(i.held_actuator_ids if held else [], dtype=np.int64)))
+        order = np.argsort(acts)
+        self.model_joint_names = [(self.joint_names + held)[k] for k in order]
+        self._js_qpos = np.concatenate((i.joint_qpos, m.jnt_qposadr[held_ids].astype(np.int64)))[order]
+        self._js_qvel = np.concatenate((i.joint_qvel, m.jnt_dofadr[held_ids].astype(np.int64)))[order]
+        self._js_act = acts[order]
+        self._held_qpos = m.jnt_qposadr[held_ids].astype(np.int64)
+        self.contact_names = list(self.legged.foot_names) + list(self.legged.termination_contact_bodies)
         self._kp = np.zeros(len(self.joint_names))
         self._kd = np.full(len(self.joint_names), self.damping_kd)
         make_position_servos(m, i, self._kp, self._kd)
@@ -152,6 +168,9 @@ class SimLeggedNode(Node):
         mujoco.mj_resetData(m, d)
         d.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
         d.qpos[i.joint_qpos] = q
+        if len(self._held_qpos):  # the robot's own servos hold these from now on
+            d.qpos[self._held_qpos] = i.held_joint_pos
+            d.ctrl[i.held_actuator_ids] = i.held_joint_pos
         mujoco.mj_forward(m, d)
         robot_geoms = [g for g in range(m.ngeom)
                        if m.geom_bodyid[g] != 0 and (m.geom_contype[g] or m.geom_conaffinity[g])]
@@ -235,9 +254,8 @@ class SimLeggedNode(Node):
         stamp = self.get_clock().now().to_msg()
         js = JointState()
         js.header.stamp = stamp
-        order = self.model_order
-        fill_joint_state(js, self.model_joint_names, d.qpos[i.joint_qpos[order]], d.qvel[i.joint_qvel[order]],
-                         d.actuator_force[i.actuator_ids[order]])
+        fill_joint_state(js, self.model_joint_names, d.qpos[self._js_qpos], d.qvel[self._js_qvel],
+                         d.actuator_force[self._js_act])
         mujoco.mju_mat2Quat(self._quat, d.site_xmat[i.imu_site])
         mujoco.mj_objectVelocity(m, d, mujoco.mjtObj.mjOBJ_SITE, i.imu_site, self._vel6, 1)
         mujoco.mj_rnePostConstraint(m, d)
@@ -253,7 +271,7 @@ class SimLeggedNode(Node):
         d, i = self.data, self.index
         odom = Odometry()
         odom.header.stamp = self.get_clock().now().to_msg()
-        odom.header.frame_id, odom.child_frame_id = WORLD_FRAME, BASE_FRAME
+        odom.header.frame_id, odom.child_frame_id = ODOM_FRAME, BASE_FRAME
         b, v = i.base_qpos, i.base_qvel
         fill_odometry(odom, d.qpos[b:b + 3], d.qpos[b + 3:b + 7], d.qvel[v:v + 3], d.qvel[v + 3:v + 6])
         contacts = Float32MultiArray()
@@ -297,6 +315,7 @@ def standin_main(args, robot: dict) -> int:
             node = SimLeggedNode(
                 robot, namespace=args.namespace, node_name=args.node_name, mjcf=args.mjcf,
                 sensor_rate_hz=args.sensor_rate_hz or 500.0, command_timeout_s=args.command_timeout or 0.1,
+                odom_rate_hz=getattr(args, "odom_rate_hz", None) or 50.0,
                 damping_kd=args.damping_kd or DAMPING_KD, initial_pose=args.initial_pose, context=ctx)
         except ValueError as exc:  # ConfigError included
             raise ConfigError(str(exc)) from None

@@ -71,7 +71,7 @@ def build_metadata(env, cfg: dict, onnx_path: Path | None, training: dict) -> di
     layout = task_meta["observation"]["policy"]
     action = dict(task_meta["action"])
     action["scaling"] = action_scaling(robot, action["interface"])
-    return {
+    meta = {
         "schema_version": SCHEMA_VERSION,
         "task": cfg["task"],
         "robot": {
@@ -91,6 +91,9 @@ def build_metadata(env, cfg: dict, onnx_path: Path | None, training: dict) -> di
                  "opset": 18, "batch": "symbolic"},
         "training": {"task_config_hash": config_hash(cfg), "task_config": cfg, **training},
     }
+    if "gait" in task_meta:  # footstep following: clock period and the standing feet the deploy side needs
+        meta["gait"] = task_meta["gait"]
+    return meta
 
 
 EMBEDDED_KEY = "sim2real_metadata"

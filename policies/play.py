@@ -123,9 +123,14 @@ def render_video(traj: dict[str, np.ndarray], robot: dict, path: Path, fps: int 
     return path
 
 
-def play(cfg: dict, policy, output: Path, duration_s: float = 5.0, video: bool = True) -> Path:
+def play(cfg: dict, policy, output: Path, duration_s: float = 5.0, video: bool = True, plans=None) -> Path:
     """Roll out and write ``output``: a GIF video when rendering works (``.gif``; an ``.mp4`` name is written as
-    ``.gif``), else, or with ``video=False``, trajectory plots as PNG. Plots are always written beside a video."""
+    ``.gif``), else, or with ``video=False``, trajectory plots as PNG. Plots are always written beside a video.
+    ``plans``: humanoid-footsteps only, footstep plans to play (default: generated plans of ``eval.modes``)."""
+    if cfg["task"] == "humanoid-footsteps":
+        from sim2real.policies.play_footsteps import play_footsteps
+
+        return play_footsteps(cfg, policy, Path(output), video=video, plans=plans, duration_s=duration_s)
     if cfg["task"] == "quadruped-jump":
         from sim2real.policies.play_legged import play_jump
 

@@ -97,8 +97,10 @@ def plot_jumps(traj: dict, path: Path) -> Path:
     return path
 
 
-def render_jump(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int = 25, size=(480, 360)) -> Path:
-    """Render base/joint trajectories ``qpos`` [T, nq] of ``model`` to an animated GIF (headless MuJoCo).
+def render_jump(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int = 25, size=(480, 360),
+                distance: float = 2.0, lookat_z: float = 0.25) -> Path:
+    """Render base/joint trajectories ``qpos`` [T, nq] of ``model`` to an animated GIF (headless MuJoCo); the
+    camera follows the base from ``distance`` [m], looking at height ``lookat_z`` [m].
 
     Raises:
         RuntimeError: no GL backend (set ``MUJOCO_GL=egl`` or ``osmesa`` before starting Python).
@@ -115,13 +117,13 @@ def render_jump(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int
         raise RuntimeError(f"MuJoCo rendering unavailable ({exc}); set MUJOCO_GL=egl or osmesa before starting "
                            "Python") from None
     cam = mujoco.MjvCamera()
-    cam.distance, cam.elevation, cam.azimuth = 2.0, -15.0, 90.0
+    cam.distance, cam.elevation, cam.azimuth = distance, -15.0, 90.0
     stride = max(1, int(round(1.0 / (fps * control_dt))))
     frames = []
     for i in range(0, len(qpos), stride):
         data.qpos[:] = qpos[i]
         mujoco.mj_forward(model, data)
-        cam.lookat[:] = [qpos[i, 0], qpos[i, 1], 0.25]
+        cam.lookat[:] = [qpos[i, 0], qpos[i, 1], lookat_z]
         renderer.update_scene(data, cam)
         frames.append(Image.fromarray(renderer.render().copy()))
     renderer.close()

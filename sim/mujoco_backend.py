@@ -17,6 +17,7 @@ of mass, PD gains and motor strength. A world that goes unstable (NaN/Inf or MuJ
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import mujoco
@@ -25,7 +26,7 @@ import torch
 from mujoco.batch import Batch
 
 from sim2real.configs import ConfigError
-from sim2real.sim.robot import LeggedRobot, resolve_mjcf
+from sim2real.sim.robot import LeggedRobot, resolve_joint_values, resolve_mjcf
 
 #: Solver settings named in a task's ``sim`` section (``fidelity: fast``); ``full`` keeps the model's own.
 SOLVER_KEYS = ("timestep", "cone", "iterations", "ls_iterations", "impratio")
@@ -49,12 +50,20 @@ class ModelIndex:
     actuator_ids: np.ndarray  # [J], the actuator driving each policy joint
     joint_range: np.ndarray   # [J, 2] rad
     torque_limit: np.ndarray  # [J] N m
-    foot_geoms: np.ndarray    # [F]
+    foot_geoms: np.ndarray    # collision geoms of the feet (one per foot_geoms entry, all of each foot body)
     foot_sensors: np.ndarray  # [F] sensordata address of each foot's touch sensor
+    foot_sites: np.ndarray    # [F] site of each foot's point (foot geom centre or foot body origin)
     body_sensors: np.ndarray  # [B] sensordata address of each termination body's touch sensor
     ground_geoms: np.ndarray  # geoms of the world body (floor, terrain)
     imu_site: int
     obstacle_geom: int        # -1 when the model has no obstacle
+    terrain_geoms: np.ndarray = None       # [K] per-env terrain boxes
+    held_joint_names: list = None          # [H] joints held by PD at a fixed position (model order)
+    held_actuator_ids: np.ndarray = None   # [H]
+    held_joint_pos: np.ndarray = None      # [H] rad
+    held_stiffness: np.ndarray = None      # [H] N m/rad
+    held_damping: np.ndarray = None        # [H] N m s/rad
+    held_torque_limit: np.ndarray = None   # [H] N m
 
 
 def apply_solver_settings(spec: mujoco.MjSpec, sim_cfg: dict) -> None:
@@ -86,18 +95,61 @@ def _add_touch_sensor(spec: mujoco.MjSpec, body: mujoco.MjsBody, name: str, size
                     objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site.name)
 
 
-def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle: bool = False
-                ) -> tuple[mujoco.MjModel, ModelIndex]:
+def _collides(model: mujoco.MjModel, g: int) -> bool:
+    return bool(model.geom_contype[g] or model.geom_conaffinity[g])
+
+
+def _body_box(model: mujoco.MjModel, body: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Body-frame axis-aligned box ``(lo, hi)`` [m] enclosing the collision geoms of ``body`` (from the compiled
+    geoms' own bounding boxes, so meshes are covered), or None if it has none."""
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    signs = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
+    for g in range(model.ngeom):
+        if model.geom_bodyid[g] != body or not _collides(model, g):
+            continue
+        rot = np.zeros(9)
+        mujoco.mju_quat2Mat(rot, model.geom_quat[g])
+        centre, half = model.geom_aabb[g, :3], model.geom_aabb[g, 3:]
+        corners = model.geom_pos[g] + (centre + signs * half) @ rot.reshape(3, 3).T
+        lo, hi = np.minimum(lo, corners.min(0)), np.maximum(hi, corners.max(0))
+    return (lo, hi) if np.isfinite(lo).all() else None
+
+
+def _held_joints(model: mujoco.MjModel, legged: LeggedRobot, model_name: str) -> tuple[list[str], np.ndarray]:
+    """Names (model order) and positions [rad] of the model's joints held by PD (``robot.held_joints``)."""
+    if not legged.held_joints:
+        return [], np.zeros(0)
+    names, values = [], []
+    for j in range(model.njnt):
+        name = model.joint(j).name
+        if name in legged.joint_names or model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+            continue
+        hits = [p for p in legged.held_joints if re.fullmatch(p, name)]
+        if len(hits) > 1:
+            raise ConfigError(f"robot.held_joints: joint '{name}' matches several entries {hits}")
+        if hits:
+            names.append(name)
+            values.append(float(legged.held_joints[hits[0]]))
+    unused = [p for p in legged.held_joints if not any(re.fullmatch(p, n) for n in names)]
+    if unused:
+        raise ConfigError(f"robot.held_joints: entries {unused} match no joint of {model_name} outside joint_names")
+    return names, np.array(values)
+
+
+def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle: bool = False,
+                terrain_boxes: int = 0) -> tuple[mujoco.MjModel, ModelIndex]:
     """Compile the robot's MJCF for simulation.
 
-    Adds touch sensors on the feet and on the termination bodies, an optional box ``sim2real_obstacle`` (parked
-    out of reach; :meth:`MujocoBackend.set_obstacle` places it per env), an optional terrain (an object with
-    ``add_to_spec(spec)``), applies the solver settings, and turns each policy joint's actuator into a PD servo
-    (``actuation: position``).
+    Adds touch sensors on the feet and on the termination bodies, a point site per foot (the foot geom's centre or
+    the foot body's origin), an optional box ``sim2real_obstacle`` (parked out of reach;
+    :meth:`MujocoBackend.set_obstacle` places it per env), ``terrain_boxes`` boxes ``sim2real_terrain_<k>``
+    (parked; :meth:`MujocoBackend.set_terrain_boxes` places them per env), an optional terrain (an object with
+    ``add_to_spec(spec)``), removes the ``collision_disabled_bodies`` from collision, applies the solver settings,
+    and turns each policy joint's and held joint's actuator into a PD servo (``actuation: position``).
 
     Raises:
-        ConfigError: the model lacks a joint, actuator, foot geom, body or IMU site the robot config names
-            (the message names it), or a joint's actuator has no torque limit.
+        ConfigError: the model lacks a joint, actuator, foot, body or IMU site the robot config names
+            (the message names it), or a joint's actuator has no torque limit (set ``robot.torque_limits``).
     """
     legged = LeggedRobot.from_config(robot)
     path = resolve_mjcf(robot["mjcf"])
@@ -110,6 +162,7 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
     bodies = {b.name: b for b in spec.bodies}
     geoms = {g.name: g for g in spec.geoms if g.name}
     for key, names, table in (("foot_geoms", legged.foot_geoms, geoms),
+                              ("foot_bodies", legged.foot_bodies, bodies),
                               ("termination_contact_bodies", legged.termination_contact_bodies, bodies),
                               ("base_body", [legged.base_body], bodies)):
         for name in names:
@@ -117,108 +170,179 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
                 raise ConfigError(f"robot.{key}: '{name}' is not in the model {path.name}")
     if legged.imu_site not in {s.name for s in spec.sites}:
         raise ConfigError(f"robot.imu_site: site '{legged.imu_site}' is not in the model {path.name}")
+    for pattern in legged.collision_disabled_bodies:
+        hit = [b for name, b in bodies.items() if re.fullmatch(pattern, name)]
+        if not hit:
+            raise ConfigError(f"robot.collision_disabled_bodies: '{pattern}' matches no body of {path.name}")
+        for b in hit:
+            for g in b.geoms:
+                g.contype, g.conaffinity = 0, 0
+    try:
+        plain = spec.compile()  # the robot as given: geom bounding boxes (meshes included) for the sensor volumes
+    except Exception as exc:
+        raise ConfigError(f"robot.mjcf: {path.name} does not compile: {exc}") from None
     for name in legged.foot_geoms:
         g = geoms[name]
         radius = float(g.size[0]) * 1.5 + 0.005
         _add_touch_sensor(spec, g.parent, f"foot_{name}", [radius, 0, 0], g.pos, mujoco.mjtGeom.mjGEOM_SPHERE)
-    for name in legged.termination_contact_bodies:
+        g.parent.add_site(name=f"sim2real_foot_{name}_point", pos=g.pos, group=5, rgba=[0, 0, 0, 0])
+    for name, kind in [(n, "foot") for n in legged.foot_bodies] + [(n, "body")
+                                                                   for n in legged.termination_contact_bodies]:
         body = bodies[name]
-        # A box enclosing the body's collision geoms, 1 cm larger: contacts inside it count as body contact.
-        lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
-        for g in body.geoms:
-            ext = np.full(3, float(max(g.size))) if g.type != mujoco.mjtGeom.mjGEOM_BOX else np.abs(np.array(g.size))
-            lo, hi = np.minimum(lo, np.array(g.pos) - ext), np.maximum(hi, np.array(g.pos) + ext)
-        if not np.isfinite(lo).all():
-            raise ConfigError(f"robot.termination_contact_bodies: body '{name}' has no collision geom")
-        _add_touch_sensor(spec, body, f"body_{name}", (hi - lo) / 2 + 0.01, (hi + lo) / 2, mujoco.mjtGeom.mjGEOM_BOX)
+        if kind == "body" and all(g.type != mujoco.mjtGeom.mjGEOM_MESH for g in body.geoms):
+            # A box enclosing the body's primitive collision geoms, 1 cm larger: contacts inside count.
+            lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+            for g in body.geoms:
+                if not (g.contype or g.conaffinity):
+                    continue
+                ext = (np.full(3, float(max(g.size))) if g.type != mujoco.mjtGeom.mjGEOM_BOX
+                       else np.abs(np.array(g.size)))
+                lo, hi = np.minimum(lo, np.array(g.pos) - ext), np.maximum(hi, np.array(g.pos) + ext)
+            box = (lo, hi) if np.isfinite(lo).all() else None
+        else:
+            box = _body_box(plain, plain.body(name).id)
+        if box is None:
+            key = "foot_bodies" if kind == "foot" else "termination_contact_bodies"
+            raise ConfigError(f"robot.{key}: body '{name}' has no collision geom")
+        lo, hi = box
+        _add_touch_sensor(spec, body, f"{kind}_{name}", (hi - lo) / 2 + 0.01, (hi + lo) / 2,
+                          mujoco.mjtGeom.mjGEOM_BOX)
+        if kind == "foot":
+            body.add_site(name=f"sim2real_foot_{name}_point", pos=[0, 0, 0], group=5, rgba=[0, 0, 0, 0])
     if obstacle:
         spec.worldbody.add_geom(name="sim2real_obstacle", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.5, 1.0, 0.5],
                                 pos=list(OBSTACLE_PARK), rgba=[0.8, 0.4, 0.1, 1.0], friction=[0.8, 0.02, 0.01])
+    for k in range(int(terrain_boxes)):
+        spec.worldbody.add_geom(name=f"sim2real_terrain_{k}", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.01] * 3,
+                                pos=list(OBSTACLE_PARK), rgba=[0.45, 0.5, 0.55, 1.0], friction=[1.0, 0.02, 0.01])
     if terrain is not None:
         terrain.add_to_spec(spec)
     try:
         model = spec.compile()
     except Exception as exc:
         raise ConfigError(f"robot.mjcf: {path.name} does not compile with sim2real's additions: {exc}") from None
-    if obstacle:  # compiled as sharing the world's rotation (identity quat), which would ignore set_obstacle's yaw
-        model.geom_sameframe[model.geom("sim2real_obstacle").id] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
-    return model, _index(model, legged, path.name, obstacle)
+    # Per-env boxes are compiled as sharing the world's frame (identity quat), which would ignore their per-env yaw.
+    for g in range(model.ngeom):
+        if model.geom(g).name.startswith(("sim2real_obstacle", "sim2real_terrain_")):
+            model.geom_sameframe[g] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
+    return model, _index(model, legged, path.name, obstacle, int(terrain_boxes))
 
 
-def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle: bool) -> ModelIndex:
+def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle: bool,
+           terrain_boxes: int = 0) -> ModelIndex:
     base = model.body(legged.base_body).id
     free = [j for j in range(model.njnt) if model.jnt_bodyid[j] == base
             and model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
     if not free:
         raise ConfigError(f"robot.base_body: '{legged.base_body}' has no free joint in {model_name}")
-    joint_ids, act_ids = [], []
-    for name in legged.joint_names:
+
+    def actuator_of(name: str, key: str) -> tuple[int, int]:
         jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
         if jid < 0:
-            raise ConfigError(f"robot.joint_names: joint '{name}' is not in the model {model_name}")
+            raise ConfigError(f"robot.{key}: joint '{name}' is not in the model {model_name}")
         acts = [a for a in range(model.nu) if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
                 and model.actuator_trnid[a, 0] == jid]
         if len(acts) != 1:
-            raise ConfigError(f"robot.joint_names: joint '{name}' is driven by {len(acts)} actuators in "
+            raise ConfigError(f"robot.{key}: joint '{name}' is driven by {len(acts)} actuators in "
                               f"{model_name} (need exactly one)")
-        joint_ids.append(jid)
-        act_ids.append(acts[0])
-    joint_ids, act_ids = np.array(joint_ids), np.array(act_ids)
-    limit = np.where(model.actuator_forcelimited[act_ids].astype(bool), model.actuator_forcerange[act_ids, 1],
-                     np.where(model.actuator_ctrllimited[act_ids].astype(bool)
-                              & (model.actuator_gaintype[act_ids] == mujoco.mjtGain.mjGAIN_FIXED)
-                              & (model.actuator_biastype[act_ids] == mujoco.mjtBias.mjBIAS_NONE),
-                              model.actuator_ctrlrange[act_ids, 1] * model.actuator_gainprm[act_ids, 0], np.inf))
+        return jid, acts[0]
+
+    pairs = [actuator_of(n, "joint_names") for n in legged.joint_names]
+    joint_ids, act_ids = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    if legged.torque_limits is not None:
+        limit = resolve_joint_values(legged.torque_limits, legged.joint_names, "torque_limits")
+    else:
+        limit = np.where(model.actuator_forcelimited[act_ids].astype(bool), model.actuator_forcerange[act_ids, 1],
+                         np.where(model.actuator_ctrllimited[act_ids].astype(bool)
+                                  & (model.actuator_gaintype[act_ids] == mujoco.mjtGain.mjGAIN_FIXED)
+                                  & (model.actuator_biastype[act_ids] == mujoco.mjtBias.mjBIAS_NONE),
+                                  model.actuator_ctrlrange[act_ids, 1] * model.actuator_gainprm[act_ids, 0], np.inf))
     if not np.isfinite(limit).all():
         bad = legged.joint_names[int(np.argmin(np.isfinite(limit)))]
         raise ConfigError(f"robot.joint_names: the actuator of '{bad}' in {model_name} has no torque limit "
-                          "(forcerange or a motor ctrlrange)")
+                          "(forcerange or a motor ctrlrange); set robot.torque_limits")
     rng = model.jnt_range[joint_ids].copy()
     unlimited = ~model.jnt_limited[joint_ids].astype(bool)
     rng[unlimited] = [-np.inf, np.inf]
 
+    held_names, held_pos = _held_joints(model, legged, model_name)
+    held_acts = np.array([actuator_of(n, "held_joints")[1] for n in held_names], dtype=np.int64)
+
+    def held_values(value, key: str) -> np.ndarray:
+        return resolve_joint_values(value, held_names, key) if held_names else np.zeros(0)
+
     def sensor_adr(name: str) -> int:
         return int(model.sensor_adr[model.sensor(name).id])
 
+    foot_geoms = [model.geom(n).id for n in legged.foot_geoms]
+    for name in legged.foot_bodies:
+        b = model.body(name).id
+        foot_geoms += [g for g in range(model.ngeom) if model.geom_bodyid[g] == b and _collides(model, g)]
     ground = np.array([g for g in range(model.ngeom) if model.geom_bodyid[g] == 0
-                       and model.geom(g).name != "sim2real_obstacle"], dtype=np.int64)
+                       and model.geom(g).name != "sim2real_obstacle"
+                       and not model.geom(g).name.startswith("sim2real_terrain_")], dtype=np.int64)
     if len(ground) == 0:
         raise ConfigError(f"robot.mjcf: {model_name} has no ground (no geom on the world body); point it at a scene "
                           "file with a floor, e.g. Menagerie's scene.xml rather than the bare robot file")
+    boxes = np.array([model.geom(f"sim2real_terrain_{k}").id for k in range(terrain_boxes)], dtype=np.int64)
     return ModelIndex(
         base_body=base, base_qpos=int(model.jnt_qposadr[free[0]]), base_qvel=int(model.jnt_dofadr[free[0]]),
         joint_ids=joint_ids, joint_qpos=model.jnt_qposadr[joint_ids].copy(),
         joint_qvel=model.jnt_dofadr[joint_ids].copy(),
         actuator_ids=act_ids, joint_range=rng, torque_limit=np.abs(limit),
-        foot_geoms=np.array([model.geom(n).id for n in legged.foot_geoms]),
-        foot_sensors=np.array([sensor_adr(f"sim2real_foot_{n}_touch") for n in legged.foot_geoms]),
+        foot_geoms=np.array(foot_geoms, dtype=np.int64),
+        foot_sensors=np.array([sensor_adr(f"sim2real_foot_{n}_touch") for n in legged.foot_names]),
+        foot_sites=np.array([model.site(f"sim2real_foot_{n}_point").id for n in legged.foot_names]),
         body_sensors=np.array([sensor_adr(f"sim2real_body_{n}_touch") for n in legged.termination_contact_bodies]),
-        ground_geoms=ground,
+        ground_geoms=np.concatenate((ground, boxes)),
         imu_site=model.site(legged.imu_site).id,
         obstacle_geom=model.geom("sim2real_obstacle").id if obstacle else -1,
+        terrain_geoms=boxes,
+        held_joint_names=held_names, held_actuator_ids=held_acts, held_joint_pos=held_pos,
+        held_stiffness=held_values(legged.held_stiffness, "held_stiffness"),
+        held_damping=held_values(legged.held_damping, "held_damping"),
+        held_torque_limit=_held_limits(model, held_acts, legged.held_torque_limit, held_names, model_name),
     )
 
 
+def _held_limits(model: mujoco.MjModel, acts: np.ndarray, configured: float, names: list[str],
+                 model_name: str) -> np.ndarray:
+    """Torque limits [N m] of the held joints: ``robot.held_torque_limit`` when > 0, else the model's."""
+    if configured > 0:
+        return np.full(len(acts), float(configured))
+    limit = np.where(model.actuator_forcelimited[acts].astype(bool), np.abs(model.actuator_forcerange[acts, 1]),
+                     np.inf) if len(acts) else np.zeros(0)
+    if not np.isfinite(limit).all():
+        bad = names[int(np.argmin(np.isfinite(limit)))]
+        raise ConfigError(f"robot.held_joints: the actuator of '{bad}' in {model_name} has no torque limit; set "
+                          "robot.held_torque_limit")
+    return limit
+
+
 def make_position_servos(model: mujoco.MjModel, index: ModelIndex, kp: np.ndarray, kd: np.ndarray) -> None:
-    """Turn the policy joints' actuators of ``model`` into PD position servos (in place).
+    """Turn the policy joints' actuators of ``model`` into PD position servos (in place), and those of the held
+    joints (with their own gains and limits).
 
     ``tau = kp (ctrl - q) - kd dq``, clamped to ``±torque_limit``; ``ctrl`` is the joint position target [rad].
     """
-    a = index.actuator_ids
-    model.actuator_dyntype[a] = mujoco.mjtDyn.mjDYN_NONE
-    model.actuator_gaintype[a] = mujoco.mjtGain.mjGAIN_FIXED
-    model.actuator_biastype[a] = mujoco.mjtBias.mjBIAS_AFFINE
-    model.actuator_gainprm[a] = 0.0
-    model.actuator_biasprm[a] = 0.0
-    model.actuator_gainprm[a, 0] = kp
-    model.actuator_biasprm[a, 1] = -kp
-    model.actuator_biasprm[a, 2] = -kd
-    model.actuator_gear[a] = 0.0
-    model.actuator_gear[a, 0] = 1.0
-    model.actuator_ctrllimited[a] = 0
-    model.actuator_forcelimited[a] = 1
-    model.actuator_forcerange[a, 0] = -index.torque_limit
-    model.actuator_forcerange[a, 1] = index.torque_limit
+    groups = [(index.actuator_ids, kp, kd, index.torque_limit)]
+    if index.held_actuator_ids is not None and len(index.held_actuator_ids):
+        groups.append((index.held_actuator_ids, index.held_stiffness, index.held_damping, index.held_torque_limit))
+    for a, p, d, limit in groups:
+        model.actuator_dyntype[a] = mujoco.mjtDyn.mjDYN_NONE
+        model.actuator_gaintype[a] = mujoco.mjtGain.mjGAIN_FIXED
+        model.actuator_biastype[a] = mujoco.mjtBias.mjBIAS_AFFINE
+        model.actuator_gainprm[a] = 0.0
+        model.actuator_biasprm[a] = 0.0
+        model.actuator_gainprm[a, 0] = p
+        model.actuator_biasprm[a, 1] = -p
+        model.actuator_biasprm[a, 2] = -d
+        model.actuator_gear[a] = 0.0
+        model.actuator_gear[a, 0] = 1.0
+        model.actuator_ctrllimited[a] = 0
+        model.actuator_forcelimited[a] = 1
+        model.actuator_forcerange[a, 0] = -limit
+        model.actuator_forcerange[a, 1] = limit
 
 
 class MujocoBackend:
@@ -230,16 +354,17 @@ class MujocoBackend:
         sim_cfg: the task's ``sim`` section: ``fidelity`` (fast | full), ``fast`` solver settings, ``nthread``
             (0: all cores), ``control_dt`` [s] (the policy's control period; decimation = control_dt / timestep).
         device: torch device of the returned tensors.
-        terrain: optional terrain object (``add_to_spec``); obstacle: add a per-env box obstacle.
+        terrain: optional terrain object (``add_to_spec``); obstacle: add a per-env box obstacle;
+        terrain_boxes: number K of per-env terrain boxes (:meth:`set_terrain_boxes`).
 
     Raises:
         ConfigError: see :func:`build_model`; also a control period that is not a whole number of timesteps.
     """
 
     def __init__(self, robot: dict, num_envs: int, sim_cfg: dict, device: str = "cpu", terrain=None,
-                 obstacle: bool = False):
+                 obstacle: bool = False, terrain_boxes: int = 0):
         self.legged = LeggedRobot.from_config(robot)
-        self.model, self.index = build_model(robot, sim_cfg, terrain, obstacle)
+        self.model, self.index = build_model(robot, sim_cfg, terrain, obstacle, terrain_boxes)
         if self.legged.actuation != "position":
             raise ConfigError("robot.actuation: training needs 'position' (PD servos inside MuJoCo)")
         make_position_servos(self.model, self.index, self.legged.stiffness, self.legged.damping)
@@ -256,6 +381,8 @@ class MujocoBackend:
         self._ctrl = self.batch.bind("ctrl")
         self._xfrc = self.batch.bind("xfrc_applied")
         self._sensordata = self.batch.bind("sensordata")
+        self._site_xpos = self.batch.bind("site_xpos")
+        self._site_xmat = self.batch.bind("site_xmat")
         self.num_unstable = 0
         self.unstable = torch.zeros(self.num_envs, dtype=torch.bool, device=device)
         self._warn_ids = [int(w) for w in UNSTABLE_WARNINGS]
@@ -269,6 +396,8 @@ class MujocoBackend:
         self.batch.reset()
         self.default_joint_pos = torch.tensor(self.legged.default_pose, dtype=torch.float32, device=device)
         self._ctrl[:, self.index.actuator_ids] = self.legged.default_pose
+        self._ctrl[:, self.index.held_actuator_ids] = self.index.held_joint_pos
+        self.batch.forward(np.arange(self.num_envs))
         lo, hi = self.index.joint_range[:, 0], self.index.joint_range[:, 1]
         self._target_lo = torch.tensor(lo, dtype=torch.float32, device=device)
         self._target_hi = torch.tensor(hi, dtype=torch.float32, device=device)
@@ -279,9 +408,18 @@ class MujocoBackend:
         i = self.index
         data.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
         data.qpos[i.joint_qpos] = self.legged.default_pose
+        data.qpos[self.model.jnt_qposadr[[self.model.joint(n).id for n in i.held_joint_names]]] = i.held_joint_pos
         mujoco.mj_kinematics(self.model, data)
-        bottom = data.geom_xpos[i.foot_geoms, 2] - self.model.geom_size[i.foot_geoms, 0]
-        return float(-bottom.min())
+        signs = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
+        bottom = np.inf
+        for g in i.foot_geoms:  # spheres: their bottom; others: the lowest corner of their (rotated) bounding box
+            if self.model.geom_type[g] == mujoco.mjtGeom.mjGEOM_SPHERE:
+                bottom = min(bottom, float(data.geom_xpos[g, 2] - self.model.geom_size[g, 0]))
+                continue
+            centre, half = self.model.geom_aabb[g, :3], self.model.geom_aabb[g, 3:]
+            corners = data.geom_xpos[g] + (centre + signs * half) @ data.geom_xmat[g].reshape(3, 3).T
+            bottom = min(bottom, float(corners[:, 2].min()))
+        return -bottom
 
     def settled_state(self, duration_s: float = 1.0) -> tuple[float, np.ndarray, np.ndarray]:
         """Base height [m], base orientation ``[4]`` (w, x, y, z; the sag's small pitch/roll, zero yaw start) and
@@ -294,6 +432,9 @@ class MujocoBackend:
             data.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, self.standing_height(), 1.0, 0.0, 0.0, 0.0]
             data.qpos[i.joint_qpos] = self.legged.default_pose
             data.ctrl[i.actuator_ids] = self.legged.default_pose
+            data.ctrl[i.held_actuator_ids] = i.held_joint_pos
+            held_q = self.model.jnt_qposadr[[self.model.joint(n).id for n in i.held_joint_names]]
+            data.qpos[held_q] = i.held_joint_pos
             for _ in range(int(round(duration_s / self.timestep))):
                 mujoco.mj_step(self.model, data)
             self._settled = (float(data.qpos[i.base_qpos + 2]), data.qpos[i.base_qpos + 3:i.base_qpos + 7].copy(),
@@ -332,7 +473,9 @@ class MujocoBackend:
         ``base_pos_w`` [m] ``[N, 3]``, ``base_quat_w`` (w, x, y, z) ``[N, 4]``, ``base_lin_vel_w`` [m/s] ``[N, 3]``,
         ``base_ang_vel_b`` [rad/s] ``[N, 3]``, ``joint_pos`` [rad] / ``joint_vel`` [rad/s] ``[N, J]`` (policy order),
         ``foot_contact`` [N] ``[N, F]`` (normal force in each foot's touch volume), ``body_contact`` [N] ``[N, B]``
-        (termination bodies), ``joint_torque`` [N m] ``[N, J]`` (PD output of the last physics step).
+        (termination bodies), ``foot_pos_w`` [m] ``[N, F, 3]`` (each foot's point: foot geom centre or foot body
+        origin, world frame) and ``foot_yaw_w`` [rad] ``[N, F]`` (its heading about world z), both from the last
+        physics step's kinematics (one timestep stale; exact after a reset).
         """
         i, qpos, qvel = self.index, self._qpos, self._qvel
         return {
@@ -344,6 +487,8 @@ class MujocoBackend:
             "joint_vel": self._t(qvel[:, i.joint_qvel]),
             "foot_contact": self._t(self._sensordata[:, i.foot_sensors]),
             "body_contact": self._t(self._sensordata[:, i.body_sensors]),
+            "foot_pos_w": self._t(self._site_xpos[:, i.foot_sites]),
+            "foot_yaw_w": self._t(np.arctan2(self._site_xmat[:, i.foot_sites, 3], self._site_xmat[:, i.foot_sites, 0])),
         }
 
     def joint_torque(self) -> torch.Tensor:
@@ -379,6 +524,11 @@ class MujocoBackend:
         put(qvel, np.arange(i.base_qvel + 3, i.base_qvel + 6), zeros if base_ang_vel_b is None else base_ang_vel_b)
         put(qvel, i.joint_qvel, torch.zeros_like(joint_pos) if joint_vel is None else joint_vel)
         self._ctrl[np.ix_(rows, i.actuator_ids)] = joint_pos.detach().cpu().double().numpy()
+        if len(i.held_actuator_ids):
+            self._ctrl[np.ix_(rows, i.held_actuator_ids)] = i.held_joint_pos
+            held_q = self.model.jnt_qposadr[[self.model.joint(n).id for n in i.held_joint_names]]
+            qpos[np.ix_(rows, held_q)] = i.held_joint_pos
+            qvel[np.ix_(rows, self.model.jnt_dofadr[[self.model.joint(n).id for n in i.held_joint_names]])] = 0.0
         self._xfrc[rows] = 0.0
         self.batch.forward(rows)
         self._warn_count[rows] = self._warning_count()[rows]  # a reset does not count as a break
@@ -461,3 +611,29 @@ class MujocoBackend:
         if yaw is not None:
             y = yaw.cpu().double().numpy()
             quat[rows, g] = np.stack((np.cos(y / 2), 0 * y, 0 * y, np.sin(y / 2)), axis=1)
+
+    def set_terrain_boxes(self, ids: torch.Tensor, center_w: torch.Tensor, half_size: torch.Tensor,
+                          quat_w: torch.Tensor | None = None) -> None:
+        """Place the K terrain boxes of worlds ``ids``: centres ``[M, K, 3]`` m (world frame), half sizes
+        ``[M, K, 3]`` m and orientations ``[M, K, 4]`` (w, x, y, z; default identity). Raises RuntimeError if the
+        model was built with fewer boxes."""
+        g = self.index.terrain_geoms
+        k = center_w.shape[1]
+        if g is None or k > len(g):
+            raise RuntimeError(f"this backend has {0 if g is None else len(g)} terrain boxes, {k} given")
+        g = g[:k]
+        rows = ids.cpu().numpy()
+        pos, size = self.batch.expand("geom_pos"), self.batch.expand("geom_size")
+        rbound, aabb = self.batch.expand("geom_rbound"), self.batch.expand("geom_aabb")
+        quat = self.batch.expand("geom_quat")
+        h = half_size.cpu().double().numpy().clip(min=1e-3)
+        sel = np.ix_(rows, g)
+        pos[sel] = center_w.cpu().double().numpy()
+        size[sel] = h
+        rbound[sel] = np.linalg.norm(h, axis=-1)
+        aabb[sel + (slice(0, 3),)] = 0.0
+        aabb[sel + (slice(3, 6),)] = h
+        if quat_w is None:
+            quat[sel] = [1.0, 0.0, 0.0, 0.0]
+        else:
+            quat[sel] = quat_w.cpu().double().numpy()

@@ -22,7 +22,7 @@ import numpy as np
 from sim2real.configs import ConfigError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-LEGGED_KEYS = ("mjcf", "base_body", "imu_site", "joint_names", "foot_geoms", "default_pose", "actuation",
+LEGGED_KEYS = ("mjcf", "base_body", "imu_site", "joint_names", "default_pose", "actuation",
                "stiffness", "damping", "action_scale", "action_clip")
 
 
@@ -89,11 +89,21 @@ class LeggedRobot:
     """A legged robot config resolved to per-joint arrays (policy order, ``[J]`` float64 each).
 
     Attributes:
-        name, joint_names, foot_geoms, base_body, imu_site: from the config.
+        name, joint_names, base_body, imu_site: from the config.
+        foot_geoms: foot collision geoms by name (small feet: the geom's centre is the foot point), or
+        foot_bodies: foot bodies by name (the body origin, e.g. the ankle, is the foot point; every collision
+            geom of the body is part of the foot). A config names one of the two; the other is empty.
         default_pose: standing joint positions [rad].
         stiffness: PD proportional gains kp [N m/rad].
         damping: PD derivative gains kd [N m s/rad].
         action_scale: [rad] per unit action; action_clip: bound on |action|.
+        torque_limits: ``{regex: N m}`` over ``joint_names`` overriding the model's actuator limits (needed when
+            the model's actuators have none, e.g. JVRC-1's motors), or None: the model's.
+        held_joints: ``{regex: rad}`` over the model's other joints: held by PD servos at that position (waist,
+            neck, arms of a humanoid whose legs the policy drives), with ``held_stiffness`` / ``held_damping``
+            (number or map) and ``held_torque_limit`` [N m] (number).
+        collision_disabled_bodies: regexes of bodies whose geoms are removed from collision in simulation (a
+            training simplification, e.g. a humanoid's fingers).
     """
 
     name: str
@@ -108,6 +118,18 @@ class LeggedRobot:
     action_clip: float
     actuation: str
     termination_contact_bodies: list[str]
+    foot_bodies: list[str] = None
+    torque_limits: dict | None = None
+    held_joints: dict | None = None
+    held_stiffness: object = 0.0
+    held_damping: object = 0.0
+    held_torque_limit: float = 0.0
+    collision_disabled_bodies: list[str] = None
+
+    @property
+    def foot_names(self) -> list[str]:
+        """Names of the feet (geom or body names), in the order of the contact observations."""
+        return list(self.foot_geoms or self.foot_bodies)
 
     @classmethod
     def from_config(cls, robot: dict) -> "LeggedRobot":
@@ -131,8 +153,27 @@ class LeggedRobot:
         for key in ("stiffness", "damping"):
             if (resolve_joint_values(robot[key], joints, key) < 0).any():
                 raise ConfigError(f"robot.{key}: PD gains must be >= 0")
+        feet_geoms, feet_bodies = robot.get("foot_geoms") or [], robot.get("foot_bodies") or []
+        if bool(feet_geoms) == bool(feet_bodies):
+            raise ConfigError(f"robot '{robot.get('name')}': give exactly one of foot_geoms and foot_bodies")
+        if robot.get("torque_limits") is not None:
+            if (resolve_joint_values(robot["torque_limits"], joints, "torque_limits") <= 0).any():
+                raise ConfigError("robot.torque_limits: limits must be > 0")
+        held = robot.get("held_joints")
+        if held is not None and (not isinstance(held, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in held.values())):
+            raise ConfigError("robot.held_joints: expected a {joint-name regex: position [rad]} map")
+        for key in ("held_stiffness", "held_damping", "held_torque_limit"):
+            v = robot.get(key, 0.0)
+            if held and not (isinstance(v, dict) or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)):
+                raise ConfigError(f"robot.{key}: expected a number >= 0 or a {{regex: value}} map, got {v!r}")
         return cls(
-            name=robot["name"], joint_names=list(joints), foot_geoms=list(robot["foot_geoms"]),
+            name=robot["name"], joint_names=list(joints), foot_geoms=list(feet_geoms), foot_bodies=list(feet_bodies),
+            torque_limits=robot.get("torque_limits"), held_joints=dict(held) if held else None,
+            held_stiffness=robot.get("held_stiffness", 0.0), held_damping=robot.get("held_damping", 0.0),
+            held_torque_limit=float(robot.get("held_torque_limit", 0.0)) if not isinstance(
+                robot.get("held_torque_limit", 0.0), dict) else 0.0,
+            collision_disabled_bodies=list(robot.get("collision_disabled_bodies") or []),
             base_body=robot["base_body"], imu_site=robot["imu_site"],
             default_pose=resolve_joint_values(robot["default_pose"], joints, "default_pose"),
             stiffness=resolve_joint_values(robot["stiffness"], joints, "stiffness"),

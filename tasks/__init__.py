@@ -57,6 +57,13 @@ TASKS: dict[str, TaskSpec] = {
         "sim2real.tasks.quadruped_jump.checks:check_config",
         "Go2-class quadruped: jump in place, forward/diagonal to landing targets, and over obstacles (MuJoCo)",
     ),
+    "humanoid-footsteps": TaskSpec(
+        "humanoid-footsteps",
+        TASKS_DIR / "humanoid_footsteps.yaml",
+        "sim2real.tasks.humanoid_footsteps.env:HumanoidFootstepsEnv",
+        "sim2real.tasks.humanoid_footsteps.checks:check_config",
+        "JVRC-1-class humanoid: walk on planned footsteps (any direction, turning, stepping in place, stairs) (MuJoCo)",
+    ),
 }
 
 

@@ -149,3 +149,29 @@ def jump_command(s: RobotState) -> torch.Tensor:
           "time since the command's start, clipped to [-0.5, 2] s (jump phase; -0.5 while waiting for a command)")
 def command_time(s: RobotState) -> torch.Tensor:
     return s.time_s.clamp(-0.5, 2.0).unsqueeze(-1)
+
+
+# --- footstep following ------------------------------------------------------------------------------------------
+@obs_term("gait_clock", 2, "1", "-",
+          "sin and cos of 2 pi phase; phase in [0, 1) runs over two footsteps: [0, 0.5) the left foot's step, "
+          "[0.5, 1) the right foot's (RobotState.phase)")
+def gait_clock(s: RobotState) -> torch.Tensor:
+    angle = 2.0 * torch.pi * s.phase
+    return torch.stack((torch.sin(angle), torch.cos(angle)), dim=-1)
+
+
+@obs_term("footstep_targets", 8, "m, m, m, rad", "heading frame",
+          "the next two footstep targets (command[:, 0:4] and [:, 4:8]: x, y, z, yaw in the world frame), each as "
+          "dx, dy in the base's heading frame (yaw only), dz = target z - base z, dyaw = target yaw - base yaw "
+          "wrapped to [-pi, pi)")
+def footstep_targets(s: RobotState) -> torch.Tensor:
+    from sim2real.sim.rotations import wrap_angle, yaw_from_quat
+
+    yaw = yaw_from_quat(s.base_quat_w)
+    c, sn = torch.cos(yaw), torch.sin(yaw)
+    out = []
+    for k in range(2):
+        t = s.command[:, 4 * k:4 * k + 4]
+        dx, dy = t[:, 0] - s.base_pos_w[:, 0], t[:, 1] - s.base_pos_w[:, 1]
+        out += [c * dx + sn * dy, -sn * dx + c * dy, t[:, 2] - s.base_pos_w[:, 2], wrap_angle(t[:, 3] - yaw)]
+    return torch.stack(out, dim=-1)

@@ -28,6 +28,8 @@ class RobotState:
         foot_contact: foot contact normal force [N], ``[N, F]`` in the robot config's ``foot_geoms`` order, or
             None where unmeasured (deploy).
         time_s: time since the episode (or, on a robot, the current command) began [s], ``[N]``, or None.
+        phase: gait clock phase in [0, 1), ``[N]``, or None (footstep following: [0, 0.5) the left foot's step,
+            [0.5, 1) the right foot's).
     """
 
     base_pos_w: torch.Tensor
@@ -41,6 +43,7 @@ class RobotState:
     default_joint_pos: torch.Tensor | None = None
     foot_contact: torch.Tensor | None = None
     time_s: torch.Tensor | None = None
+    phase: torch.Tensor | None = None
 
     @property
     def num_envs(self) -> int:

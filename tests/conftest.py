@@ -12,6 +12,8 @@ import torch
 from sim2real.deploy.ros_env import isolate_ros_environment
 
 REPO = Path(__file__).resolve().parents[1]
+#: The real robot models (Menagerie's Go2, Crazyflie 2, JVRC-1): $SIM2REAL_SHARED or the folder beside the repo.
+SHARED = Path(os.environ.get("SIM2REAL_SHARED") or REPO.parent / "shared")
 
 # Headless rendering (play): MuJoCo reads MUJOCO_GL once, when first imported by any test.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -29,6 +31,15 @@ def tiny_overrides(num_envs: int = 64) -> list[str]:
     return [f"env.num_envs={num_envs}", "train.num_steps_per_env=8", "train.eval_interval=1",
             "train.eval_episodes=16", "eval.num_episodes=16", "train.save_interval=1", "train.keep_last=2",
             "env.episode_length_s=0.1"]
+
+
+@pytest.fixture(scope="session")
+def shared_robots() -> Path:
+    """``<shared>/robots``; skips the test when the real robot models are not on this machine."""
+    path = SHARED / "robots"
+    if not path.is_dir():
+        pytest.skip(f"the real robot models are not at {path} (set SIM2REAL_SHARED)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from sim2real.configs import ConfigError
 from sim2real.sim.robot import LeggedRobot
 from sim2real.tasks.checks import check_device, check_observations, check_train, require
+from sim2real.tasks.legged_dr import check_domain_rand
 
 
 def check_config(cfg: dict) -> None:
@@ -47,19 +48,7 @@ def check_config(cfg: dict) -> None:
     for key in ("position_tol", "yaw_tol", "upright_tilt"):
         require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
     check_observations(cfg["observations"])
-    dr = cfg["domain_rand"]
-    for key in ("friction", "mass_scale", "motor_strength", "kp_scale", "kd_scale", "latency_steps"):
-        lo, hi = dr[key]
-        require(0 <= lo <= hi, f"domain_rand.{key}",
-                f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
-    require(dr["base_added_mass"][0] <= dr["base_added_mass"][1], "domain_rand.base_added_mass",
-            f"must be a range [low, high], got {dr['base_added_mass']}")
-    require(all(int(v) == v for v in dr["latency_steps"]), "domain_rand.latency_steps", "must be whole control steps")
-    require(dr["base_com_offset"] >= 0 and dr["push_velocity"] >= 0, "domain_rand.base_com_offset",
-            "offsets and push velocities must be >= 0")
-    require(dr["friction"][0] > 0 and dr["mass_scale"][0] > 0 and dr["motor_strength"][0] > 0,
-            "domain_rand", "friction, mass and strength scales must be positive")
-    require(0 <= dr["push_prob"] <= 1, "domain_rand.push_prob", "must lie in [0, 1]")
+    check_domain_rand(cfg["domain_rand"])
     cur = cfg["curriculum"]
     require(cur["num_stages"] == 3, "curriculum.num_stages", "quadruped-jump has 3 stages")
     require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",

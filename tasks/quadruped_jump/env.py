@@ -27,14 +27,12 @@ from sim2real.curricula import StagedLevelCurriculum
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.rotations import quat_from_yaw, quat_mul, quat_rotate_inverse, wrap_angle, yaw_from_quat
 from sim2real.tasks.actions import JointPositionAction
+from sim2real.tasks.legged_dr import LeggedDomainRandomization
 from sim2real.tasks.observations import ObservationBuilder
 from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
 from sim2real.tasks.state import RobotState
-
-DR_KEYS = ("friction", "mass_scale", "base_added_mass", "motor_strength", "kp_scale", "kd_scale")
-
 
 class QuadrupedJumpEnv(VecEnv):
     """Batched quadruped jumping task (see the module docstring).
@@ -78,15 +76,9 @@ class QuadrupedJumpEnv(VecEnv):
         self.settled_tilt_quat = quat_mul(quat_from_yaw(-yaw_from_quat(settled_quat)), settled_quat)
         self.settled_joint_pos = torch.tensor(settled_joints, dtype=torch.float32, device=device)
 
-        dr = cfg["domain_rand"]
-        self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
-        self.latency = torch.zeros(n, dtype=torch.long, device=device)
-        self.action_history = torch.zeros(n, self.max_latency + 1, self.num_actions, device=device)
+        self.dr = LeggedDomainRandomization(self.sim, cfg["domain_rand"], self.num_actions, device)
         self.actions = torch.zeros(n, self.num_actions, device=device)
         self.last_actions = torch.zeros(n, self.num_actions, device=device)
-        self.dr_params = {k: torch.ones(n, device=device) for k in DR_KEYS}
-        self.dr_params["base_added_mass"] = torch.zeros(n, device=device)
-        self.com_offset = torch.zeros(n, 3, device=device)
 
         self.command = torch.zeros(n, 5, device=device)
         self.wait_steps = torch.zeros(n, dtype=torch.long, device=device)
@@ -135,16 +127,13 @@ class QuadrupedJumpEnv(VecEnv):
         rel = self.target_xy - state.base_pos_w[:, :2]
         c, s = torch.cos(yaw), torch.sin(yaw)
         rel_h = torch.stack((c * rel[:, 0] + s * rel[:, 1], -s * rel[:, 0] + c * rel[:, 1]), dim=-1)
-        p = self.dr_params
         return torch.cat((
             (state.base_pos_w[:, 2:3] - self.settled_height),
             quat_rotate_inverse(state.base_quat_w, state.base_lin_vel_w),
             (state.foot_contact > 1.0).float(),
             rel_h, wrap_angle(self.target_yaw - yaw).unsqueeze(-1),
             self.command[:, 3:4],
-            p["friction"].unsqueeze(-1), p["mass_scale"].unsqueeze(-1) - 1.0, p["base_added_mass"].unsqueeze(-1),
-            self.com_offset * 10.0, p["motor_strength"].unsqueeze(-1) - 1.0, p["kp_scale"].unsqueeze(-1) - 1.0,
-            p["kd_scale"].unsqueeze(-1) - 1.0, self.latency.float().unsqueeze(-1),
+            self.dr.privileged(),
         ), dim=-1)
 
     def get_observations(self) -> TensorDict:
@@ -172,11 +161,9 @@ class QuadrupedJumpEnv(VecEnv):
         actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
         self.last_actions = self.actions
         self.actions = actions
-        self.action_history = torch.roll(self.action_history, 1, dims=1)
-        self.action_history[:, 0] = actions
-        applied = self.action_history[torch.arange(self.num_envs, device=self.device), self.latency]
+        applied = self.dr.delay(actions)
         self.sim.step(self.action_term.to_command(applied))
-        self._maybe_push()
+        self.dr.maybe_push()
         self._state = self.sim.state()
         self.episode_length_buf += 1
         state = self.robot_state()
@@ -272,21 +259,10 @@ class QuadrupedJumpEnv(VecEnv):
         ok = (self.bin_success >= threshold) & (self.bin_count >= 10)
         return float(self.distance_bins[ok].max()) if ok.any() else 0.0
 
-    def _maybe_push(self) -> None:
-        dr = self.cfg["domain_rand"]
-        if not dr["enabled"] or dr["push_prob"] <= 0:
-            return
-        push = torch.rand(self.num_envs, device=self.device) < dr["push_prob"]
-        ids = push.nonzero(as_tuple=False).squeeze(-1)
-        if len(ids):
-            v = torch.zeros(len(ids), 3, device=self.device)
-            v[:, :2] = (2 * torch.rand(len(ids), 2, device=self.device) - 1) * dr["push_velocity"]
-            self.sim.push(ids, v)
-
     # --- reset ---------------------------------------------------------------------------------------------
     def _reset_envs(self, ids: torch.Tensor) -> None:
         m, dev, e = len(ids), self.device, self.cfg["env"]
-        self._randomise(ids)
+        self.dr.randomise(ids)
         x = self.curriculum.sample(ids)
         self.difficulty[ids] = x
         stage, level = self.curriculum.split(x)
@@ -314,30 +290,10 @@ class QuadrupedJumpEnv(VecEnv):
                 self._state[k][ids] = v[ids]
         self.actions[ids] = 0.0
         self.last_actions[ids] = 0.0
-        self.action_history[ids] = 0.0
         self.airborne_steps[ids] = 0
         self.max_airborne_steps[ids] = 0
         self.peak_height[ids] = self.settled_height
         self.episode_length_buf[ids] = 0
-
-    def _randomise(self, ids: torch.Tensor) -> None:
-        """Sample per-episode physical parameters and latency for envs ``ids``."""
-        m, dev, dr = len(ids), self.device, self.cfg["domain_rand"]
-        if not dr["enabled"]:
-            return
-
-        def uniform(rng):
-            return rng[0] + (rng[1] - rng[0]) * torch.rand(m, device=dev)
-
-        p = self.dr_params
-        for key in DR_KEYS:
-            p[key][ids] = uniform(dr[key])
-        self.com_offset[ids] = (2 * torch.rand(m, 3, device=dev) - 1) * dr["base_com_offset"]
-        self.sim.set_friction(ids, p["friction"][ids])
-        self.sim.set_body_mass(ids, p["mass_scale"][ids], p["base_added_mass"][ids], self.com_offset[ids])
-        self.sim.set_pd(ids, p["kp_scale"][ids], p["kd_scale"][ids], p["motor_strength"][ids])
-        lat = dr["latency_steps"]
-        self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (m,), device=dev)
 
     @staticmethod
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:

@@ -1,5 +1,6 @@
-"""Fixtures of the deploy tests: synthetic linear policies for the quadrotor and the legged robot (ROS isolation
-and contexts: tests/conftest.py). ``write_legged_policy`` is also used by tests/e2e (loaded by path)."""
+"""Fixtures of the deploy tests: synthetic linear policies for the quadrotor, the legged robot and the humanoid
+footstep task (ROS isolation and contexts: tests/conftest.py). ``write_legged_policy`` and
+``write_footstep_policy`` are also used by tests/e2e (loaded by path)."""
 
 from __future__ import annotations
 
@@ -132,6 +133,77 @@ def legged_policy(tmp_path_factory):
                          sort_keys=True)
         if key not in folders:
             folders[key] = write_legged_policy(tmp_path_factory.mktemp("legged_policy"), bias, weight, robot)
+        return folders[key]
+
+    return make
+
+
+FOOTSTEP_TASK = "humanoid-footsteps"
+
+
+@functools.lru_cache(maxsize=2)
+def footstep_env(robot_json: str | None = None):
+    """(resolved config, 1-env env) of humanoid-footsteps (robot: JSON of a config, None: the task's jvrc1);
+    cached (treat as read-only, or step it knowingly)."""
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config(FOOTSTEP_TASK, ["env.num_envs=1"])
+    if robot_json is not None:
+        cfg["robot"] = json.loads(robot_json)
+    return cfg, make_env(cfg, num_envs=1)
+
+
+def write_footstep_policy(out_dir: Path, bias, weight: np.ndarray | None = None, robot: dict | None = None) -> Path:
+    """An exported humanoid-footsteps policy ``actions = obs @ weight + bias`` (weight ``[D, 12]``, default zeros)
+    with the real metadata of the task (gait section included), built as the export builds it
+    (``make_env(cfg, num_envs=1)`` + :func:`build_metadata`); ``robot``: default jvrc1. Returns ``out_dir``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from sim2real.policies.metadata import (
+        EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy, sha256_file,
+    )
+
+    cfg, env = footstep_env(json.dumps(robot, sort_keys=True) if robot is not None else None)
+    meta_env = env.metadata()
+    obs_dim = sum(t["size"] for t in meta_env["observation"]["policy"])
+    act_dim = int(meta_env["action"]["size"])
+    weight = np.zeros((obs_dim, act_dim)) if weight is None else np.asarray(weight)
+    w = numpy_helper.from_array(weight.astype(np.float32).reshape(obs_dim, act_dim), "W")
+    b = numpy_helper.from_array(np.asarray(bias, dtype=np.float32).reshape(act_dim), "b")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["obs", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["actions"])],
+        "linear_footstep_policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])],
+        [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", act_dim])],
+        initializer=[w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    training = {"seed": 0, "git_revision": "test", "iteration": 0, "checkpoint": "synthetic"}
+    meta = build_metadata(env, cfg, None, training)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = EMBEDDED_KEY, json.dumps(embedded_copy(meta), sort_keys=True)
+    onnx.checker.check_model(model)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / ONNX_FILE).write_bytes(model.SerializeToString())
+    meta["onnx"]["sha256"] = sha256_file(out_dir / ONNX_FILE)
+    (out_dir / METADATA_FILE).write_text(json.dumps(meta, indent=2))
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def footstep_policy(tmp_path_factory):
+    """Factory: ``footstep_policy(bias=None, weight=None) -> policy folder`` (see :func:`write_footstep_policy`;
+    bias default zeros: the default pose); one folder per distinct policy for the session (read-only)."""
+    folders: dict[str, Path] = {}
+
+    def make(bias=None, weight=None):
+        bias = np.zeros(12) if bias is None else bias
+        key = json.dumps([np.asarray(bias, dtype=np.float32).tolist(),
+                          None if weight is None else np.asarray(weight, dtype=np.float32).tolist()])
+        if key not in folders:
+            folders[key] = write_footstep_policy(tmp_path_factory.mktemp("footstep_policy"), bias, weight)
         return folders[key]
 
     return make

@@ -5,7 +5,7 @@ written out here: Coulomb friction (a sliding robot loses ``mu g`` of speed per 
 ``(M s + m_added) g`` with ``M`` summed from a plain ``MjModel``), the base centre of mass (front/rear load split
 and moment balance about the simulated centre of mass), PD gains and motor strength (MuJoCo's own actuator force
 against ``s (kp (q* - q) - kd dq)`` clamped at ``s`` times the motor limit), and pushes. Env checks build the task
-from its config and verify that what ``_randomise`` samples lands in each world's model, in the privileged critic
+from its config and verify that what ``LeggedDomainRandomization.randomise`` samples lands in each world's model, in the privileged critic
 observation, and that pushes and action latency act as configured.
 """
 
@@ -208,12 +208,12 @@ def test_sampled_parameters_land_in_each_world():
                     "domain_rand.kp_scale=[0.5,1.5]", "domain_rand.kd_scale=[0.5,1.5]",
                     "domain_rand.motor_strength=[0.6,1.0]", "domain_rand.latency_steps=[0,1]")
     plain = mujoco.MjModel.from_xml_path(str(_project_model()))
-    p, dr = env.dr_params, cfg["domain_rand"]
+    p, dr = env.dr.params, cfg["domain_rand"]
     for key in ("friction", "mass_scale", "base_added_mass", "kp_scale", "kd_scale", "motor_strength"):
         lo, hi = dr[key]
         assert ((p[key] >= lo) & (p[key] <= hi)).all(), key
         assert p[key].std() > 0.05 * (hi - lo), f"{key} is not sampled per env"
-    assert (env.com_offset.abs() <= 0.05).all() and env.com_offset.std() > 0.005
+    assert (env.dr.com_offset.abs() <= 0.05).all() and env.dr.com_offset.std() > 0.005
     idx = env.sim.index
     base = idx.base_body
     # Geom ids by name in the env's own model (its obstacle is a world geom: the robot's geom ids shift).
@@ -227,7 +227,7 @@ def test_sampled_parameters_land_in_each_world():
         want = plain.body_mass[robot_bodies] * float(p["mass_scale"][i])
         want[base - 1] += float(p["base_added_mass"][i])
         np.testing.assert_allclose(m.body_mass[robot_bodies], want, rtol=1e-6)
-        np.testing.assert_allclose(m.body_ipos[base], plain.body_ipos[base] + env.com_offset[i].double().numpy(),
+        np.testing.assert_allclose(m.body_ipos[base], plain.body_ipos[base] + env.dr.com_offset[i].double().numpy(),
                                    atol=1e-7)
         s = float(strength[i])
         kp = KP * float(p["kp_scale"][i]) * s
@@ -240,8 +240,8 @@ def test_sampled_parameters_land_in_each_world():
     # The privileged critic observation carries them (last 10 columns).
     priv = env.get_observations()["critic"][:, -10:]
     want = torch.cat((p["friction"][:, None], p["mass_scale"][:, None] - 1, p["base_added_mass"][:, None],
-                      env.com_offset * 10, p["motor_strength"][:, None] - 1, p["kp_scale"][:, None] - 1,
-                      p["kd_scale"][:, None] - 1, env.latency[:, None].float()), dim=-1)
+                      env.dr.com_offset * 10, p["motor_strength"][:, None] - 1, p["kp_scale"][:, None] - 1,
+                      p["kd_scale"][:, None] - 1, env.dr.latency[:, None].float()), dim=-1)
     torch.testing.assert_close(priv, want)
 
 
@@ -259,13 +259,13 @@ def test_disabled_randomisation_keeps_the_nominal_model():
         np.testing.assert_allclose(m.body_mass[: plain.nbody], plain.body_mass)
         np.testing.assert_allclose(m.body_ipos[: plain.nbody], plain.body_ipos)
         np.testing.assert_allclose(m.actuator_gainprm[env.sim.index.actuator_ids, 0], KP)
-    assert (env.latency == 0).all() and env.action_history.shape[1] == 1
+    assert (env.dr.latency == 0).all() and env.dr.action_history.shape[1] == 1
 
 
 def test_env_pushes_within_the_configured_velocity():
     env, _ = _env(16, "domain_rand.push_prob=1.0", "domain_rand.push_velocity=0.3")
     v0 = env.sim.state()["base_lin_vel_w"]
-    env._maybe_push()
+    env.dr.maybe_push()
     dv = env.sim.state()["base_lin_vel_w"] - v0
     assert (dv[:, 2] == 0).all()
     assert (dv[:, :2].abs() <= 0.3 + 1e-6).all()
@@ -273,7 +273,7 @@ def test_env_pushes_within_the_configured_velocity():
 
     quiet, _ = _env(4, "domain_rand.push_prob=0.0", "domain_rand.push_velocity=0.3")
     v0 = quiet.sim.state()["base_lin_vel_w"]
-    quiet._maybe_push()
+    quiet.dr.maybe_push()
     torch.testing.assert_close(quiet.sim.state()["base_lin_vel_w"], v0, rtol=0, atol=0)
 
 

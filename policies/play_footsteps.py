@@ -1,0 +1,133 @@
+"""``sim2real play`` for ``humanoid-footsteps``: walk a few footstep plans, plot planned vs achieved footsteps
+(top view, world frame) and render a headless video of the first plan.
+
+Plans come from a plan file (``sim2real play --plans FILE``: its first four plans) or, by default, from the
+generator: one plan of each of the config's ``eval.modes`` (at ``eval.level``), on flat ground.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
+from sim2real.tasks.humanoid_footsteps.plans import LEFT, MODES, FootstepPlan, PlanGenerator
+
+MAX_PLANS = 4
+
+
+def default_plans(cfg: dict, half_width: float) -> list[FootstepPlan]:
+    """One generated plan per mode of ``eval.modes`` (mode level ``eval.level``, flat ground), seeded."""
+    gen = PlanGenerator({k: v for k, v in cfg["plans"].items() if k != "modes"}, half_width,
+                        int(cfg["env"]["num_plan_steps"]), int(cfg["env"]["num_terrain_boxes"]))
+    modes = torch.tensor([MODES.index(m) for m in cfg["eval"]["modes"]][:MAX_PLANS])
+    batch = gen.sample(modes, torch.full((len(modes),), float(cfg["eval"]["level"])), torch.zeros(len(modes)),
+                       generator=torch.Generator().manual_seed(int(cfg["eval"]["seed"])))
+    return batch.to_plans()
+
+
+def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], plans: list[FootstepPlan],
+                  duration_s: float | None = None, frames_of: int | None = 0) -> dict:
+    """Walk each plan once (one env per plan, seeded by ``eval.seed``). Returns ``t`` [T] s, ``base_pos_w``
+    [T, K, 3] m, ``plans_w`` (list of [S_k, 5] world-frame steps), ``touchdowns`` (per plan: (step index, x, y, z,
+    yaw, hit)), ``fell`` [K] bool, and with ``frames_of`` the MuJoCo ``(model, qpos [T, nq])`` of that plan."""
+    torch.manual_seed(int(cfg["eval"]["seed"]))
+    env = HumanoidFootstepsEnv(cfg, num_envs=len(plans), device=cfg["device"], eval_mode=True, plans=plans)
+    k = len(plans)
+    steps_limit = env.max_episode_length
+    if duration_s is not None:
+        steps_limit = min(steps_limit, int(round(duration_s / env.control_dt)))
+    plans_w = [env.tracker.steps_w[i, :len(p.feet)].cpu().numpy() for i, p in enumerate(plans)]
+    obs = env.get_observations()
+    t, pos, qpos = [], [], []
+    done = torch.zeros(k, dtype=torch.bool)
+    fell = torch.zeros(k, dtype=torch.bool)
+    touchdowns = [None] * k
+    last = env.robot_state().base_pos_w.clone()
+    with torch.inference_mode():
+        for step in range(steps_limit):
+            last[~done] = env.robot_state().base_pos_w[~done]
+            t.append(step * env.control_dt)
+            pos.append(last.clone())
+            if frames_of is not None and not done[frames_of]:
+                qpos.append(env.sim._qpos[frames_of].copy())
+            logs = [list(x) for x in env.touchdowns]
+            obs, _, dones, extras = env.step(policy(obs["policy"]))
+            newly = dones.cpu() & ~done
+            for i in newly.nonzero(as_tuple=False).squeeze(-1).tolist():
+                touchdowns[i] = logs[i] + [x for x in env.touchdowns[i] if x not in logs[i]]
+                fell[i] = not bool(extras["time_outs"][i])
+            done |= newly
+            if bool(done.all()):
+                break
+    for i in range(k):
+        if touchdowns[i] is None:
+            touchdowns[i] = list(env.touchdowns[i])
+    out = {"t": np.array(t), "base_pos_w": torch.stack(pos).numpy(), "plans_w": plans_w, "touchdowns": touchdowns,
+           "fell": fell.numpy(), "names": [p.name or f"plan {i + 1}" for i, p in enumerate(plans)]}
+    if frames_of is not None:
+        out["render"] = (env.sim.batch.get_model(frames_of), np.array(qpos))
+    return out
+
+
+def plot_footsteps(traj: dict, path: Path) -> Path:
+    """One top-view panel per plan: planned footsteps (numbered; left blue, right red, yaw ticks), touchdowns of
+    the target foot (filled: hit, hollow: miss) and the pelvis path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = len(traj["plans_w"])
+    fig, axes = plt.subplots(1, k, figsize=(4.5 * k, 4.5), squeeze=False)
+    for j, ax in enumerate(axes[0]):
+        plan = traj["plans_w"][j]
+        for i, (foot, x, y, _, yaw) in enumerate(plan):
+            color = "C0" if int(round(foot)) == LEFT else "C3"
+            ax.plot(x, y, "s", color=color, ms=9, mfc="none")
+            ax.plot([x, x + 0.08 * np.cos(yaw)], [y, y + 0.08 * np.sin(yaw)], color=color, lw=1)
+            ax.annotate(str(i), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        for (idx, x, y, _, yaw, hit) in traj["touchdowns"][j]:
+            ax.plot(x, y, "o", color="C2" if hit else "C1", ms=6, mfc="C2" if hit else "none")
+        p = traj["base_pos_w"][:, j]
+        ax.plot(p[:, 0], p[:, 1], "k-", lw=0.8)
+        hits = sum(1 for td in traj["touchdowns"][j] if td[5])
+        ax.set_title(f"{traj['names'][j]}: {hits} hits / {len(plan) - 1} steps" + (" (fell)" if traj["fell"][j] else ""),
+                     fontsize=9)
+        ax.set_xlabel("x (world) [m]")
+        ax.set_ylabel("y (world) [m]")
+        ax.set_aspect("equal", adjustable="datalim")
+    fig.suptitle("squares: planned footsteps (blue left, red right); dots: touchdowns (filled hit, hollow miss); "
+                 "line: pelvis", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def play_footsteps(cfg: dict, policy, output: Path, video: bool = True, plans: list[FootstepPlan] | None = None,
+                   duration_s: float | None = None) -> Path:
+    """Write ``<output>.png`` (planned vs achieved footsteps) and, with ``video``, ``<output>.gif`` of the first
+    plan; ``duration_s`` caps the rollout (default: until every plan is walked)."""
+    from sim2real.policies.play_legged import render_jump
+
+    if plans is None:
+        probe = HumanoidFootstepsEnv(cfg, num_envs=1, device=cfg["device"], eval_mode=True)
+        plans = default_plans(cfg, probe.half_width)
+    plans = plans[:MAX_PLANS]
+    traj = rollout_plans(cfg, policy, plans, duration_s, frames_of=0 if video else None)
+    output = Path(output)
+    plot_path = plot_footsteps(traj, output.with_suffix(".png"))
+    if not video or output.suffix == ".png":
+        return plot_path
+    try:
+        model, qpos = traj["render"]
+        return render_jump(model, qpos, output.with_suffix(".gif"), float(cfg["sim"]["control_dt"]), distance=3.0,
+                           lookat_z=0.8)
+    except RuntimeError as exc:
+        print(f"{exc}; wrote trajectory plots only")
+        return plot_path

@@ -1,0 +1,69 @@
+"""Value checks of a resolved ``humanoid-footsteps`` config (the loader checks keys and kinds; this checks ranges).
+
+Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, before any run directory is made.
+"""
+
+from __future__ import annotations
+
+from sim2real.configs import ConfigError
+from sim2real.sim.robot import LeggedRobot
+from sim2real.tasks.checks import check_device, check_observations, check_train, require
+from sim2real.tasks.legged_dr import check_domain_rand
+
+
+def check_config(cfg: dict) -> None:
+    """Check the values of a resolved task config; raises ConfigError naming the key."""
+    from sim2real.tasks.humanoid_footsteps.plans import DEFAULT_PLAN_CFG, MODES, PlanGenerator
+
+    if cfg["robot"].get("kind") != "legged":
+        raise ConfigError(f"config key 'robot': humanoid-footsteps needs a legged robot, "
+                          f"'{cfg['robot'].get('name')}' is a {cfg['robot'].get('kind')}")
+    legged = LeggedRobot.from_config(cfg["robot"])
+    require(len(legged.foot_names) == 2, "robot.foot_bodies", f"a biped has 2 feet (left, right), got "
+            f"{legged.foot_names}")
+    e, g, s = cfg["env"], cfg["gait"], cfg["success"]
+    require(e["num_envs"] >= 1, "env.num_envs", f"must be at least 1, got {e['num_envs']}")
+    require(e["episode_s"] > 0, "env.episode_s", "must be positive")
+    require(e["num_plan_steps"] >= 3, "env.num_plan_steps", "must be at least 3")
+    require(e["num_terrain_boxes"] >= 2 * cfg["plans"]["stairs_steps"] - 1, "env.num_terrain_boxes",
+            "must hold the stairs (2 * plans.stairs_steps - 1 boxes)")
+    for key in ("termination_tilt", "termination_height"):
+        require(e[key] > 0, f"env.{key}", f"must be positive, got {e[key]}")
+    for key in ("init_joint_noise", "init_height_offset", "body_contact_force", "contact_force"):
+        require(e[key] >= 0, f"env.{key}", f"must be >= 0, got {e[key]}")
+    require(g["step_period"] > 0, "gait.step_period", "must be positive")
+    require(0 < g["swing_fraction"] < 1, "gait.swing_fraction", "must lie in (0, 1)")
+    require(0 <= g["min_swing_s"] < g["step_period"], "gait.min_swing_s", "must lie in [0, step_period)")
+    require(cfg["sim"]["control_dt"] > 0, "sim.control_dt", "must be positive")
+    require(cfg["sim"]["nthread"] >= 0, "sim.nthread", "must be >= 0")
+    modes = cfg["plans"]["modes"]
+    unknown = [m for m in modes if m not in MODES]
+    require(not unknown, "plans.modes", f"unknown modes {unknown} (known: {', '.join(MODES)})")
+    require(all(w >= 0 for w in modes.values()) and sum(modes.values()) > 0, "plans.modes",
+            "weights must be >= 0 with a positive sum")
+    plan_cfg = {k: v for k, v in cfg["plans"].items() if k != "modes"}
+    extra = sorted(set(plan_cfg) - set(DEFAULT_PLAN_CFG))
+    require(not extra, "plans", f"unknown keys {extra}")
+    try:
+        PlanGenerator(plan_cfg, 0.1, int(e["num_plan_steps"]), int(e["num_terrain_boxes"]))
+    except ValueError as exc:
+        raise ConfigError(f"config key 'plans': {exc}") from None
+    for key in ("hit_distance", "hit_yaw"):
+        require(s[key] > 0, f"success.{key}", "must be positive")
+    require(0 <= s["episode_hit_rate"] <= 1, "success.episode_hit_rate", "must lie in [0, 1]")
+    check_observations(cfg["observations"])
+    check_domain_rand(cfg["domain_rand"])
+    cur = cfg["curriculum"]
+    require(cur["num_stages"] == 2, "curriculum.num_stages", "humanoid-footsteps has 2 terrain stages")
+    require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",
+            "need 0 <= initial <= max_difficulty <= num_stages")
+    require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
+    require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
+    require(cfg["rewards"]["scale"] > 0, "rewards.scale", "must be positive")
+    ev = cfg["eval"]
+    bad = [m for m in ev["modes"] if m not in MODES]
+    require(ev["modes"] and not bad, "eval.modes", f"must be a non-empty list of {', '.join(MODES)}")
+    require(0 <= ev["level"] <= 1, "eval.level", "must lie in [0, 1]")
+    require(0 <= ev["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")
+    check_train(cfg)
+    check_device(cfg["device"])

@@ -1,0 +1,102 @@
+"""Domain randomisation of legged-robot tasks on the MuJoCo backend (Rudin et al. 2021; Isaac Lab's event terms):
+per-episode friction, masses, base added mass and centre of mass, PD gains, motor strength and action latency;
+per-step random pushes. One object per env, shared by every legged task.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sim2real.tasks.checks import require
+
+DR_KEYS = ("friction", "mass_scale", "base_added_mass", "motor_strength", "kp_scale", "kd_scale")
+
+
+def check_domain_rand(dr: dict) -> None:
+    """Value checks of a ``domain_rand`` section; raises ConfigError naming the key."""
+    for key in ("friction", "mass_scale", "motor_strength", "kp_scale", "kd_scale", "latency_steps"):
+        lo, hi = dr[key]
+        require(0 <= lo <= hi, f"domain_rand.{key}",
+                f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
+    require(dr["base_added_mass"][0] <= dr["base_added_mass"][1], "domain_rand.base_added_mass",
+            f"must be a range [low, high], got {dr['base_added_mass']}")
+    require(all(int(v) == v for v in dr["latency_steps"]), "domain_rand.latency_steps", "must be whole control steps")
+    require(dr["base_com_offset"] >= 0 and dr["push_velocity"] >= 0, "domain_rand.base_com_offset",
+            "offsets and push velocities must be >= 0")
+    require(dr["friction"][0] > 0 and dr["mass_scale"][0] > 0 and dr["motor_strength"][0] > 0,
+            "domain_rand", "friction, mass and strength scales must be positive")
+    require(0 <= dr["push_prob"] <= 1, "domain_rand.push_prob", "must lie in [0, 1]")
+
+
+class LeggedDomainRandomization:
+    """Per-env randomised parameters of a :class:`~sim2real.sim.mujoco_backend.MujocoBackend` and the delayed
+    action buffer.
+
+    Args:
+        sim: the backend whose worlds are randomised.
+        dr: the task's ``domain_rand`` section (``enabled: false`` keeps every nominal value and no latency).
+        num_actions: A.
+        device: torch device.
+
+    Attributes:
+        params: ``{key: [N]}`` for :data:`DR_KEYS` (scales, or kg for ``base_added_mass``).
+        com_offset: ``[N, 3]`` base centre-of-mass offset [m] (base frame).
+        latency: ``[N]`` action delay [control steps].
+    """
+
+    def __init__(self, sim, dr: dict, num_actions: int, device: str = "cpu"):
+        self.sim, self.dr, self.device = sim, dr, device
+        n = sim.num_envs
+        self.params = {k: torch.ones(n, device=device) for k in DR_KEYS}
+        self.params["base_added_mass"] = torch.zeros(n, device=device)
+        self.com_offset = torch.zeros(n, 3, device=device)
+        self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
+        self.latency = torch.zeros(n, dtype=torch.long, device=device)
+        self.action_history = torch.zeros(n, self.max_latency + 1, num_actions, device=device)
+
+    def randomise(self, ids: torch.Tensor) -> None:
+        """Sample and apply new parameters and latency for envs ``ids`` ``[M]``; clears their action buffer."""
+        self.action_history[ids] = 0.0
+        dr, m = self.dr, len(ids)
+        if not dr["enabled"]:
+            return
+
+        def uniform(rng):
+            return rng[0] + (rng[1] - rng[0]) * torch.rand(m, device=self.device)
+
+        p = self.params
+        for key in DR_KEYS:
+            p[key][ids] = uniform(dr[key])
+        self.com_offset[ids] = (2 * torch.rand(m, 3, device=self.device) - 1) * dr["base_com_offset"]
+        self.sim.set_friction(ids, p["friction"][ids])
+        self.sim.set_body_mass(ids, p["mass_scale"][ids], p["base_added_mass"][ids], self.com_offset[ids])
+        self.sim.set_pd(ids, p["kp_scale"][ids], p["kd_scale"][ids], p["motor_strength"][ids])
+        lat = dr["latency_steps"]
+        self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (m,), device=self.device)
+
+    def delay(self, actions: torch.Tensor) -> torch.Tensor:
+        """Push ``actions`` ``[N, A]`` into the buffer; returns the ones applied now (``latency`` steps old)."""
+        self.action_history = torch.roll(self.action_history, 1, dims=1)
+        self.action_history[:, 0] = actions
+        return self.action_history[torch.arange(len(actions), device=self.device), self.latency]
+
+    def maybe_push(self) -> None:
+        """With probability ``push_prob`` per env, add a random horizontal base velocity (``push_velocity``)."""
+        dr = self.dr
+        if not dr["enabled"] or dr["push_prob"] <= 0:
+            return
+        push = torch.rand(self.sim.num_envs, device=self.device) < dr["push_prob"]
+        ids = push.nonzero(as_tuple=False).squeeze(-1)
+        if len(ids):
+            v = torch.zeros(len(ids), 3, device=self.device)
+            v[:, :2] = (2 * torch.rand(len(ids), 2, device=self.device) - 1) * dr["push_velocity"]
+            self.sim.push(ids, v)
+
+    def privileged(self) -> torch.Tensor:
+        """``[N, 10]`` for the critic: friction, mass scale - 1, added mass [kg], CoM offset x 10 [dm], strength - 1,
+        kp scale - 1, kd scale - 1, latency [steps]."""
+        p = self.params
+        return torch.cat((
+            p["friction"].unsqueeze(-1), p["mass_scale"].unsqueeze(-1) - 1.0, p["base_added_mass"].unsqueeze(-1),
+            self.com_offset * 10.0, p["motor_strength"].unsqueeze(-1) - 1.0, p["kp_scale"].unsqueeze(-1) - 1.0,
+            p["kd_scale"].unsqueeze(-1) - 1.0, self.latency.float().unsqueeze(-1)), dim=-1)

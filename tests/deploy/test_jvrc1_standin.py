@@ -1,0 +1,91 @@
+"""The legged stand-in with JVRC-1 (the project's model and, through the robot config's mjcf override, the real
+jvrc_mj_description model): the robot's own servos hold the held joints whatever the policy joints do,
+joint_states lists every actuated joint in the model's motor order, and odom is the simulation's ground truth in
+the ``odom`` frame."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import JointState
+
+from sim2real.configs import load_robot
+from sim2real.deploy.ros_runtime import BackgroundSpin
+from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from sim2real.hardware.sim_legged import SimLeggedNode
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SHARED = Path(os.environ.get("SIM2REAL_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
+REAL_JVRC1 = SHARED / "robots" / "jvrc1" / "xml" / "scene.xml"
+POLICY_ORDER = [f"{s}_{j}" for s in "LR" for j in ("HIP_P", "HIP_R", "HIP_Y", "KNEE", "ANKLE_R", "ANKLE_P")]
+DEFAULT = {n: {"HIP_P": -0.3, "KNEE": 0.75, "ANKLE_P": -0.45}.get(n[2:], 0.0) for n in POLICY_ORDER}
+
+
+def models():
+    yield pytest.param(None, id="own-model")
+    yield pytest.param(str(REAL_JVRC1), id="real-model", marks=pytest.mark.skipif(
+        not REAL_JVRC1.is_file(), reason=f"real JVRC-1 model not found at {REAL_JVRC1}"))
+
+
+@pytest.mark.parametrize("mjcf", models())
+def test_jvrc1_standin_holds_its_held_joints_and_publishes_ground_truth_odom(ros_ctx, namespace, mjcf):
+    robot = load_robot("jvrc1")
+    if mjcf is not None:
+        robot = dict(robot, mjcf=mjcf)  # the robot config's mjcf override
+    with contextlib.ExitStack() as stack:
+        node = SimLeggedNode(robot, namespace=namespace, context=ros_ctx, initial_pose="default")
+        stack.callback(node.destroy_node)
+        assert node.robot["mjcf"] == (mjcf or "sim/models/jvrc1/scene.xml")
+        m, d, i = node.model, node.data, node.index
+        held = list(i.held_joint_names)
+        assert {"WAIST_Y", "NECK_P", "R_SHOULDER_R", "L_ELBOW_P"} <= set(held)
+        # joint_states: policy + held joints, model motor order (JVRC-1 lists the right leg first).
+        assert node.model_joint_names[:6] == POLICY_ORDER[6:] and len(node.model_joint_names) == m.nu
+        assert set(node.model_joint_names) == set(POLICY_ORDER) | set(held)
+        # Floating in zero gravity: a large policy command on the legs; the held joints stay at their pose.
+        m.opt.gravity[:] = 0.0
+        d.qpos[i.base_qpos:i.base_qpos + 7] = [0.0, 0.0, 1.5, 1.0, 0.0, 0.0, 0.0]
+        d.qvel[:] = 0.0
+        n = len(POLICY_ORDER)
+        targets = {j: DEFAULT[j] + (0.4 if j.endswith("KNEE") else 0.2 if j.endswith("HIP_P") else 0.0)
+                   for j in POLICY_ORDER}
+        node._on_targets(JointState(name=POLICY_ORDER, position=[targets[j] for j in POLICY_ORDER],
+                                    velocity=[0.0] * n, effort=[0.0] * n))
+        node._on_gains(JointState(name=POLICY_ORDER, position=[200.0] * n, velocity=[10.0] * n))
+        for _ in range(1500):  # 1.5 s: the legs' swing shakes the floating torso, then everything settles
+            node.physics_step(node.targets_time)
+        q = node.joint_positions()
+        np.testing.assert_allclose([q[j] for j in POLICY_ORDER], [targets[j] for j in POLICY_ORDER], atol=0.03)
+        held_q = np.array([d.qpos[m.jnt_qposadr[m.joint(h).id]] for h in held])
+        np.testing.assert_allclose(held_q, i.held_joint_pos, atol=0.02)
+        assert np.abs(i.held_joint_pos).max() > 0.1  # the arms' pose is not all zeros: held, not just left there
+        # Ground truth odometry in the odom frame, and joint_states carrying the held joints.
+        rec = TopicRecorder("probe", {f"{namespace}/odom": Odometry, f"{namespace}/joint_states": JointState},
+                            context=ros_ctx)
+        stack.callback(rec.destroy_node)
+        with BackgroundSpin(ros_ctx, rec):
+            assert wait_until(lambda: rec.count_publishers(f"{namespace}/odom") > 0, 5.0)
+            import mujoco
+
+            mujoco.mj_forward(m, d)
+
+            def published() -> bool:
+                node.publish_odometry()
+                node.publish_sensors()
+                return rec.count(f"{namespace}/odom") > 0 and rec.count(f"{namespace}/joint_states") > 0
+
+            assert wait_until(published, 5.0, poll_s=0.05)
+        odom = rec.last(f"{namespace}/odom")[1]
+        assert (odom.header.frame_id, odom.child_frame_id) == ("odom", "base")
+        p = odom.pose.pose.position
+        np.testing.assert_allclose([p.x, p.y, p.z], d.qpos[i.base_qpos:i.base_qpos + 3], atol=1e-9)
+        js = rec.last(f"{namespace}/joint_states")[1]
+        assert list(js.name) == node.model_joint_names
+        elbow = js.name.index("L_ELBOW_P")
+        assert js.position[elbow] == pytest.approx(d.qpos[m.jnt_qposadr[m.joint("L_ELBOW_P").id]])
