@@ -1,8 +1,12 @@
-"""Helpers for in-process ROS 2 graphs in tests and benchmarks: a node that records what arrives on topics
-(with the monotonic arrival time) and publishes on demand, and a polling wait."""
+"""Helpers for ROS 2 graphs in tests and benchmarks: a node that records what arrives on topics (with the monotonic
+arrival time) and publishes on demand, a polling wait, and starting / stopping ``sim2real`` CLI processes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Callable
@@ -57,3 +61,21 @@ class TopicRecorder(Node):
         if topic not in self._pubs:
             self._pubs[topic] = self.create_publisher(msg_type, topic, QoSProfile(depth=10))
         return self._pubs[topic]
+
+
+def spawn_cli(args: list[str], log_path) -> subprocess.Popen:
+    """Start ``python -m sim2real <args>`` as a separate process (unbuffered), stdout and stderr to ``log_path``."""
+    return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=open(log_path, "w"),
+                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def stop_process(proc, sig=None, timeout_s: float = 10.0) -> int:
+    """Send ``sig`` (default SIGTERM) unless ``proc`` has exited, wait up to ``timeout_s`` [s], then kill; returns
+    the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM if sig is None else sig)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

@@ -583,6 +583,14 @@ class MujocoBackend:
         frange[np.ix_(rows, a, [0])] = -lim[:, :, None]
         frange[np.ix_(rows, a, [1])] = lim[:, :, None]
 
+    def set_joint_damping(self, ids: torch.Tensor, scale: torch.Tensor) -> None:
+        """Scale the model's passive joint damping (``dof_damping``, N m s/rad) of the policy joints by ``scale``
+        ``[M]`` in worlds ``ids``."""
+        rows = ids.cpu().numpy()
+        dofs = self.index.joint_qvel
+        damping = self.batch.expand("dof_damping")
+        damping[np.ix_(rows, dofs)] = self.model.dof_damping[dofs][None, :] * scale.cpu().double().numpy()[:, None]
+
     def push(self, ids: torch.Tensor, velocity_w: torch.Tensor) -> None:
         """Add ``velocity_w`` ``[M, 3]`` [m/s] (world frame) to the base's linear velocity (a push)."""
         rows = ids.cpu().numpy()

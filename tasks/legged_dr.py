@@ -10,11 +10,14 @@ import torch
 from sim2real.tasks.checks import require
 
 DR_KEYS = ("friction", "mass_scale", "base_added_mass", "motor_strength", "kp_scale", "kd_scale")
+#: Optional keys (a task's ``domain_rand`` section may have them): scale of the model's passive joint damping.
+OPTIONAL_KEYS = ("joint_damping",)
 
 
 def check_domain_rand(dr: dict) -> None:
     """Value checks of a ``domain_rand`` section; raises ConfigError naming the key."""
-    for key in ("friction", "mass_scale", "motor_strength", "kp_scale", "kd_scale", "latency_steps"):
+    for key in ("friction", "mass_scale", "motor_strength", "kp_scale", "kd_scale", "latency_steps") + tuple(
+            k for k in OPTIONAL_KEYS if k in dr):
         lo, hi = dr[key]
         require(0 <= lo <= hi, f"domain_rand.{key}",
                 f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
@@ -39,7 +42,8 @@ class LeggedDomainRandomization:
         device: torch device.
 
     Attributes:
-        params: ``{key: [N]}`` for :data:`DR_KEYS` (scales, or kg for ``base_added_mass``).
+        params: ``{key: [N]}`` for :data:`DR_KEYS` and the :data:`OPTIONAL_KEYS` the section has (scales, or kg for
+            ``base_added_mass``).
         com_offset: ``[N, 3]`` base centre-of-mass offset [m] (base frame).
         latency: ``[N]`` action delay [control steps].
     """
@@ -47,7 +51,8 @@ class LeggedDomainRandomization:
     def __init__(self, sim, dr: dict, num_actions: int, device: str = "cpu"):
         self.sim, self.dr, self.device = sim, dr, device
         n = sim.num_envs
-        self.params = {k: torch.ones(n, device=device) for k in DR_KEYS}
+        self.keys = DR_KEYS + tuple(k for k in OPTIONAL_KEYS if k in dr)
+        self.params = {k: torch.ones(n, device=device) for k in self.keys}
         self.params["base_added_mass"] = torch.zeros(n, device=device)
         self.com_offset = torch.zeros(n, 3, device=device)
         self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
@@ -65,12 +70,14 @@ class LeggedDomainRandomization:
             return rng[0] + (rng[1] - rng[0]) * torch.rand(m, device=self.device)
 
         p = self.params
-        for key in DR_KEYS:
+        for key in self.keys:
             p[key][ids] = uniform(dr[key])
         self.com_offset[ids] = (2 * torch.rand(m, 3, device=self.device) - 1) * dr["base_com_offset"]
         self.sim.set_friction(ids, p["friction"][ids])
         self.sim.set_body_mass(ids, p["mass_scale"][ids], p["base_added_mass"][ids], self.com_offset[ids])
         self.sim.set_pd(ids, p["kp_scale"][ids], p["kd_scale"][ids], p["motor_strength"][ids])
+        if "joint_damping" in p:
+            self.sim.set_joint_damping(ids, p["joint_damping"][ids])
         lat = dr["latency_steps"]
         self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (m,), device=self.device)
 
@@ -93,10 +100,11 @@ class LeggedDomainRandomization:
             self.sim.push(ids, v)
 
     def privileged(self) -> torch.Tensor:
-        """``[N, 10]`` for the critic: friction, mass scale - 1, added mass [kg], CoM offset x 10 [dm], strength - 1,
-        kp scale - 1, kd scale - 1, latency [steps]."""
+        """``[N, 10 + k]`` for the critic: friction, mass scale - 1, added mass [kg], CoM offset x 10 [dm],
+        strength - 1, kp scale - 1, kd scale - 1, latency [steps], then each optional key's value - 1."""
         p = self.params
+        extra = [p[k].unsqueeze(-1) - 1.0 for k in OPTIONAL_KEYS if k in p]
         return torch.cat((
             p["friction"].unsqueeze(-1), p["mass_scale"].unsqueeze(-1) - 1.0, p["base_added_mass"].unsqueeze(-1),
             self.com_offset * 10.0, p["motor_strength"].unsqueeze(-1) - 1.0, p["kp_scale"].unsqueeze(-1) - 1.0,
-            p["kd_scale"].unsqueeze(-1) - 1.0, self.latency.float().unsqueeze(-1)), dim=-1)
+            p["kd_scale"].unsqueeze(-1) - 1.0, self.latency.float().unsqueeze(-1), *extra), dim=-1)

@@ -16,8 +16,9 @@ Observation groups (TensorDict, batch ``[N]``):
     ``footstep_targets`` in the heading frame), scaled, with noise;
   * ``critic``: the noise-free policy terms plus privileged state: pelvis height above the feet [m], base linear
     velocity in the body frame [m/s], foot contact forces / 1000 [kN], foot positions relative to the pelvis in
-    the heading frame [m] ``[2 x 3]``, terrain difficulty, and the randomised parameters
-    (:meth:`~sim2real.tasks.legged_dr.LeggedDomainRandomization.privileged`).
+    the heading frame [m] ``[2 x 3]``, terrain difficulty, the progress of the current step window, and the
+    randomised parameters (:meth:`~sim2real.tasks.legged_dr.LeggedDomainRandomization.privileged`, including the
+    passive joint-damping scale).
 
 Actions ``[N, 12]`` are leg joint position offsets (:class:`~sim2real.tasks.actions.JointPositionAction`), delayed
 by the per-episode latency and tracked by PD servos inside MuJoCo; the other joints are held by PD at the robot
@@ -26,6 +27,7 @@ config's ``held_joints`` pose.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
@@ -151,6 +153,8 @@ class HumanoidFootstepsEnv(VecEnv):
         self.half_width = float(abs(feet[0, 1] - feet[1, 1]) / 2)
         self.foot_offset_x = float(feet[:, 0].mean())
         self.nominal_height_above_feet = float(self.standing_height - feet[:, 2].mean())
+        self.foot_point_height = float(feet[:, 2].mean())   # foot point above the sole when standing [m]
+        self.robot_weight = float(m.body_subtreemass[i.base_body]) * float(np.linalg.norm(m.opt.gravity))  # N
 
     # --- state ---------------------------------------------------------------------------------------------
     def robot_state(self) -> RobotState:
@@ -164,7 +168,7 @@ class HumanoidFootstepsEnv(VecEnv):
             phase=self.tracker.phase())
 
     def privileged(self, state: RobotState) -> torch.Tensor:
-        """Privileged critic state ``[N, 14 + 10]`` (see the module docstring)."""
+        """Privileged critic state ``[N, 14 + 10 + k]`` (see the module docstring; k optional DR keys)."""
         s = self._state
         yaw = yaw_from_quat(state.base_quat_w)
         c, sn = torch.cos(yaw), torch.sin(yaw)

@@ -1,6 +1,7 @@
 """Reward terms of ``humanoid-footsteps`` (no reference motions; after Singh et al., "Learning bipedal walking on
 planned footsteps for humanoid robots"): foot placement at touchdown, a dense pull of the swing foot to its target,
-contact and foot-velocity shaping consistent with the gait clock, body progress and heading along the plan,
+foot force, swing height and foot-velocity shaping consistent with the gait clock, body progress and heading along
+the plan,
 upright torso, base height, survival, and smoothness / energy penalties.
 
 Each term is ``[N]``; the env multiplies it by its weight (``rewards.<name>``) and, except for the terms in
@@ -13,8 +14,8 @@ import torch
 
 from sim2real.sim.rotations import quat_rotate_inverse, wrap_angle, yaw_from_quat
 
-REWARD_TERMS = ("footstep", "foot_target", "clock_contact", "stance_foot_vel", "base_progress", "heading", "upright",
-                "base_height", "alive", "action_rate", "torque", "joint_vel", "termination")
+REWARD_TERMS = ("footstep", "foot_target", "clock_force", "swing_height", "stance_foot_vel", "base_progress", "heading",
+                "upright", "base_height", "alive", "action_rate", "torque", "joint_vel", "termination")
 #: Terms paid once per event (not multiplied by the control period).
 ONCE = ("footstep", "termination")
 
@@ -37,12 +38,17 @@ def compute(env, state, touchdown_score: torch.Tensor, fall: torch.Tensor) -> di
     swing_xy = feet_xy[rows, foot]
     foot_target = torch.exp(-torch.linalg.vector_norm(swing_xy - target[:, 1:3], dim=-1) / 0.25)
 
-    # Gait clock: the target foot is expected in the air for the leading swing_fraction of its window.
+    # Gait clock (Singh et al.'s clock-based foot force terms): the target foot is expected in the air for the
+    # leading swing_fraction of its window, unloaded; the other foot carries the weight. Continuous in the contact
+    # force, so shifting the weight onto the stance foot already pays before the swing foot lifts.
     in_swing = tr.t_step < env.swing_fraction * tr.step_period   # [N]
     expect_air = torch.zeros(env.num_envs, 2, dtype=torch.bool, device=env.device)
     expect_air[rows, foot] = in_swing
-    contact = env.foot_in_contact                                 # [N, 2] bool
-    clock_contact = torch.where(expect_air, ~contact, contact).float().mean(-1)
+    load = (s["foot_contact"] / (0.5 * env.robot_weight)).clamp(0.0, 1.0)          # [N, 2], 1 = half the weight
+    clock_force = torch.where(expect_air, 1.0 - load, load).mean(-1)
+    ground = target[:, 3].unsqueeze(-1)
+    lift = ((s["foot_pos_w"][..., 2] - env.foot_point_height - ground) / 0.08).clamp(0.0, 1.0)  # [N, 2]
+    swing_height = (lift * expect_air.float()).sum(-1)
     foot_vel = (s["foot_pos_w"][..., :2] - env.prev_foot_pos[..., :2]) / env.control_dt
     stance_foot_vel = ((foot_vel ** 2).sum(-1) * (~expect_air).float()).sum(-1)
 
@@ -66,7 +72,8 @@ def compute(env, state, touchdown_score: torch.Tensor, fall: torch.Tensor) -> di
     return {
         "footstep": touchdown_score,
         "foot_target": foot_target,
-        "clock_contact": clock_contact,
+        "clock_force": clock_force,
+        "swing_height": swing_height,
         "stance_foot_vel": stance_foot_vel,
         "base_progress": base_progress,
         "heading": heading,

@@ -10,15 +10,13 @@ robot in damping.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from sim2real.deploy.ros_testing import spawn_cli, stop_process
 
 import sim2real
 
@@ -48,21 +46,6 @@ def policy_dir(tmp_path, write_legged_policy) -> Path:
     return write_legged_policy(tmp_path / "policy", bias)
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-
-def _stop(proc: subprocess.Popen, timeout=10.0) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
-
-
 @pytest.mark.slow
 def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy_dir):
     from lifecycle_msgs.msg import Transition
@@ -77,7 +60,7 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
     topics = {f"{namespace}/odom": Odometry, f"{namespace}/contacts": Float32MultiArray,
               f"{namespace}/cmd/joint_targets": JointState, f"{namespace}/cmd/joint_gains": JointState}
     odom_t, contacts_t, targets_t, gains_t = topics
-    procs = {"standin": _spawn(["standin", "--robot", "go2", "--namespace", namespace,
+    procs = {"standin": spawn_cli(["standin", "--robot", "go2", "--namespace", namespace,
                                 "--duration", "60"], tmp_path / "standin.log")}
     logs = lambda: "\n".join(f"--- {n}:\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in procs)  # noqa: E731
     try:
@@ -86,7 +69,7 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
             with BackgroundSpin(ctx, rec):
                 # The robot is up (crouched, in damping) before the node starts.
                 assert wait_until(lambda: rec.count(odom_t) > 0, STARTUP_TIMEOUT_S), "no stand-in\n" + logs()
-                procs["deploy"] = _spawn(["deploy", "--policy", str(policy_dir), "--robot", "go2", "--namespace",
+                procs["deploy"] = spawn_cli(["deploy", "--policy", str(policy_dir), "--robot", "go2", "--namespace",
                                           namespace, "--ramp-s", str(RAMP_S), "--duration", "60"],
                                          tmp_path / "deploy.log")
                 # Configure, see its command publishers, then activate (discovery of a new process can take
@@ -115,7 +98,7 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
                 assert all(p.poll() is None for p in procs.values()), "a process exited early\n" + logs()
                 # Ctrl-C / SIGTERM of the node: one last damping command, acknowledged, then exit.
                 t_stop = time.monotonic()
-                code_deploy = _stop(procs["deploy"])
+                code_deploy = stop_process(procs["deploy"])
                 damped = wait_until(lambda: rec.last(gains_t)[0] >= t_stop
                                     and max(rec.last(gains_t)[1].position) == 0.0, 2.0)
                 odom = [(t, m.pose.pose.position.z) for t, m in rec.messages(odom_t)]
@@ -127,7 +110,7 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
                 targets = [(t, np.array(m.position), list(m.name)) for t, m in rec.messages(targets_t)]
                 gains = [(t, np.array(m.position)) for t, m in rec.messages(gains_t)]
     finally:
-        codes = {name: _stop(p) for name, p in procs.items()}
+        codes = {name: stop_process(p) for name, p in procs.items()}
     assert code_deploy == 0 and codes == {"standin": 0, "deploy": 0}, logs()
     assert damped, "no damping command after stopping the node\n" + logs()
 

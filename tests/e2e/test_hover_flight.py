@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from sim2real.deploy.ros_testing import spawn_cli, stop_process
 
 import sim2real
 
@@ -61,21 +59,6 @@ def test_hold_check_needs_the_whole_window_and_a_dense_stream():
     assert not hold_check([], GOAL, 0.0)["success"]
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-
-def _stop(proc: subprocess.Popen, timeout=10.0) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
-
-
 @pytest.mark.slow
 def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_path):
     if not ((PRETRAINED / "policy.onnx").is_file() and (PRETRAINED / "metadata.json").is_file()):
@@ -94,11 +77,11 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
     nominal_hover = robot["mass"] * robot["gravity"] / (4 * robot["max_motor_thrust"])
     start = [str(x) for x in START]
     procs = {
-        "standin": _spawn(["standin", "--namespace", "/crazyflie", "--initial-position", *start,
+        "standin": spawn_cli(["standin", "--namespace", "/crazyflie", "--initial-position", *start,
                            "--duration", "60"], tmp_path / "standin.log"),
-        "baseline": _spawn(["standin", "--namespace", "/baseline", "--initial-position", *start,
+        "baseline": spawn_cli(["standin", "--namespace", "/baseline", "--initial-position", *start,
                             "--duration", "60"], tmp_path / "baseline.log"),
-        "deploy": _spawn(["deploy", "--policy", str(PRETRAINED), "--robot", "crazyflie2", "--namespace",
+        "deploy": spawn_cli(["deploy", "--policy", str(PRETRAINED), "--robot", "crazyflie2", "--namespace",
                           "/crazyflie", "--activate", "--duration", "60"], tmp_path / "deploy.log"),
     }
     logs = lambda: "\n".join(f"--- {n}:\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in procs)  # noqa: E731
@@ -144,11 +127,11 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
                 flags["baseline"] = False
                 # Stopping the policy node (SIGTERM, like Ctrl-C) idles the motors with one last command.
                 t_stop = time.monotonic()
-                assert _stop(procs["deploy"]) == 0, logs()
+                assert stop_process(procs["deploy"]) == 0, logs()
                 assert wait_until(lambda: list(rec.last(cmd_topic)[1].data) == [0.0] * 4, 2.0), logs()
                 assert rec.last(cmd_topic)[0] >= t_stop
     finally:
-        codes = {name: _stop(p) for name, p in procs.items()}
+        codes = {name: stop_process(p) for name, p in procs.items()}
     summary = {"policy": policy, "baseline": baseline, "goal": GOAL.tolist()}
     print("\ne2e hover:", json.dumps(summary))
     assert codes == {"standin": 0, "baseline": 0, "deploy": 0}, logs()

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from sim2real.deploy.ros_testing import spawn_cli, stop_process
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -34,21 +33,6 @@ def _deploy_fixtures():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-
-def _stop(proc: subprocess.Popen, sig=signal.SIGTERM, timeout=10.0) -> int:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
 
 
 def _plan_from(odom, gait: dict, n: int = 8, stride: float = 0.1):
@@ -85,7 +69,7 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
               f"{namespace}/cmd/joint_targets": JointState, f"{namespace}/cmd/joint_gains": JointState,
               f"{namespace}/joint_states": JointState}
     odom_t, status_t, targets_t, gains_t, joints_t = topics
-    procs = {"standin": _spawn(["standin", "--robot", "jvrc1", "--namespace", namespace, "--sensor-rate-hz", "200",
+    procs = {"standin": spawn_cli(["standin", "--robot", "jvrc1", "--namespace", namespace, "--sensor-rate-hz", "200",
                                 "--duration", "90"], tmp_path / "standin.log")}
     logs = lambda: "\n".join(f"--- {n}:\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in procs)  # noqa: E731
     try:
@@ -97,7 +81,7 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
                 assert (odom0.header.frame_id, odom0.child_frame_id) == ("odom", "base")
                 names = list(rec.last(joints_t)[1].name)
                 assert set(POLICY_ORDER) < set(names) and "WAIST_Y" in names  # motor order, held joints too
-                procs["deploy"] = _spawn(["deploy", "--policy", str(policy_dir), "--robot", "jvrc1", "--namespace",
+                procs["deploy"] = spawn_cli(["deploy", "--policy", str(policy_dir), "--robot", "jvrc1", "--namespace",
                                           namespace, "--ramp-s", str(RAMP_S), "--state-timeout", "0.5",
                                           "--activate", "--duration", "90"], tmp_path / "deploy.log")
                 # Policy in control: stepping in place (plan length 2) until a plan arrives.
@@ -129,11 +113,11 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
                 gains = [(t, np.array(m.position)) for t, m in rec.messages(gains_t, t_first)]
                 # Ctrl-C of the node: one last damping command, then exit.
                 t_stop = time.monotonic()
-                code_deploy = _stop(procs["deploy"], signal.SIGINT)
+                code_deploy = stop_process(procs["deploy"], signal.SIGINT)
                 damped = wait_until(lambda: rec.last(gains_t)[0] >= t_stop
                                     and max(rec.last(gains_t)[1].position) == 0.0, 3.0)
     finally:
-        codes = {name: _stop(p) for name, p in procs.items()}
+        codes = {name: stop_process(p) for name, p in procs.items()}
     assert code_deploy == 0 and codes == {"standin": 0, "deploy": 0}, logs()
     assert damped, "no damping command after Ctrl-C\n" + logs()
 

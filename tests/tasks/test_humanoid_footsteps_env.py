@@ -194,7 +194,7 @@ def test_unknown_plan_mode_is_refused_by_name():
 # --- rsl-rl contract (the project's own JVRC-1-class model, the default) -------------------------------------------
 POLICY_SIZES = {"projected_gravity_b": 3, "ang_vel_b": 3, "joint_pos_rel": 12, "joint_vel": 12, "last_action": 12,
                 "gait_clock": 2, "footstep_targets": 8}
-PRIVILEGED = 24
+PRIVILEGED = 25  # 14 task values + 10 DR parameters + the joint-damping scale
 
 
 def test_vecenv_contract_and_observation_layout():
