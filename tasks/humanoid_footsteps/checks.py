@@ -34,6 +34,7 @@ def check_config(cfg: dict) -> None:
     require(g["step_period"] > 0, "gait.step_period", "must be positive")
     require(0 < g["swing_fraction"] < 1, "gait.swing_fraction", "must lie in (0, 1)")
     require(0 <= g["min_swing_s"] < g["step_period"], "gait.min_swing_s", "must lie in [0, step_period)")
+    require(g["min_clearance"] >= 0, "gait.min_clearance", "must be >= 0")
     require(cfg["sim"]["control_dt"] > 0, "sim.control_dt", "must be positive")
     require(cfg["sim"]["nthread"] >= 0, "sim.nthread", "must be >= 0")
     modes = cfg["plans"]["modes"]

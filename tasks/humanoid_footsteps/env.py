@@ -6,9 +6,10 @@ turning in place, stepping in place, stairs; :mod:`~sim2real.tasks.humanoid_foot
 and trains under a terrain curriculum (flat -> rough slabs -> stairs of growing height and narrower treads).
 
 Footsteps are time-driven (:class:`~sim2real.tasks.humanoid_footsteps.tracker.FootstepTracker`): each plan step is
-the swing foot's target for ``gait.step_period`` seconds. A step is a *hit* when the target foot, after at least
-``gait.min_swing_s`` in the air, touches down within ``success.hit_distance`` (xy) and ``success.hit_yaw`` of it
-during its window; otherwise (wrong place, no touchdown) a miss. Episodes last ``env.episode_s`` and end early on a
+the swing foot's target for ``gait.step_period`` seconds. A step is a *hit* when the target foot's first real step
+of its window (at least ``gait.min_swing_s`` in the air and a rise of ``gait.min_clearance`` above its lift-off
+height) touches down within ``success.hit_distance`` (xy) and ``success.hit_yaw`` of the target; otherwise (wrong
+place, no step) a miss. The placement reward scores the window's first touchdown (clearance not required). Episodes last ``env.episode_s`` and end early on a
 fall (pelvis tilt, pelvis height above the ground, body contact, an unstable simulation).
 
 Observation groups (TensorDict, batch ``[N]``):
@@ -114,9 +115,12 @@ class HumanoidFootstepsEnv(VecEnv):
 
         # Per-env step bookkeeping.
         self.air_time = torch.zeros(n, 2, device=device)         # s each foot has been out of contact
+        self.liftoff_z = torch.zeros(n, 2, device=device)        # m, foot point height when it last left the ground
+        self.swing_lift = torch.zeros(n, 2, device=device)       # m, highest rise above it during the current swing
         self.foot_in_contact = torch.ones(n, 2, dtype=torch.bool, device=device)
         self.prev_foot_pos = torch.zeros(n, 2, 3, device=device)
         self.scored = torch.zeros(n, dtype=torch.bool, device=device)   # the current target got its touchdown
+        self.stepped = torch.zeros(n, dtype=torch.bool, device=device)  # ... its first real step (with clearance)
         self.hit_now = torch.zeros(n, dtype=torch.bool, device=device)  # ... and it was a hit
         self.hits = torch.zeros(n, device=device)
         self.steps_done = torch.zeros(n, device=device)
@@ -213,24 +217,37 @@ class HumanoidFootstepsEnv(VecEnv):
         state = self.robot_state()
         e, sc = self.cfg["env"], self.cfg["success"]
 
-        # Touchdowns of the target foot (once per step window).
+        # Touchdowns of the target foot. The reward scores the first touchdown of each step window (any touchdown
+        # after min_swing_s in the air: shuffles count, a stepping stone while learning); the hit metric takes the
+        # first real step (the foot also rose min_clearance above its lift-off height).
         contact = self._state["foot_contact"] > e["contact_force"]
-        landed = detect_touchdowns(contact, self.foot_in_contact, self.air_time, self.cfg["gait"]["min_swing_s"])
+        foot_z = self._state["foot_pos_w"][..., 2]
+        lifting = ~contact & self.foot_in_contact
+        self.liftoff_z = torch.where(lifting, self.prev_foot_pos[..., 2], self.liftoff_z)
+        rise = torch.maximum(torch.where(lifting, torch.zeros_like(foot_z), self.swing_lift), foot_z - self.liftoff_z)
+        self.swing_lift = torch.where(~contact, rise, self.swing_lift)
+        gait = self.cfg["gait"]
+        landed = detect_touchdowns(contact, self.foot_in_contact, self.air_time, gait["min_swing_s"])
+        stepped = detect_touchdowns(contact, self.foot_in_contact, self.air_time, gait["min_swing_s"],
+                                    self.swing_lift, gait["min_clearance"])
         self.air_time = torch.where(contact, torch.zeros_like(self.air_time), self.air_time + self.control_dt)
+        self.swing_lift = torch.where(contact, torch.zeros_like(self.swing_lift), self.swing_lift)
         self.foot_in_contact = contact
         target = self.tracker.target()
         foot = target[:, 0].long()
         rows = torch.arange(self.num_envs, device=self.device)
         touchdown = landed[rows, foot] & ~self.scored
+        step = stepped[rows, foot] & ~self.stepped
         pos = self._state["foot_pos_w"][rows, foot]
         score, hit = score_touchdown(pos[:, :2], self._state["foot_yaw_w"][rows, foot], target,
                                      sc["hit_distance"], sc["hit_yaw"])
         score = torch.where(touchdown, score, torch.zeros_like(score))
-        hit &= touchdown
+        hit &= step
         self.hit_now |= hit
         self.scored |= touchdown
+        self.stepped |= step
         if self.touchdowns is not None:
-            for i in touchdown.nonzero(as_tuple=False).squeeze(-1).tolist():
+            for i in step.nonzero(as_tuple=False).squeeze(-1).tolist():
                 self.touchdowns[i].append((int(self.tracker.index[i]), *pos[i].tolist(),
                                            float(self._state["foot_yaw_w"][i, foot[i]]), bool(hit[i])))
 
@@ -259,6 +276,7 @@ class HumanoidFootstepsEnv(VecEnv):
         self.steps_done += closing.float()
         self.hits += (closing & self.hit_now).float()
         self.scored &= ~ended
+        self.stepped &= ~ended
         self.hit_now &= ~ended
 
         if self.fixed_plans is not None:
@@ -375,8 +393,10 @@ class HumanoidFootstepsEnv(VecEnv):
         self.actions[ids] = 0.0
         self.last_actions[ids] = 0.0
         self.air_time[ids] = 0.0
+        self.swing_lift[ids] = 0.0
         self.foot_in_contact[ids] = True
         self.scored[ids] = False
+        self.stepped[ids] = False
         self.hit_now[ids] = False
         self.hits[ids] = 0.0
         self.steps_done[ids] = 0.0

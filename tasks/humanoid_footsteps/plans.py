@@ -4,7 +4,8 @@ humanoid robots"): the policy sees the next two footstep targets of a plan.
 A plan is a sequence of steps ``(foot, x, y, z, yaw)``: step 0 is the current support foot where it stands, step 1
 the other foot's first target, and so on, the feet alternating. Poses are the foot's ankle point projected to the
 ground (z = ground height under it) [m] and its heading [rad], in the *plan frame*: the world frame of the plan's
-start, robot base at the origin heading +x, the feet standing at ``(0, +half_width)`` (left) and
+start, origin at the midpoint of the standing feet (the env puts the robot's base above it, shifted by the feet's
+fore-aft offset from the base), heading +x, the feet standing at ``(0, +half_width)`` (left) and
 ``(0, -half_width)`` (right). Foot codes: ``LEFT = 0``, ``RIGHT = 1``.
 
 This module holds the plan file format (``parse_plans`` / ``load_plans`` / ``format_plans`` / ``save_plans``), a

@@ -90,11 +90,19 @@ class FootstepTracker:
 
 
 def detect_touchdowns(contact: torch.Tensor, was_in_contact: torch.Tensor, air_time: torch.Tensor,
-                      min_swing_s: float) -> torch.Tensor:
-    """``[N, F]`` bool: feet that touch down now (in contact, not in contact at the previous step, after at least
-    ``min_swing_s`` [s] in the air). ``contact``, ``was_in_contact``: ``[N, F]`` bool; ``air_time``: ``[N, F]`` s
-    each foot had been in the air before this step."""
-    return contact & ~was_in_contact & (air_time >= min_swing_s)
+                      min_swing_s: float, lift: torch.Tensor | None = None, min_clearance: float = 0.0
+                      ) -> torch.Tensor:
+    """``[N, F]`` bool: feet that touch down now: in contact, not in contact at the previous step, after at least
+    ``min_swing_s`` [s] in the air and (with ``lift``) after rising at least ``min_clearance`` [m] above where they
+    left the ground (contact chatter and shuffles are not steps).
+
+    Args:
+        contact, was_in_contact: ``[N, F]`` bool, now and at the previous step.
+        air_time: ``[N, F]`` s each foot had been in the air before this step.
+        lift: ``[N, F]`` m, highest rise of each foot above its lift-off height during that air time.
+    """
+    landed = contact & ~was_in_contact & (air_time >= min_swing_s)
+    return landed if lift is None else landed & (lift >= min_clearance)
 
 
 def score_touchdown(foot_xy: torch.Tensor, foot_yaw: torch.Tensor, target: torch.Tensor, hit_distance: float,

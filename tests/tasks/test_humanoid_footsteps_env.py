@@ -101,6 +101,12 @@ def test_touchdown_needs_a_swing_and_scores_by_distance_and_yaw():
     air = torch.tensor([[0.3, 0.0], [0.05, 0.4], [0.0, 0.0]])
     landed = detect_touchdowns(contact, was, air, min_swing_s=0.1)
     assert landed.tolist() == [[True, False], [False, False], [False, False]]
+    # A foot that only shuffled (rose 1 cm) did not step; one that rose 4 cm did.
+    lift = torch.tensor([[0.01, 0.0], [0.05, 0.05], [0.0, 0.0]])
+    assert detect_touchdowns(contact, was, air, 0.1, lift, 0.03).tolist() == [[False, False], [False, False],
+                                                                              [False, False]]
+    lift[0, 0] = 0.04
+    assert detect_touchdowns(contact, was, air, 0.1, lift, 0.03)[0, 0]
     target = torch.tensor([[LEFT, 1.0, 1.0, 0.0, 0.5]] * 3)
     foot_xy = torch.tensor([[1.03, 1.04], [1.0, 1.12], [1.0, 1.0]])     # 0.05 m, 0.12 m, 0 m off
     foot_yaw = torch.tensor([0.6, 0.5, 0.5 + 0.25])                    # 0.1, 0, 0.25 rad off

@@ -1,6 +1,13 @@
-"""Learning signal on humanoid-footsteps: a short PPO run on the project's JVRC-1-class model raises the footstep
-placement term (reward paid at touchdowns of the target foot near its target) above the untrained policy and above
-the default-pose (standing) policy, which never scores it."""
+"""Learning signal on humanoid-footsteps: a short PPO run raises the footstep placement term (reward paid at
+touchdowns of the target foot near its target) well above the untrained policy and the default-pose (standing)
+policy, which only scores when a push makes it stumble. Runs the project's own JVRC-1-class model (box feet): on the
+real model's mesh feet the default pose and the untrained policy stumble onto their targets often enough (2-3 per
+env-second) that a one-minute run cannot separate from them; the real model is covered by the env tests and the
+benchmark.
+
+A minute of PPO on 2 cores learns to step in place and take short steps, not to walk (see the README's benchmark
+for what 40 minutes give): the run uses mostly stepping-in-place plans, a 0.05 s minimum swing for a touchdown, a
+stronger swing-height term and wider initial exploration, all plain config overrides of the task."""
 
 from __future__ import annotations
 
@@ -11,9 +18,9 @@ from sim2real.policies.runner import Sim2RealRunner
 from sim2real.tasks import make_env, task_config
 from sim2real.tasks.humanoid_footsteps import rewards as rew
 
-# Stepping in place and short forward steps, flat ground: what a couple of minutes of PPO can start to learn.
-SHORT = ["env.num_envs=128", "train.eval_interval=0", "plans.modes={forward: 0.5, stand: 0.5}",
-         "plans.step_length=[0.05, 0.15]", "curriculum.max_difficulty=0.0"]
+SHORT = ["env.num_envs=128", "train.eval_interval=0", "plans.modes={forward: 0.3, stand: 0.7}",
+         "plans.step_length=[0.05, 0.15]", "curriculum.max_difficulty=0.0", "gait.min_swing_s=0.05",
+         "rewards.swing_height=6.0", "train.init_std=0.5"]
 ITERATIONS = 60
 
 
@@ -55,5 +62,5 @@ def test_short_training_raises_the_footstep_term_above_standing():
     runner.learn(ITERATIONS)
     runner.alg.eval_mode()
     after = footstep_term(cfg, deterministic)
-    assert standing == 0.0
-    assert after > max(before, standing) + 0.2, (before, after)
+    # Measured (own model): standing 0.07, untrained 0.26, after 60 iterations 5.8 per env-second.
+    assert after > max(before, standing) + 1.0, (standing, before, after)
