@@ -95,8 +95,8 @@ def plot_footsteps(traj: dict, path: Path) -> Path:
         p = traj["base_pos_w"][:, j]
         ax.plot(p[:, 0], p[:, 1], "k-", lw=0.8)
         hits = sum(1 for td in traj["touchdowns"][j] if td[5])
-        ax.set_title(f"{traj['names'][j]}: {hits} hits / {len(plan) - 1} steps" + (" (fell)" if traj["fell"][j] else ""),
-                     fontsize=9)
+        fell = " (fell)" if traj["fell"][j] else ""
+        ax.set_title(f"{traj['names'][j]}: {hits} hits / {len(plan) - 1} steps{fell}", fontsize=9)
         ax.set_xlabel("x (world) [m]")
         ax.set_ylabel("y (world) [m]")
         ax.set_aspect("equal", adjustable="datalim")

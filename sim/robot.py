@@ -165,14 +165,15 @@ class LeggedRobot:
             raise ConfigError("robot.held_joints: expected a {joint-name regex: position [rad]} map")
         for key in ("held_stiffness", "held_damping", "held_torque_limit"):
             v = robot.get(key, 0.0)
-            if held and not (isinstance(v, dict) or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)):
-                raise ConfigError(f"robot.{key}: expected a number >= 0 or a {{regex: value}} map, got {v!r}")
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            if held and not (number or (isinstance(v, dict) and key != "held_torque_limit")):
+                kinds = "a number >= 0" + (" or a {regex: value} map" if key != "held_torque_limit" else "")
+                raise ConfigError(f"robot.{key}: expected {kinds}, got {v!r}")
         return cls(
             name=robot["name"], joint_names=list(joints), foot_geoms=list(feet_geoms), foot_bodies=list(feet_bodies),
             torque_limits=robot.get("torque_limits"), held_joints=dict(held) if held else None,
             held_stiffness=robot.get("held_stiffness", 0.0), held_damping=robot.get("held_damping", 0.0),
-            held_torque_limit=float(robot.get("held_torque_limit", 0.0)) if not isinstance(
-                robot.get("held_torque_limit", 0.0), dict) else 0.0,
+            held_torque_limit=float(robot.get("held_torque_limit", 0.0)),
             collision_disabled_bodies=list(robot.get("collision_disabled_bodies") or []),
             base_body=robot["base_body"], imu_site=robot["imu_site"],
             default_pose=resolve_joint_values(robot["default_pose"], joints, "default_pose"),

@@ -9,8 +9,9 @@ Footsteps are time-driven (:class:`~sim2real.tasks.humanoid_footsteps.tracker.Fo
 the swing foot's target for ``gait.step_period`` seconds. A step is a *hit* when the target foot's first real step
 of its window (at least ``gait.min_swing_s`` in the air and a rise of ``gait.min_clearance`` above its lift-off
 height) touches down within ``success.hit_distance`` (xy) and ``success.hit_yaw`` of the target; otherwise (wrong
-place, no step) a miss. The placement reward scores the window's first touchdown (clearance not required). Episodes last ``env.episode_s`` and end early on a
-fall (pelvis tilt, pelvis height above the ground, body contact, an unstable simulation).
+place, no step) a miss. The placement reward scores the window's first touchdown (clearance not required).
+Episodes last ``env.episode_s`` and end early on a fall (pelvis tilt, pelvis height above the ground, body contact,
+an unstable simulation).
 
 Observation groups (TensorDict, batch ``[N]``):
   * ``policy``: ``observations.policy`` terms (:mod:`sim2real.tasks.observations`: proprioception, ``gait_clock``,
@@ -303,7 +304,8 @@ class HumanoidFootstepsEnv(VecEnv):
         rate = hits / steps.clamp_min(1.0)
         success = ~fall & (steps > 0) & (rate >= self.cfg["success"]["episode_hit_rate"])
         out = {"hits": hits, "steps": steps, "fall": fall.float(), "success": success.float(),
-               "mode": self.mode[ids].float(), "difficulty": self.difficulty[ids], "stairs": self.is_stairs[ids].float()}
+               "mode": self.mode[ids].float(), "difficulty": self.difficulty[ids],
+               "stairs": self.is_stairs[ids].float()}
         for key, value in out.items():
             self.last_outcome[key][ids] = value
         self.episodes_done[ids] += 1

@@ -81,5 +81,6 @@ def format_report(result: dict) -> str:
     for r in result["plans"]:
         lines.append(f"{r['name'][:24]:<24} {r['steps']:>6} {r['hits']:>5} {r['hit_rate']:>9.3f} "
                      f"{r['fall_rate']:>10.3f}")
-    lines.append(f"{'overall':<24} {result['steps']:>6} {'':>5} {result['hit_rate']:>9.3f} {result['fall_rate']:>10.3f}")
+    lines.append(f"{'overall':<24} {result['steps']:>6} {'':>5} {result['hit_rate']:>9.3f} "
+                 f"{result['fall_rate']:>10.3f}")
     return "\n".join(lines)

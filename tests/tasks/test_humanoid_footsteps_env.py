@@ -36,7 +36,8 @@ def test_footstep_observation_is_unchanged_by_rotating_and_shifting_the_world_ab
     gen = torch.Generator().manual_seed(0)
     n = 32
     pos = torch.randn(n, 3, generator=gen)
-    tilt = torch.nn.functional.normalize(torch.cat((torch.ones(n, 1), 0.1 * torch.randn(n, 3, generator=gen)), -1), dim=-1)
+    tilt = torch.nn.functional.normalize(torch.cat((torch.ones(n, 1), 0.1 * torch.randn(n, 3, generator=gen)), -1),
+                                         dim=-1)
     quat = quat_mul(quat_from_yaw(torch.rand(n, generator=gen) * 6.0 - 3.0), tilt)
     targets = torch.randn(n, 2, 4, generator=gen)
     term = OBS_TERMS["footstep_targets"].fn

@@ -5,8 +5,8 @@ written out here: Coulomb friction (a sliding robot loses ``mu g`` of speed per 
 ``(M s + m_added) g`` with ``M`` summed from a plain ``MjModel``), the base centre of mass (front/rear load split
 and moment balance about the simulated centre of mass), PD gains and motor strength (MuJoCo's own actuator force
 against ``s (kp (q* - q) - kd dq)`` clamped at ``s`` times the motor limit), and pushes. Env checks build the task
-from its config and verify that what ``LeggedDomainRandomization.randomise`` samples lands in each world's model, in the privileged critic
-observation, and that pushes and action latency act as configured.
+from its config and verify that what ``LeggedDomainRandomization.randomise`` samples lands in each world's model, in
+the privileged critic observation, and that pushes and action latency act as configured.
 """
 
 from __future__ import annotations
