@@ -125,7 +125,8 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
     assert first[0] == 1.0 and first[3] < 0.03, first
     period = gait["step_period_s"]
     progress = (last[0] - first[0]) * period + last[3] - first[3]  # tracker time [s] between the two
-    assert abs(progress - (t_last - t_first)) < 0.25, (first, last, t_last - t_first)
+    # (a late timer tick on a loaded machine is skipped, not queued: allow 20% lag)
+    assert abs(progress - (t_last - t_first)) < 0.2 * (t_last - t_first) + 0.05, (first, last, t_last - t_first)
     assert abs((last[0] - first[0]) - (t_last - t_first) / period) < 1.5, (first, last, t_last - t_first)
     # ... exactly one control period per policy tick (status published every tick, before the advance).
     elapsed_ticks = (last[0] - 1) * period + last[3]
