@@ -179,14 +179,16 @@ def cmd_eval(args) -> int:
 
     if args.plans and args.task not in (None, "humanoid-footsteps"):
         raise ConfigError(f"--plans applies to humanoid-footsteps, not {args.task}")
+    if args.repeats is not None and not args.plans:
+        raise ConfigError("--repeats applies with --plans (the held-out set's size is --episodes)")
+    if args.episodes is not None and args.plans:
+        raise ConfigError("--episodes applies without --plans (with a plan file: --repeats episodes per plan)")
     policy, cfg = _policy_fn(args)
     if args.plans:
         from sim2real.tasks.humanoid_footsteps.evaluation import evaluate_plans, format_report
 
-        if cfg["task"] != "humanoid-footsteps":
-            raise ConfigError(f"--plans applies to humanoid-footsteps, the policy is for {cfg['task']}")
-        plans = _load_plan_file(args.plans)
-        metrics = evaluate_plans(cfg, policy, plans, repeats=args.repeats)
+        plans, cfg = _load_plan_file(args.plans, cfg)
+        metrics = evaluate_plans(cfg, policy, plans, repeats=args.repeats or 1)
         print(format_report(metrics))
         text = json.dumps(metrics, indent=2)
     else:
@@ -200,29 +202,40 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _load_plan_file(path: str) -> list:
-    from sim2real.configs import ConfigError
-    from sim2real.tasks.humanoid_footsteps.plans import PlanFileError, load_plans
+def _load_plan_file(path: str, cfg: dict) -> tuple[list, dict]:
+    """The plans of ``path`` and the config to walk them with: ``env.num_plan_steps`` raised to the longest plan
+    (a plan file is walked to its end). Plans outside ``check_plan``'s limits are walked too, with a warning."""
+    from sim2real.configs import ConfigError, apply_overrides
+    from sim2real.tasks.humanoid_footsteps.plans import PlanFileError, check_plan, load_plans
 
+    if cfg["task"] != "humanoid-footsteps":
+        raise ConfigError(f"--plans applies to humanoid-footsteps, not {cfg['task']}")
     try:
-        return load_plans(path)
+        plans = load_plans(path)
     except PlanFileError as exc:
         raise ConfigError(f"--plans: {exc}") from None
+    for plan in plans:
+        problems = check_plan(plan)
+        if problems:
+            print(f"warning: {path}: {plan.name} is outside the trained limits: {'; '.join(problems[:3])}"
+                  + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""), file=sys.stderr)
+    longest = max(len(p.feet) for p in plans)
+    if longest > cfg["env"]["num_plan_steps"]:
+        cfg = apply_overrides(cfg, [f"env.num_plan_steps={longest}"])
+    return plans, cfg
 
 
 def cmd_play(args) -> int:
-    from sim2real.configs import ConfigError
     from sim2real.policies.play import play
 
     policy, cfg = _policy_fn(args)
     plans = None
     if args.plans:
-        if cfg["task"] != "humanoid-footsteps":
-            raise ConfigError(f"--plans applies to humanoid-footsteps, not {cfg['task']}")
-        plans = _load_plan_file(args.plans)
+        plans, cfg = _load_plan_file(args.plans, cfg)
     duration = args.duration if args.duration is not None or cfg["task"] == "humanoid-footsteps" else 5.0
     out = play(cfg, policy, Path(args.output), duration_s=duration, video=not args.no_video, plans=plans)
-    print(f"wrote {out}")
+    plots = out.with_suffix(".png")
+    print(f"wrote {out}" + (f" and {plots}" if out.suffix != ".png" and plots.is_file() else ""))
     return 0
 
 
@@ -335,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--episodes", type=positive_int, help="default: eval.num_episodes")
             p.add_argument("--output", help="also write the metrics to this JSON file")
             p.add_argument("--plans", help="humanoid-footsteps: a footstep plan file; score every plan in it")
-            p.add_argument("--repeats", type=positive_int, default=1, help="with --plans: episodes per plan")
+            p.add_argument("--repeats", type=positive_int, default=None, help="with --plans: episodes per plan "
+                                                                              "(default 1)")
         else:
             p.add_argument("--output", default="play.gif",
                            help="animated GIF path (trajectory plots go beside it as .png); a .png path: plots only")

@@ -61,6 +61,9 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--damping-kd", type=positive_float, default=None, metavar="KD",
                    help="legged robot: joint damping of the damping mode (kp = 0) sent on faults, e-stop and "
                         "deactivation (N m s/rad, default 2)")
+    p.add_argument("--max-tilt", type=positive_float, default=1.0, metavar="RAD",
+                   help="legged robot: a base tilt beyond this (from the IMU) during the ramp or the policy means a "
+                        "fall: damping mode until the node is activated again (rad, default 1.0)")
 
 
 def add_standin_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,6 +98,9 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mjcf", default=None, metavar="PATH",
                    help="legged robot: simulate this MJCF model instead of the robot config's (e.g. MuJoCo "
                         "Menagerie's unitree_go2/scene.xml)")
+    p.add_argument("--gantry", choices=["auto", "on", "off"], default="auto",
+                   help="legged robot: hold the base where it starts (a gantry) until the first joint command "
+                        "arrives (auto: on for bipeds, which cannot stand in damping mode; off for others)")
     p.add_argument("--initial-pose", choices=["crouch", "default"], default="crouch",
                    help="legged robot: joint pose the robot starts in, on the floor (default crouch: folded legs, "
                         "resting on its feet or belly; default: the robot config's default pose)")

@@ -39,7 +39,8 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
     ``tau = kp (q* - q) - kd dq`` at its own rate.
 
 Damping mode (e-stop, missing/stale/invalid joint states or IMU (or odometry, for footstep policies), a
-non-finite policy output, deactivate, shutdown): targets = the latest measured joint positions, kp = 0, kd =
+non-finite policy output, a fall (base tilt from the IMU beyond ``max_tilt_rad``, 1 rad by default, during the
+ramp or the policy: latched until the next activation), deactivate, shutdown): targets = the latest measured joint positions, kp = 0, kd =
 ``damping_kd`` — the legs sink slowly instead of dropping as with torque off. When the inputs recover (not
 after an e-stop) the node ramps to the default pose again before the policy resumes.
 
@@ -118,6 +119,7 @@ STATUS_TOPIC = "footstep_status"
 INPUTS = ("joint_states", "imu")
 FOOTSTEP_INPUTS = ("odom",)  # required on top of INPUTS by footstep policies
 DAMPING_KD = 2.0  # N m s/rad, joint damping of the damping mode
+MAX_TILT_RAD = 1.0  # rad, base tilt (from the IMU) beyond which the robot is taken to have fallen: damping, latched
 
 
 class LeggedPolicyNode(LifecycleNode):
@@ -147,8 +149,10 @@ class LeggedPolicyNode(LifecycleNode):
 
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str | None = None,
                  node_name: str = "policy_node", state_timeout_s: float = 0.1, ramp_s: float = 2.0,
-                 damping_kd: float = DAMPING_KD, context=None):
+                 damping_kd: float = DAMPING_KD, max_tilt_rad: float = MAX_TILT_RAD, context=None):
         super().__init__(node_name, namespace=namespace or f"/{robot.get('name', 'robot')}", context=context)
+        if not (max_tilt_rad > 0):
+            raise ValueError(f"max_tilt_rad must be positive, got {max_tilt_rad}")
         if not (np.isfinite(ramp_s) and ramp_s >= 0):
             raise ValueError(f"ramp_s must be a finite number >= 0, got {ramp_s}")
         if not (np.isfinite(damping_kd) and damping_kd > 0):
@@ -158,6 +162,8 @@ class LeggedPolicyNode(LifecycleNode):
         self.state_timeout_s = float(state_timeout_s)
         self.ramp_s = float(ramp_s)
         self.damping_kd = float(damping_kd)
+        self.max_tilt_rad = float(max_tilt_rad)
+        self.fallen = False  # latched by a tilt beyond max_tilt_rad until the next activation
         self.configure_error: PolicyMismatchError | None = None
         self.tick_times: deque[float] = deque(maxlen=200_000)
         self.tick_phases: Counter = Counter()
@@ -255,6 +261,7 @@ class LeggedPolicyNode(LifecycleNode):
         ret = super().on_activate(state)  # enables the lifecycle publishers
         self.phase, self.fault = "damping", "no_joint_states"
         self.policy_since = None
+        self.fallen = False
         self._timer = self.create_timer(self.period_s, self._on_tick, clock=self._steady)
         self.active = True
         return ret
@@ -421,6 +428,12 @@ class LeggedPolicyNode(LifecycleNode):
         now = time.monotonic()
         self.tick_times.append(now)
         fault = self.monitor.fault(now)
+        if fault is None and self.phase in ("ramp", "policy") and self.tilt() > self.max_tilt_rad:
+            self.fallen = True
+            self.get_logger().error(f"base tilt {self.tilt():.2f} rad > {self.max_tilt_rad:g} rad: the robot has "
+                                    "fallen; damping until the node is activated again")
+        if self.fallen:
+            fault = fault or "fallen"
         if fault is None and self.phase not in ("ramp", "policy"):
             self._start_ramp(now)
         outcome = self.phase
@@ -450,6 +463,13 @@ class LeggedPolicyNode(LifecycleNode):
                 self.get_logger().warning(f"damping mode: {fault}")
             self.fault = fault
         self._publish(*command)
+
+    def tilt(self) -> float:
+        """Angle [rad] between the base's z axis and the world's (from the latest IMU orientation; 0 before any)."""
+        if self._imu is None:
+            return 0.0
+        _, x, y, _ = (float(v) for v in self._imu.quat_w)
+        return float(np.arccos(np.clip(1.0 - 2.0 * (x * x + y * y), -1.0, 1.0)))
 
     def _start_ramp(self, now: float) -> None:
         self.phase = "ramp"
@@ -513,7 +533,7 @@ def legged_deploy_main(args, robot: dict) -> int:
     with stop_on_signals(), ros_context() as ctx:
         node = LeggedPolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
                                 state_timeout_s=args.state_timeout, ramp_s=args.ramp_s, damping_kd=damping_kd,
-                                context=ctx)
+                                max_tilt_rad=args.max_tilt, context=ctx)
         executor = SingleThreadedExecutor(context=ctx)
         executor.add_node(node)
         try:

@@ -31,8 +31,9 @@ Topics, relative to the namespace (default ``/<robot name>``):
 Behaviour:
   * start: the robot rests on the floor in ``initial_pose`` (``crouch``: legs folded (Go2-style joint names; other
     robots, e.g. JVRC-1, start in the default pose); ``default``: the config's default pose), held joints at their
-    pose, settled for 1 s of simulated time before real time starts (a humanoid then sinks in damping mode until
-    commands arrive, as on a real robot without a gantry);
+    pose, settled for 1 s of simulated time before real time starts; with ``gantry`` (``auto``: bipeds, which
+    cannot stand in damping mode) the base is then held where it stands, legs in damping, until the first joint
+    command arrives, as a humanoid hangs in its gantry before its controller starts;
   * no command yet, or targets or gains older than ``command_timeout_s``: damping mode (kp = 0, kd =
     ``damping_kd``), as a real joint controller's watchdog;
   * timing: a steady wall-clock timer at the model timestep; late callbacks catch up (:class:`RealTimeStepper`).
@@ -92,6 +93,7 @@ class SimLeggedNode(Node):
         command_timeout_s: targets or gains older than this [s] -> damping mode.
         damping_kd: kd [N m s/rad] of the damping mode.
         initial_pose: ``crouch`` or ``default``.
+        gantry: ``auto`` (bipeds), ``on`` or ``off``: hold the base until the first command.
         context: rclpy context.
 
     Raises:
@@ -102,7 +104,7 @@ class SimLeggedNode(Node):
     def __init__(self, robot: dict, *, namespace: str | None = None, node_name: str = "standin",
                  mjcf: str | None = None, sensor_rate_hz: float = 500.0, odom_rate_hz: float = 50.0,
                  command_timeout_s: float = 0.1, damping_kd: float = DAMPING_KD, initial_pose: str = "crouch",
-                 context=None):
+                 gantry: str = "auto", context=None):
         if robot.get("kind") != "legged":
             raise ValueError(f"this stand-in simulates legged robots; robot '{robot.get('name')}' is "
                              f"{robot.get('kind')!r}")
@@ -136,6 +138,11 @@ class SimLeggedNode(Node):
         self._kd = np.full(len(self.joint_names), self.damping_kd)
         make_position_servos(m, i, self._kp, self._kd)
         self._settle(initial_joint_pos(self.legged, initial_pose, i.joint_range))
+        if gantry not in ("auto", "on", "off"):
+            raise ValueError(f"gantry '{gantry}' (choose auto, on or off)")
+        #: base qpos held fixed (a gantry) until the first joint command; None: free from the start
+        self.gantry = self.data.qpos[i.base_qpos:i.base_qpos + 7].copy() if gantry == "on" or (
+            gantry == "auto" and len(self.legged.foot_names) == 2) else None
 
         self.targets: np.ndarray | None = None  # policy order [rad]
         self.gains: tuple[np.ndarray, np.ndarray] | None = None
@@ -218,6 +225,9 @@ class SimLeggedNode(Node):
         if fresh:
             if self.damping:
                 self.get_logger().info("commands received: joint servos on")
+            if self.gantry is not None:
+                self.gantry = None
+                self.get_logger().info("released from the gantry")
             self.damping = False
             self._set_gains(*self.gains)
             self.data.ctrl[self.index.actuator_ids] = self.targets
@@ -233,6 +243,10 @@ class SimLeggedNode(Node):
         """One physics step at wall time ``now`` [s] under the command acting then."""
         self.apply_command(now)
         mujoco.mj_step(self.model, self.data)
+        if self.gantry is not None:  # held: the base does not move, the legs hang in damping
+            i = self.index
+            self.data.qpos[i.base_qpos:i.base_qpos + 7] = self.gantry
+            self.data.qvel[i.base_qvel:i.base_qvel + 6] = 0.0
 
     def _on_timer(self) -> None:
         now = time.monotonic()
@@ -316,7 +330,8 @@ def standin_main(args, robot: dict) -> int:
                 robot, namespace=args.namespace, node_name=args.node_name, mjcf=args.mjcf,
                 sensor_rate_hz=args.sensor_rate_hz or 500.0, command_timeout_s=args.command_timeout or 0.1,
                 odom_rate_hz=getattr(args, "odom_rate_hz", None) or 50.0,
-                damping_kd=args.damping_kd or DAMPING_KD, initial_pose=args.initial_pose, context=ctx)
+                damping_kd=args.damping_kd or DAMPING_KD, initial_pose=args.initial_pose,
+                gantry=getattr(args, "gantry", "auto"), context=ctx)
         except ValueError as exc:  # ConfigError included
             raise ConfigError(str(exc)) from None
         spin_node(node, ctx, args.duration)

@@ -110,6 +110,10 @@ def render_jump(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int
     from PIL import Image
 
     model.vis.global_.offwidth, model.vis.global_.offheight = max(size[0], 640), max(size[1], 480)
+    # Clipping planes scale with the model's extent, which far-parked boxes (obstacles, terrain) inflate to ~1 km:
+    # pin them to 1 cm .. 50 m.
+    extent = max(float(model.stat.extent), 1e-6)
+    model.vis.map.znear, model.vis.map.zfar = 0.01 / extent, 50.0 / extent
     data = mujoco.MjData(model)
     try:
         renderer = mujoco.Renderer(model, size[1], size[0])

@@ -34,6 +34,7 @@ import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
+from sim2real.configs import ConfigError
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, yaw_from_quat
@@ -64,7 +65,8 @@ class HumanoidFootstepsEnv(VecEnv):
 
     Raises:
         ConfigError: a config value out of range, or a robot config / model that does not fit.
-        ValueError: more plans than envs, or a plan whose raised footsteps need more than the terrain boxes.
+        ValueError: more plans than envs.
+        ConfigError: a plan whose raised footsteps need more foothold boxes than ``env.num_terrain_boxes``.
     """
 
     def __init__(self, cfg: dict, num_envs: int | None = None, device: str = "cpu", eval_mode: bool = False,
@@ -327,12 +329,15 @@ class HumanoidFootstepsEnv(VecEnv):
         half = torch.full((m, self.num_boxes, 3), 0.01)
         centre[..., 2] = -10.0
         for i in range(m):  # a foothold box under every raised footstep (plan files carry no terrain)
-            raised = (steps[i, :, 3] > 1e-4).nonzero(as_tuple=False).squeeze(-1).tolist()
+            real = steps[i, :int(lengths[i])]  # (the padding repeats the last two footsteps)
+            raised = sorted({tuple(round(v, 6) for v in real[j, 1:4].tolist())
+                             for j in (real[:, 3] > 1e-4).nonzero(as_tuple=False).squeeze(-1).tolist()})
             if len(raised) > self.num_boxes:
-                raise ValueError(f"plan {i + 1} has {len(raised)} raised footsteps; env.num_terrain_boxes is "
-                                 f"{self.num_boxes}")
-            for k, j in enumerate(raised):
-                x, y, z, yaw = steps[i, j, 1:5].tolist()
+                name = plans[i].name or f"plan {i + 1}"
+                raise ConfigError(f"{name} has {len(raised)} raised footsteps (z > 0) and each needs a foothold box: "
+                                  f"set env.num_terrain_boxes to at least {len(raised)} "
+                                  f"(now {self.num_boxes})")
+            for k, (x, y, z) in enumerate(raised):
                 centre[i, k] = torch.tensor([x, y, z / 2])
                 half[i, k] = torch.tensor([0.18, 0.12, z / 2])  # about a 0.36 x 0.24 m foothold
         self.fixed_plans = (steps.to(self.device), lengths.to(self.device), centre.to(self.device),

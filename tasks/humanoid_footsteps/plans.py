@@ -13,7 +13,8 @@ feasibility check (``check_plan``), padding into a tensor for the env (``plans_t
 generator (``PlanGenerator``) with the axis-aligned box terrain that stairs and rough plans stand on
 (``height_at``), and the plan-to-world transform (``to_world``).
 
-Plan file format: one step per line ``foot,x,y,z,yaw`` or ``foot,x,y,yaw`` (foot ``L`` or ``R``, any case; metres
+Plan file format (UTF-8, a byte-order mark is ignored): one step per line ``foot,x,y,z,yaw`` or ``foot,x,y,yaw``
+(foot ``L`` or ``R``, any case; metres
 and radians in the world frame of the plan's start; z defaults to 0); whitespace around fields is allowed; the
 first line of a plan is the current support foot; plans are separated by a line ``---``; blank lines and ``#``
 comments (whole-line or trailing) are ignored.
@@ -121,6 +122,7 @@ def parse_plans(text: str, source: str = "<string>") -> list[FootstepPlan]:
             not a finite float, the same foot twice in a row, a plan of fewer than 2 steps (at its first line), or
             no plans at all (line 1).
     """
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark (some editors write one)
     plans: list[FootstepPlan] = []
     feet: list[int] = []
     poses: list[list[float]] = []

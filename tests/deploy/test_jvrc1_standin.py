@@ -89,3 +89,29 @@ def test_jvrc1_standin_holds_its_held_joints_and_publishes_ground_truth_odom(ros
         assert list(js.name) == node.model_joint_names
         elbow = js.name.index("L_ELBOW_P")
         assert js.position[elbow] == pytest.approx(d.qpos[m.jnt_qposadr[m.joint("L_ELBOW_P").id]])
+
+
+@pytest.mark.parametrize("gantry", ["auto", "off"])
+def test_a_biped_hangs_in_its_gantry_until_the_first_command(ros_ctx, namespace, gantry):
+    """Without commands the joints are in damping: on the gantry (auto for a biped) the pelvis stays where it
+    stood; without one the humanoid collapses. The first command releases it."""
+    node = SimLeggedNode(load_robot("jvrc1"), namespace=namespace, context=ros_ctx, initial_pose="default",
+                         gantry=gantry)
+    try:
+        i, d = node.index, node.data
+        z0 = float(d.qpos[i.base_qpos + 2])
+        for _ in range(1500):  # 1.5 s in damping mode (no command yet)
+            node.physics_step(0.0)
+        z = float(d.qpos[i.base_qpos + 2])
+        if gantry == "auto":
+            assert node.gantry is not None and z == pytest.approx(z0, abs=1e-9)
+            n = len(POLICY_ORDER)
+            node._on_targets(JointState(name=POLICY_ORDER, position=[DEFAULT[j] for j in POLICY_ORDER],
+                                        velocity=[0.0] * n, effort=[0.0] * n))
+            node._on_gains(JointState(name=POLICY_ORDER, position=[200.0] * n, velocity=[10.0] * n))
+            node.physics_step(node.targets_time)
+            assert node.gantry is None                  # released: the base moves under physics from now on
+        else:
+            assert node.gantry is None and z < z0 - 0.2, (z0, z)
+    finally:
+        node.destroy_node()

@@ -367,6 +367,24 @@ def test_estop_is_latched_until_restart(start, legged_policy):
     assert g.node.fault == "estop"
 
 
+def test_a_fall_gives_damping_latched_until_the_next_activation(start, legged_policy):
+    g = start(legged_policy(THIGH_BIAS), max_tilt_rad=1.0)
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
+    g.imu = imu_msg((0.0, math.sin(0.45), 0.0, math.cos(0.45)))       # pitched 0.9 rad: still up
+    time.sleep(0.1)
+    assert g.node.fault is None and g.node.phase == "policy"
+    g.imu = imu_msg((0.0, math.sin(0.6), 0.0, math.cos(0.6)))         # pitched 1.2 rad: fallen
+    assert g.wait_for(is_damping, timeout=0.5)
+    assert g.node.fault == "fallen" and g.node.fallen
+    g.imu = imu_msg()                                                 # upright again (picked up): still damping
+    t0 = time.monotonic()
+    time.sleep(0.2)
+    assert all(is_damping(*c[1:]) for c in g.commands(since=t0)) and g.node.fault == "fallen"
+    assert g.node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    assert g.node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6), timeout=3.0)
+
+
 def test_deactivate_publishes_an_acknowledged_damping_command_then_silence(start, legged_policy):
     g = start(legged_policy(THIGH_BIAS))
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
