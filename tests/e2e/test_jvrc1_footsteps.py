@@ -83,6 +83,7 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
                 assert set(POLICY_ORDER) < set(names) and "WAIST_Y" in names  # motor order, held joints too
                 procs["deploy"] = spawn_cli(["deploy", "--policy", str(policy_dir), "--robot", "jvrc1", "--namespace",
                                           namespace, "--ramp-s", str(RAMP_S), "--state-timeout", "0.5",
+                                          "--max-tilt", "3.2",  # untrained, it falls: keep it in control
                                           "--activate", "--duration", "90"], tmp_path / "deploy.log")
                 # Policy in control: stepping in place (plan length 2) until a plan arrives.
                 assert wait_until(lambda: rec.count(status_t) > 0, STARTUP_TIMEOUT_S), "no status\n" + logs()
