@@ -34,6 +34,7 @@ from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
 from sim2real.tasks.state import RobotState
 
+
 class QuadrupedJumpEnv(VecEnv):
     """Batched quadruped jumping task (see the module docstring).
 
