@@ -87,7 +87,12 @@ def cmd_train(args) -> int:
     resume_path = None
     if args.resume is not None:
         resume_path, data = ck.load_task_checkpoint(args.resume, args.task, args.runs_root)
-        saved = data["infos"]["config"]
+        from sim2real.tasks import complete_saved_config
+
+        saved, added = complete_saved_config(data["infos"]["config"])
+        if added:
+            print(f"note: {resume_path.name} was saved before these config keys existed; using their defaults: "
+                  f"{', '.join(added)}", file=sys.stderr)
         cfg = apply_overrides(saved, list(args.overrides) + extra)
         for key in FIXED_ON_RESUME:
             try:
@@ -152,7 +157,12 @@ def _policy_fn(args):
         if args.task and pol.metadata["task"] != args.task:
             raise PolicyMismatchError([("task", f"policy is for '{pol.metadata['task']}', not '{args.task}'")])
         # The policy's own training config (action interface, control period, robot, ...), then the user's.
-        cfg = pol.metadata["training"]["task_config"]
+        from sim2real.tasks import complete_saved_config
+
+        cfg, added = complete_saved_config(pol.metadata["training"]["task_config"])
+        if added:
+            print(f"note: the policy was exported before these config keys existed; using their defaults: "
+                  f"{', '.join(added)}", file=sys.stderr)
         if args.config:
             cfg = merge_checked(cfg, load_yaml(args.config))
         cfg = apply_overrides(cfg, list(args.overrides))

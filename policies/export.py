@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -21,10 +22,10 @@ import numpy as np
 import onnx
 import torch
 
-from sim2real.policies.checkpoints import atomic_write_bytes, load_checkpoint
+from sim2real.policies.checkpoints import CheckpointError, atomic_write_bytes, load_checkpoint
 from sim2real.policies.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
 from sim2real.policies.runner import Sim2RealRunner
-from sim2real.tasks import make_env
+from sim2real.tasks import complete_saved_config, make_env
 
 
 class ExportError(RuntimeError):
@@ -40,10 +41,17 @@ def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None) -
         (runner, config, checkpoint dict). Raises :class:`~sim2real.policies.checkpoints.CheckpointError`.
     """
     data = load_checkpoint(checkpoint) if data is None else data
-    cfg = data["infos"]["config"]
+    cfg, added = complete_saved_config(data["infos"]["config"])
+    if added:
+        print(f"note: {Path(checkpoint).name} was saved before these config keys existed; using their defaults: "
+              f"{', '.join(added)}", file=sys.stderr)
     env = make_env(cfg, num_envs=num_envs)
     runner = Sim2RealRunner(env, cfg, None, device=cfg["device"], progress=False)
-    runner.alg.load(data, None, strict=True)
+    try:
+        runner.alg.load(data, None, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{checkpoint}: its networks do not fit this version's {cfg['task']} env "
+                              f"({str(exc).splitlines()[0]})") from None
     runner.current_learning_iteration = int(data["iter"])
     return runner, cfg, data
 

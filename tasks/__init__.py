@@ -86,6 +86,33 @@ def task_config(name: str, overrides: list[str] | None = None, user_file: str | 
     return cfg
 
 
+def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
+    """A config saved by an earlier version of this project (in a checkpoint or a policy's metadata), completed
+    with the current task defaults for the keys it lacks (every section but ``robot``, which is kept as saved).
+
+    Returns:
+        (the completed config, the dotted keys that were added). Raises UnknownTaskError for an unknown task.
+    """
+    import copy
+
+    defaults = resolve_task_config(get_task(cfg["task"]).config)
+    out, added = copy.deepcopy(cfg), []
+
+    def fill(dst: dict, src: dict, prefix: str) -> None:
+        for key, value in src.items():
+            if prefix == "" and key == "robot":
+                continue
+            if key not in dst:
+                dst[key] = copy.deepcopy(value)
+                added.append(prefix + key)
+            elif isinstance(value, dict) and isinstance(dst[key], dict) and not (
+                    prefix == "" and key in ("observations",)):
+                fill(dst[key], value, f"{prefix}{key}.")
+
+    fill(out, defaults, "")
+    return out, added
+
+
 def make_env(cfg: dict, num_envs: int | None = None, eval_mode: bool = False):
     """Build the env of a resolved task config on ``cfg["device"]``."""
     return get_task(cfg["task"]).load_env_class()(cfg, num_envs=num_envs, device=cfg["device"], eval_mode=eval_mode)

@@ -109,3 +109,21 @@ def test_play_plans_writes_plots_and_a_video(runs, tmp_path, capsys):
         assert gif.n_frames >= 10
         gif.seek(gif.n_frames // 2)
         assert len(gif.convert("RGB").getcolors(maxcolors=1 << 20)) > 50  # the robot and floor, not a blank frame
+
+
+def test_a_checkpoint_saved_before_a_config_key_existed_gets_its_default(runs, tmp_path, capsys):
+    """An older checkpoint's config lacks a key added since (here gait.min_clearance): the key takes its current
+    default, with a note, instead of a KeyError."""
+    import torch
+
+    from sim2real.policies.checkpoints import list_checkpoints
+
+    run = next((runs / "humanoid-footsteps").iterdir())
+    data = torch.load(list_checkpoints(run)[-1], weights_only=False)
+    del data["infos"]["config"]["gait"]["min_clearance"]
+    old = tmp_path / "old.pt"
+    torch.save(data, old)
+    plans = tmp_path / "plans.txt"
+    plans.write_text(PLANS)
+    assert main(["eval", "--task", "humanoid-footsteps", "--checkpoint", str(old), "--plans", str(plans)]) == 0
+    assert "gait.min_clearance" in capsys.readouterr().err
