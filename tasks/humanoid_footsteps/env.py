@@ -61,7 +61,7 @@ class HumanoidFootstepsEnv(VecEnv):
             ``eval.difficulty``; the curriculum is not updated.
         plans: fixed plans (:class:`~sim2real.tasks.humanoid_footsteps.plans.FootstepPlan`, plan frame), one per
             env (``num_envs`` defaults to their number); steps with z > 0 stand on boxes built under them.
-            Episodes then last until every plan's last step window has ended (plus 1 s).
+            Each episode then lasts until its plan's last step window has ended, plus 1 s.
 
     Raises:
         ConfigError: a config value out of range, or a robot config / model that does not fit.
@@ -282,9 +282,8 @@ class HumanoidFootstepsEnv(VecEnv):
         self.stepped &= ~ended
         self.hit_now &= ~ended
 
-        if self.fixed_plans is not None:
-            time_out = (self.tracker.finished() & (self.tracker.t_step >= 1.0 - 1e-6)) | \
-                (self.episode_length_buf >= self.max_episode_length)
+        if self.fixed_plans is not None:  # each plan's own length: its last window, then 1 s
+            time_out = self.episode_length_buf >= self.plan_episode_length
         else:
             time_out = self.episode_length_buf >= self.max_episode_length
         time_out &= ~fall
@@ -342,8 +341,10 @@ class HumanoidFootstepsEnv(VecEnv):
                 half[i, k] = torch.tensor([0.18, 0.12, z / 2])  # about a 0.36 x 0.24 m foothold
         self.fixed_plans = (steps.to(self.device), lengths.to(self.device), centre.to(self.device),
                             half.to(self.device))
-        longest = int(lengths.max())
-        self.max_episode_length = int(round((longest * self.step_period + 1.0) / self.control_dt)) + 1
+        windows = (lengths - 1).clamp_min(1).float()  # step 0 is where the support foot stands
+        self.plan_episode_length = ((windows * self.step_period + 1.0) / self.control_dt).round().long().to(
+            self.device)[torch.arange(self.num_envs).clamp_max(m - 1)]
+        self.max_episode_length = int(self.plan_episode_length.max())
         self.touchdowns = [[] for _ in range(self.num_envs)]
 
     def _reset_envs(self, ids: torch.Tensor) -> None:

@@ -237,3 +237,15 @@ def test_default_pose_stands_and_never_scores_a_footstep():
         assert not dones.any()
     assert (env.episode_sums["footstep"] == 0).all()
     assert (env.steps_done == 4).all() and (env.hits == 0).all()
+
+
+def test_a_plan_episode_lasts_its_own_steps_plus_one_second():
+    short = FootstepPlan(np.array([LEFT, RIGHT]), np.array([[0, 0.096, 0, 0], [0.1, -0.096, 0, 0]]))
+    long = FootstepPlan(np.array([LEFT, RIGHT, LEFT, RIGHT]),
+                        np.array([[0, 0.096, 0, 0], [0.1, -0.096, 0, 0], [0.2, 0.096, 0, 0], [0.3, -0.096, 0, 0]]))
+    env = HumanoidFootstepsEnv(_cfg(None), num_envs=2, eval_mode=True, plans=[short, long])
+    # 1 and 3 step windows of 0.5 s, then 1 s, at 40 Hz.
+    assert env.plan_episode_length.tolist() == [60, 100] and env.max_episode_length == 100
+    env.episode_length_buf = torch.tensor([59, 59])
+    _, _, dones, extras = env.step(torch.zeros(2, 12))
+    assert dones.tolist() == [True, False] and extras["time_outs"][0]
