@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from rsl_rl.env import VecEnv
-from tensordict import TensorDict
 
 from sim2real.configs import ConfigError
 from sim2real.curricula import StagedLevelCurriculum
@@ -44,13 +42,13 @@ from sim2real.tasks.humanoid_footsteps import rewards as rew
 from sim2real.tasks.humanoid_footsteps.checks import check_config
 from sim2real.tasks.humanoid_footsteps.tracker import FootstepTracker, detect_touchdowns, score_touchdown
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
-from sim2real.tasks.observations import ObservationBuilder
+from sim2real.tasks.legged_env import LeggedTaskEnv
 from sim2real.tasks.state import RobotState
 
 OUTCOME_KEYS = ("hits", "steps", "fall", "success", "mode", "difficulty", "stairs")
 
 
-class HumanoidFootstepsEnv(VecEnv):
+class HumanoidFootstepsEnv(LeggedTaskEnv):
     """Batched footstep following (see the module docstring).
 
     Args:
@@ -68,6 +66,8 @@ class HumanoidFootstepsEnv(VecEnv):
         ValueError: more plans than envs.
         ConfigError: a plan whose raised footsteps need more foothold boxes than ``env.num_terrain_boxes``.
     """
+
+    TASK = "humanoid-footsteps"
 
     def __init__(self, cfg: dict, num_envs: int | None = None, device: str = "cpu", eval_mode: bool = False,
                  plans: list | None = None):
@@ -88,13 +88,7 @@ class HumanoidFootstepsEnv(VecEnv):
         self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=device)
         self.action_term = JointPositionAction(self.robot)
         self.num_actions = self.action_term.num_actions
-        ocfg = cfg["observations"]
-        self.obs_builder = ObservationBuilder(
-            [{"name": t, "scale": float(ocfg["scales"].get(t, 1.0))} for t in ocfg["policy"]], self.num_actions)
-        stds = []
-        for d in self.obs_builder.layout():
-            stds += [float(ocfg["noise"].get(d["name"], 0.0)) * d["scale"]] * d["size"]
-        self._obs_noise_std = torch.tensor(stds, device=device)
+        self._init_policy_observations(cfg["observations"])
         self.default_joint_pos = self.sim.default_joint_pos.to(device).expand(n, -1)
         self.standing_height = self.sim.standing_height()
         self._measure_feet()
@@ -189,24 +183,7 @@ class HumanoidFootstepsEnv(VecEnv):
             self.tracker.t_step.unsqueeze(-1) / self.step_period, self.dr.privileged(),
         ), dim=-1)
 
-    def get_observations(self) -> TensorDict:
-        state = self.robot_state()
-        clean = self.obs_builder.build(state)
-        policy = clean + torch.randn_like(clean) * self._obs_noise_std
-        critic = torch.cat((clean, self.privileged(state)), dim=-1)
-        return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
-
     # --- stepping ------------------------------------------------------------------------------------------
-    def step(self, actions: torch.Tensor):
-        if self.device != "cpu":
-            return self._step(actions)
-        threads = torch.get_num_threads()  # small per-step tensors: one torch thread leaves the cores to MuJoCo
-        torch.set_num_threads(1)
-        try:
-            return self._step(actions)
-        finally:
-            torch.set_num_threads(threads)
-
     def _step(self, actions: torch.Tensor):
         clip = self.action_term.action_clip
         actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
@@ -264,13 +241,7 @@ class HumanoidFootstepsEnv(VecEnv):
         fall = body_contact | (tilt > e["termination_tilt"]) | low | self.sim.unstable.to(self.device)
 
         terms = rew.compute(self, state, score, fall)
-        w = self.reward_weights
-        reward = torch.zeros(self.num_envs, device=self.device)
-        for name, value in terms.items():
-            weighted = value * w[name] * (1.0 if name in rew.ONCE else self.control_dt)
-            self.episode_sums[name] += weighted
-            reward += weighted
-        reward = torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+        reward = self._weighted_reward(terms, rew.ONCE)
 
         # Close the windows that ended: count the real plan steps and their hits; the next step is the target.
         counted = self.tracker.in_plan()
@@ -391,12 +362,7 @@ class HumanoidFootstepsEnv(VecEnv):
         pos[:, 2] = self.standing_height + ground + e["init_height_offset"]
         noise = (2 * torch.rand(m, self.num_actions, device=dev) - 1) * e["init_joint_noise"]
         self.sim.reset(ids, pos, quat_from_yaw(yaw), self.sim.default_joint_pos.to(dev) + noise)
-        fresh = self.sim.state()
-        if self._state is None:
-            self._state = fresh
-        else:
-            for k, v in fresh.items():
-                self._state[k][ids] = v[ids]
+        self._refresh_state(ids)
         self.prev_foot_pos[ids] = self._state["foot_pos_w"][ids]
         self.actions[ids] = 0.0
         self.last_actions[ids] = 0.0
@@ -452,18 +418,8 @@ class HumanoidFootstepsEnv(VecEnv):
         self.curriculum.load_state_dict(state["stages"])
 
     def metadata(self) -> dict:
-        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
-        return {
-            "task": "humanoid-footsteps",
-            "control_period_s": self.control_dt,
-            "observation": {"policy": self.obs_builder.layout()},
-            "action": {
-                "interface": self.action_term.interface,
-                "size": self.num_actions,
-                "clip": self.action_term.clip,
-                "command_names": self.action_term.command_names,
-                "command_units": self.action_term.command_units,
-            },
-            "gait": {"step_period_s": self.step_period, "swing_fraction": self.swing_fraction,
-                     "half_width_m": self.half_width, "foot_offset_x_m": self.foot_offset_x},
-        }
+        """The shared joint-position policy metadata plus ``gait``: the step period and the standing feet the
+        deploy node's footstep input needs (see :mod:`sim2real.deploy.footsteps`)."""
+        return {**super().metadata(),
+                "gait": {"step_period_s": self.step_period, "swing_fraction": self.swing_fraction,
+                         "half_width_m": self.half_width, "foot_offset_x_m": self.foot_offset_x}}

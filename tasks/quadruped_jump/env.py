@@ -20,22 +20,20 @@ per-episode latency, tracked by PD servos inside MuJoCo (:mod:`sim2real.sim.mujo
 from __future__ import annotations
 
 import torch
-from rsl_rl.env import VecEnv
-from tensordict import TensorDict
 
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.rotations import quat_from_yaw, quat_mul, quat_rotate_inverse, wrap_angle, yaw_from_quat
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
-from sim2real.tasks.observations import ObservationBuilder
+from sim2real.tasks.legged_env import LeggedTaskEnv
 from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
 from sim2real.tasks.state import RobotState
 
 
-class QuadrupedJumpEnv(VecEnv):
+class QuadrupedJumpEnv(LeggedTaskEnv):
     """Batched quadruped jumping task (see the module docstring).
 
     Args:
@@ -47,6 +45,8 @@ class QuadrupedJumpEnv(VecEnv):
     Raises:
         ConfigError: a config value out of range, or a robot config / model that does not fit.
     """
+
+    TASK = "quadruped-jump"
 
     def __init__(self, cfg: dict, num_envs: int | None = None, device: str = "cpu", eval_mode: bool = False):
         check_config(cfg)
@@ -60,13 +60,7 @@ class QuadrupedJumpEnv(VecEnv):
         self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=device)
         self.action_term = JointPositionAction(self.robot)
         self.num_actions = self.action_term.num_actions
-        ocfg = cfg["observations"]
-        self.obs_builder = ObservationBuilder(
-            [{"name": t, "scale": float(ocfg["scales"].get(t, 1.0))} for t in ocfg["policy"]], self.num_actions)
-        stds = []
-        for d in self.obs_builder.layout():
-            stds += [float(ocfg["noise"].get(d["name"], 0.0)) * d["scale"]] * d["size"]
-        self._obs_noise_std = torch.tensor(stds, device=device)
+        self._init_policy_observations(cfg["observations"])
         self.default_joint_pos = self.sim.default_joint_pos.to(device).expand(n, -1)
         self.standing_height = self.sim.standing_height()  # feet just touching: the spawn height
         # Where the PD servos hold the nominal robot (they sag under its weight): spawn state and height reference.
@@ -137,26 +131,7 @@ class QuadrupedJumpEnv(VecEnv):
             self.dr.privileged(),
         ), dim=-1)
 
-    def get_observations(self) -> TensorDict:
-        state = self.robot_state()
-        clean = self.obs_builder.build(state)
-        policy = clean + torch.randn_like(clean) * self._obs_noise_std
-        critic = torch.cat((clean, self.privileged(state)), dim=-1)
-        return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
-
     # --- stepping ------------------------------------------------------------------------------------------
-    def step(self, actions: torch.Tensor):
-        if self.device != "cpu":
-            return self._step(actions)
-        # The per-step task tensors are small ([N, <=70]): on the CPU, torch's intra-op threads only contend with
-        # MuJoCo's physics threads (measured: +35% env-steps/s at 256 envs on 2 cores with one torch thread here).
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return self._step(actions)
-        finally:
-            torch.set_num_threads(threads)
-
     def _step(self, actions: torch.Tensor):
         clip = self.action_term.action_clip
         actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
@@ -188,13 +163,7 @@ class QuadrupedJumpEnv(VecEnv):
         terms = rew.compute(self, state, fall, tilt)
         success = time_out & self._success(state, tilt)
         terms["success"] = success.float()
-        w = self.reward_weights
-        reward = torch.zeros(self.num_envs, device=self.device)
-        for name, value in terms.items():
-            weighted = value * w[name] * (1.0 if name in rew.ONCE else self.control_dt)
-            self.episode_sums[name] += weighted
-            reward += weighted
-        reward = torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+        reward = self._weighted_reward(terms, rew.ONCE)
 
         dones = fall | time_out
         extras = {"time_outs": time_out, "log": {}}
@@ -283,12 +252,7 @@ class QuadrupedJumpEnv(VecEnv):
         pos = torch.zeros(m, 3, device=dev)
         pos[:, 2] = self.settled_height + e["init_height_offset"]
         self.sim.reset(ids, pos, quat_mul(quat_from_yaw(yaw), self.settled_tilt_quat.expand(m, 4)), joint_pos)
-        fresh = self.sim.state()
-        if self._state is None:
-            self._state = fresh
-        else:
-            for k, v in fresh.items():
-                self._state[k][ids] = v[ids]
+        self._refresh_state(ids)
         self.actions[ids] = 0.0
         self.last_actions[ids] = 0.0
         self.airborne_steps[ids] = 0
@@ -342,18 +306,3 @@ class QuadrupedJumpEnv(VecEnv):
         self.curriculum.load_state_dict(state["stages"])
         self.bin_success = state["bin_success"].to(self.device)
         self.bin_count = state["bin_count"].to(self.device)
-
-    def metadata(self) -> dict:
-        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
-        return {
-            "task": "quadruped-jump",
-            "control_period_s": self.control_dt,
-            "observation": {"policy": self.obs_builder.layout()},
-            "action": {
-                "interface": self.action_term.interface,
-                "size": self.num_actions,
-                "clip": self.action_term.clip,
-                "command_names": self.action_term.command_names,
-                "command_units": self.action_term.command_units,
-            },
-        }

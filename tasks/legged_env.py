@@ -1,0 +1,89 @@
+"""What every legged-robot task env on the MuJoCo backend shares (``quadruped-jump``, ``humanoid-footsteps``): the
+policy observation group with its noise, the ``policy``/``critic`` TensorDict, stepping on one torch thread on the
+CPU, the weighted reward sum with per-term episode sums, refreshing the state of reset worlds, and the metadata an
+exported joint-position policy carries.
+
+A subclass sets ``TASK`` and, before using these, ``num_envs``, ``device``, ``control_dt``, ``num_actions``,
+``action_term``, ``sim``, ``reward_weights`` and ``episode_sums``; it implements ``robot_state()``,
+``privileged(state)`` and ``_step(actions)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from rsl_rl.env import VecEnv
+from tensordict import TensorDict
+
+from sim2real.tasks.observations import ObservationBuilder
+
+
+class LeggedTaskEnv(VecEnv):
+    """Shared parts of the legged task envs (see the module docstring)."""
+
+    TASK = ""
+
+    def _init_policy_observations(self, ocfg: dict) -> None:
+        """``obs_builder`` of the ``observations.policy`` terms with their scales, and the per-column noise std
+        ``[D]`` (``observations.noise`` of each term times its scale)."""
+        self.obs_builder = ObservationBuilder(
+            [{"name": t, "scale": float(ocfg["scales"].get(t, 1.0))} for t in ocfg["policy"]], self.num_actions)
+        stds = []
+        for d in self.obs_builder.layout():
+            stds += [float(ocfg["noise"].get(d["name"], 0.0)) * d["scale"]] * d["size"]
+        self._obs_noise_std = torch.tensor(stds, device=self.device)
+
+    def get_observations(self) -> TensorDict:
+        """``policy``: the policy terms with noise ``[N, D]``; ``critic``: the noise-free terms plus the privileged
+        state ``[N, D + P]``."""
+        state = self.robot_state()
+        clean = self.obs_builder.build(state)
+        policy = clean + torch.randn_like(clean) * self._obs_noise_std
+        critic = torch.cat((clean, self.privileged(state)), dim=-1)
+        return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
+
+    def step(self, actions: torch.Tensor):
+        if self.device != "cpu":
+            return self._step(actions)
+        # The per-step task tensors are small ([N, <=80]): on the CPU, torch's intra-op threads only contend with
+        # MuJoCo's physics threads (measured: +35% env-steps/s at 256 envs on 2 cores with one torch thread here).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._step(actions)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _weighted_reward(self, terms: dict[str, torch.Tensor], once: tuple[str, ...]) -> torch.Tensor:
+        """``sum_k w_k term_k`` ``[N]`` (``w`` = ``reward_weights``; every term but those in ``once`` times the
+        control period), added per term to ``episode_sums``, scaled by ``rewards.scale``; NaN/Inf become 0."""
+        w = self.reward_weights
+        reward = torch.zeros(self.num_envs, device=self.device)
+        for name, value in terms.items():
+            weighted = value * w[name] * (1.0 if name in once else self.control_dt)
+            self.episode_sums[name] += weighted
+            reward += weighted
+        return torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+
+    def _refresh_state(self, ids: torch.Tensor) -> None:
+        """Read the state of the worlds ``ids`` just reset into ``_state`` (the whole state on the first call)."""
+        fresh = self.sim.state()
+        if getattr(self, "_state", None) is None:
+            self._state = fresh
+        else:
+            for k, v in fresh.items():
+                self._state[k][ids] = v[ids]
+
+    def metadata(self) -> dict:
+        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
+        return {
+            "task": self.TASK,
+            "control_period_s": self.control_dt,
+            "observation": {"policy": self.obs_builder.layout()},
+            "action": {
+                "interface": self.action_term.interface,
+                "size": self.num_actions,
+                "clip": self.action_term.clip,
+                "command_names": self.action_term.command_names,
+                "command_units": self.action_term.command_units,
+            },
+        }
