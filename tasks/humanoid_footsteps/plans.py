@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,24 +209,15 @@ def format_plans(plans: list[FootstepPlan]) -> str:
 
 
 def save_plans(plans: list[FootstepPlan], path: str | os.PathLike) -> None:
-    """Write ``plans`` to ``path`` atomically (a temporary file in the same directory, then ``os.replace``).
+    """Write ``plans`` to ``path`` atomically (:func:`~sim2real.policies.checkpoints.atomic_write_bytes`: a
+    temporary file in the same directory, fsync, ``os.replace``; missing parent folders are created).
 
     Raises:
         ValueError: see ``format_plans``; OSError: the directory cannot be written.
     """
-    path = Path(path)
-    text = format_plans(plans)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from sim2real.policies.checkpoints import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), format_plans(plans).encode())
 
 
 # --- feasibility -----------------------------------------------------------------------------------------------------
