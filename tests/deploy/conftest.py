@@ -68,24 +68,37 @@ def linear_policy(tmp_path):
 
 
 LEGGED_TASK = "quadruped-jump"
+FOOTSTEP_TASK = "humanoid-footsteps"
 
 
-@functools.lru_cache(maxsize=4)
-def _legged_env(robot_json: str | None):
-    """(resolved config, 1-env task env) of the legged task on a robot (JSON, None: the task's own); cached."""
+@functools.lru_cache(maxsize=6)
+def _task_env(task: str, robot_json: str | None, overrides: tuple[str, ...] = ()):
+    """(resolved config, 1-env env) of ``task`` on a robot (JSON of a config, None: the task's own); cached (treat
+    as read-only, or step it knowingly)."""
     from sim2real.tasks import make_env, task_config
 
-    cfg = task_config(LEGGED_TASK)
+    cfg = task_config(task, list(overrides))
     if robot_json is not None:
         cfg["robot"] = json.loads(robot_json)
     return cfg, make_env(cfg, num_envs=1)
 
 
-def write_legged_policy(out_dir: Path, bias, weight: np.ndarray | None = None, robot: dict | None = None) -> Path:
-    """An exported legged policy ``actions = obs @ weight + bias`` (weight ``[D, J]``, default zeros: a constant
-    action ``bias`` ``[J]``, policy joint order) with the real metadata of the quadruped-jump task, built as the
-    task's export builds it (``make_env(cfg, num_envs=1)`` + :func:`build_metadata`); ``robot``: default go2.
-    Returns ``out_dir``."""
+def _legged_env(robot_json: str | None):
+    """(resolved config, 1-env env) of the quadruped-jump task (see :func:`_task_env`)."""
+    return _task_env(LEGGED_TASK, robot_json)
+
+
+def footstep_env(robot_json: str | None = None):
+    """(resolved config, 1-env env) of humanoid-footsteps (robot: JSON of a config, None: the task's jvrc1)."""
+    return _task_env(FOOTSTEP_TASK, robot_json, ("env.num_envs=1",))
+
+
+def write_task_policy(out_dir: Path, env_of, name: str, bias, weight: np.ndarray | None = None,
+                      robot: dict | None = None) -> Path:
+    """An exported joint-position policy ``actions = obs @ weight + bias`` (weight ``[D, J]``, default zeros: a
+    constant action ``bias`` ``[J]``, policy joint order) with the real metadata of the task ``env_of(robot_json)``
+    builds, made as the task's export makes it (a 1-env env + :func:`build_metadata`); ``name``: the ONNX graph's
+    name. Returns ``out_dir``."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -93,7 +106,7 @@ def write_legged_policy(out_dir: Path, bias, weight: np.ndarray | None = None, r
         EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy, sha256_file,
     )
 
-    cfg, env = _legged_env(json.dumps(robot, sort_keys=True) if robot is not None else None)
+    cfg, env = env_of(json.dumps(robot, sort_keys=True) if robot is not None else None)
     meta_env = env.metadata()
     obs_dim = sum(t["size"] for t in meta_env["observation"]["policy"])
     act_dim = int(meta_env["action"]["size"])
@@ -102,7 +115,7 @@ def write_legged_policy(out_dir: Path, bias, weight: np.ndarray | None = None, r
     b = numpy_helper.from_array(np.asarray(bias, dtype=np.float32).reshape(act_dim), "b")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["obs", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["actions"])],
-        "linear_legged_policy",
+        name,
         [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])],
         [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", act_dim])],
         initializer=[w, b],
@@ -119,6 +132,11 @@ def write_legged_policy(out_dir: Path, bias, weight: np.ndarray | None = None, r
     meta["onnx"]["sha256"] = sha256_file(out_dir / ONNX_FILE)
     (out_dir / METADATA_FILE).write_text(json.dumps(meta, indent=2))
     return out_dir
+
+
+def write_legged_policy(out_dir: Path, bias, weight: np.ndarray | None = None, robot: dict | None = None) -> Path:
+    """A synthetic linear quadruped-jump policy (see :func:`write_task_policy`); ``robot``: default go2."""
+    return write_task_policy(out_dir, _legged_env, "linear_legged_policy", bias, weight, robot)
 
 
 @pytest.fixture(scope="session")
@@ -138,58 +156,10 @@ def legged_policy(tmp_path_factory):
     return make
 
 
-FOOTSTEP_TASK = "humanoid-footsteps"
-
-
-@functools.lru_cache(maxsize=2)
-def footstep_env(robot_json: str | None = None):
-    """(resolved config, 1-env env) of humanoid-footsteps (robot: JSON of a config, None: the task's jvrc1);
-    cached (treat as read-only, or step it knowingly)."""
-    from sim2real.tasks import make_env, task_config
-
-    cfg = task_config(FOOTSTEP_TASK, ["env.num_envs=1"])
-    if robot_json is not None:
-        cfg["robot"] = json.loads(robot_json)
-    return cfg, make_env(cfg, num_envs=1)
-
-
 def write_footstep_policy(out_dir: Path, bias, weight: np.ndarray | None = None, robot: dict | None = None) -> Path:
-    """An exported humanoid-footsteps policy ``actions = obs @ weight + bias`` (weight ``[D, 12]``, default zeros)
-    with the real metadata of the task (gait section included), built as the export builds it
-    (``make_env(cfg, num_envs=1)`` + :func:`build_metadata`); ``robot``: default jvrc1. Returns ``out_dir``."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    from sim2real.policies.metadata import (
-        EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy, sha256_file,
-    )
-
-    cfg, env = footstep_env(json.dumps(robot, sort_keys=True) if robot is not None else None)
-    meta_env = env.metadata()
-    obs_dim = sum(t["size"] for t in meta_env["observation"]["policy"])
-    act_dim = int(meta_env["action"]["size"])
-    weight = np.zeros((obs_dim, act_dim)) if weight is None else np.asarray(weight)
-    w = numpy_helper.from_array(weight.astype(np.float32).reshape(obs_dim, act_dim), "W")
-    b = numpy_helper.from_array(np.asarray(bias, dtype=np.float32).reshape(act_dim), "b")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["obs", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["actions"])],
-        "linear_footstep_policy",
-        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])],
-        [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", act_dim])],
-        initializer=[w, b],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    training = {"seed": 0, "git_revision": "test", "iteration": 0, "checkpoint": "synthetic"}
-    meta = build_metadata(env, cfg, None, training)
-    entry = model.metadata_props.add()
-    entry.key, entry.value = EMBEDDED_KEY, json.dumps(embedded_copy(meta), sort_keys=True)
-    onnx.checker.check_model(model)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / ONNX_FILE).write_bytes(model.SerializeToString())
-    meta["onnx"]["sha256"] = sha256_file(out_dir / ONNX_FILE)
-    (out_dir / METADATA_FILE).write_text(json.dumps(meta, indent=2))
-    return out_dir
+    """A synthetic linear humanoid-footsteps policy with the task's real metadata, gait section included (see
+    :func:`write_task_policy`); ``robot``: default jvrc1."""
+    return write_task_policy(out_dir, footstep_env, "linear_footstep_policy", bias, weight, robot)
 
 
 @pytest.fixture(scope="session")

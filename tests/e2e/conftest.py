@@ -1,5 +1,5 @@
-"""Fixtures of the end-to-end tests: the synthetic legged policy writer of tests/deploy/conftest.py (loaded by
-path: tests are not a package)."""
+"""Fixtures of the end-to-end tests: the synthetic legged and footstep policy writers of tests/deploy/conftest.py
+(loaded by path: tests are not a package)."""
 
 from __future__ import annotations
 
@@ -21,3 +21,10 @@ def _deploy_fixtures():
 def write_legged_policy():
     """``write_legged_policy(out_dir, bias, weight=None, robot=None) -> out_dir`` (see tests/deploy/conftest.py)."""
     return _deploy_fixtures().write_legged_policy
+
+
+@pytest.fixture(scope="session")
+def write_footstep_policy():
+    """``write_footstep_policy(out_dir, bias) -> out_dir``: a synthetic humanoid-footsteps policy (see
+    tests/deploy/conftest.py)."""
+    return _deploy_fixtures().write_footstep_policy

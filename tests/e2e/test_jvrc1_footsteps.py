@@ -9,11 +9,9 @@ command before the process exits.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,14 +23,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 POLICY_ORDER = [f"{s}_{j}" for s in "LR" for j in ("HIP_P", "HIP_R", "HIP_Y", "KNEE", "ANKLE_R", "ANKLE_P")]
 RAMP_S, FOLLOW_S = 0.5, 2.0
 STARTUP_TIMEOUT_S = 40.0
-
-
-def _deploy_fixtures():
-    path = Path(__file__).resolve().parents[1] / "deploy" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("sim2real_tests_deploy_fixtures_fs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _plan_from(odom, gait: dict, n: int = 8, stride: float = 0.1):
@@ -50,7 +40,7 @@ def _plan_from(odom, gait: dict, n: int = 8, stride: float = 0.1):
 
 
 @pytest.mark.slow
-def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namespace):
+def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namespace, write_footstep_policy):
     import json
 
     from geometry_msgs.msg import PoseStamped
@@ -63,7 +53,7 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
     from sim2real.deploy.ros_testing import TopicRecorder, wait_until
 
     bias = np.array([0.1 if n.endswith("KNEE") else 0.0 for n in POLICY_ORDER])  # knees +0.025 rad
-    policy_dir = _deploy_fixtures().write_footstep_policy(tmp_path / "policy", bias)
+    policy_dir = write_footstep_policy(tmp_path / "policy", bias)
     gait = json.loads((policy_dir / "metadata.json").read_text())["gait"]
     topics = {f"{namespace}/odom": Odometry, f"{namespace}/footstep_status": Float32MultiArray,
               f"{namespace}/cmd/joint_targets": JointState, f"{namespace}/cmd/joint_gains": JointState,
