@@ -36,20 +36,31 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
     try:
         torch.manual_seed(seed)
         env = make_env(cfg, num_envs=n, eval_mode=True)
-        first = torch.zeros(n, dtype=torch.bool)
-        outcome = {k: torch.zeros(n) for k in env.last_outcome}
-        obs = env.get_observations()
-        with torch.inference_mode():
-            for _ in range(env.max_episode_length):
-                actions = policy(obs["policy"])
-                obs, _, dones, _ = env.step(actions)
-                newly = dones.cpu() & ~first
-                if newly.any():
-                    for k in outcome:
-                        outcome[k][newly] = env.last_outcome[k].cpu()[newly]
-                    first |= newly
-                if first.all():
-                    break
+        outcome = first_episodes(env, policy)
     finally:
         set_rng_state(saved_rng)
     return {"task": cfg["task"], **env.summarize_outcomes(outcome), "num_episodes": n, "seed": seed}
+
+
+def first_episodes(env, policy: Callable[[torch.Tensor], torch.Tensor],
+                   on_first_done: Callable[[list[int]], None] | None = None) -> dict[str, torch.Tensor]:
+    """Step ``env`` with ``policy`` until every env's first episode has ended (at most ``max_episode_length``
+    steps); returns the env's ``last_outcome`` tensors ``[N]`` (CPU) as they were when each first episode ended.
+    ``on_first_done(ids)`` is called with the envs whose first episode ended at a step (before the next step)."""
+    n = env.num_envs
+    first = torch.zeros(n, dtype=torch.bool)
+    outcome = {k: torch.zeros(n) for k in env.last_outcome}
+    obs = env.get_observations()
+    with torch.inference_mode():
+        for _ in range(env.max_episode_length):
+            obs, _, dones, _ = env.step(policy(obs["policy"]))
+            newly = dones.cpu() & ~first
+            if newly.any():
+                for k in outcome:
+                    outcome[k][newly] = env.last_outcome[k].cpu()[newly]
+                first |= newly
+                if on_first_done is not None:
+                    on_first_done(newly.nonzero(as_tuple=False).squeeze(-1).tolist())
+            if first.all():
+                break
+    return outcome

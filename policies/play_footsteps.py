@@ -54,11 +54,10 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
             pos.append(last.clone())
             if frames_of is not None and not done[frames_of]:
                 qpos.append(env.sim._qpos[frames_of].copy())
-            logs = [list(x) for x in env.touchdowns]
             obs, _, dones, extras = env.step(policy(obs["policy"]))
             newly = dones.cpu() & ~done
             for i in newly.nonzero(as_tuple=False).squeeze(-1).tolist():
-                touchdowns[i] = logs[i] + [x for x in env.touchdowns[i] if x not in logs[i]]
+                touchdowns[i] = env.episode_touchdowns[i]
                 fell[i] = not bool(extras["time_outs"][i])
             done |= newly
             if bool(done.all()):

@@ -124,7 +124,10 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.mode = torch.zeros(n, dtype=torch.long, device=device)
         self.is_stairs = torch.zeros(n, dtype=torch.bool, device=device)
         self.difficulty = torch.zeros(n, device=device)
-        self.touchdowns: list[list[tuple]] | None = None            # (env) -> [(step index, x, y, z, yaw, hit)]
+        # Fixed plans only: each env's real steps this episode, [(step index, x, y, z, yaw, hit)], and those of its
+        # last finished episode.
+        self.touchdowns: list[list[tuple]] | None = None
+        self.episode_touchdowns: list[list[tuple]] | None = None
 
         ccfg = cfg["curriculum"]
         self.curriculum = StagedLevelCurriculum(
@@ -280,6 +283,9 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
                "stairs": self.is_stairs[ids].float()}
         for key, value in out.items():
             self.last_outcome[key][ids] = value
+        if self.touchdowns is not None:
+            for i in ids.tolist():
+                self.episode_touchdowns[i] = self.touchdowns[i]
         self.episodes_done[ids] += 1
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/hit_rate"] = hits.sum() / steps.sum().clamp_min(1.0)
@@ -317,6 +323,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             self.device)[torch.arange(self.num_envs).clamp_max(m - 1)]
         self.max_episode_length = int(self.plan_episode_length.max())
         self.touchdowns = [[] for _ in range(self.num_envs)]
+        self.episode_touchdowns = [[] for _ in range(self.num_envs)]
 
     def _reset_envs(self, ids: torch.Tensor) -> None:
         m, dev, e = len(ids), self.device, self.cfg["env"]
@@ -377,8 +384,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.episode_length_buf[ids] = 0
         if self.touchdowns is not None:
             for i in ids.tolist():
-                if self.episodes_done[i] == 0:
-                    self.touchdowns[i] = []
+                self.touchdowns[i] = []
 
     # --- metrics -------------------------------------------------------------------------------------------
     @staticmethod

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from sim2real.policies.checkpoints import rng_state, set_rng_state
+from sim2real.policies.evaluation import first_episodes
 from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
 from sim2real.tasks.humanoid_footsteps.plans import FootstepPlan
 
@@ -39,25 +40,14 @@ def evaluate_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pl
         torch.manual_seed(seed)
         env = HumanoidFootstepsEnv(cfg, num_envs=len(expanded), device=cfg["device"], eval_mode=True,
                                    plans=expanded)
-        n = env.num_envs
-        first = torch.zeros(n, dtype=torch.bool)
-        outcome = {k: torch.zeros(n) for k in env.last_outcome}
-        touchdowns = [None] * n
+        touchdowns = [None] * env.num_envs
         plans_w = env.tracker.steps_w.cpu().clone()
-        obs = env.get_observations()
-        with torch.inference_mode():
-            for _ in range(env.max_episode_length):
-                logs = [list(t) for t in env.touchdowns]
-                obs, _, dones, _ = env.step(policy(obs["policy"]))
-                newly = dones.cpu() & ~first
-                for i in newly.nonzero(as_tuple=False).squeeze(-1).tolist():
-                    touchdowns[i] = logs[i] + [t for t in env.touchdowns[i] if t not in logs[i]]
-                if newly.any():
-                    for k in outcome:
-                        outcome[k][newly] = env.last_outcome[k].cpu()[newly]
-                    first |= newly
-                if first.all():
-                    break
+
+        def keep_touchdowns(ids: list[int]) -> None:
+            for i in ids:
+                touchdowns[i] = env.episode_touchdowns[i]
+
+        outcome = first_episodes(env, policy, keep_touchdowns)
     finally:
         set_rng_state(saved)
     rows = []
