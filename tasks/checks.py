@@ -62,3 +62,27 @@ def check_device(device: str) -> None:
         raise ConfigError(f"config key 'device': {device!r} requested but CUDA is not available on this machine")
     if dev.type not in ("cpu", "cuda"):
         raise ConfigError(f"config key 'device': unsupported device {device!r} (use cpu or cuda[:N])")
+
+
+def check_mujoco_sim(sim: dict) -> None:
+    """The ``sim`` section of a task on the MuJoCo backend: control period, threads, fast solver settings."""
+    require(sim["control_dt"] > 0, "sim.control_dt", "must be positive")
+    require(sim["nthread"] >= 0, "sim.nthread", "must be >= 0")
+    fast = sim["fast"]
+    if "timestep" in fast:
+        require(fast["timestep"] > 0, "sim.fast.timestep", f"must be positive, got {fast['timestep']}")
+    for key in ("iterations", "ls_iterations"):
+        if key in fast:
+            require(int(fast[key]) == fast[key] and fast[key] >= 1, f"sim.fast.{key}", "must be an integer >= 1")
+
+
+def check_staged_curriculum(cfg: dict, num_stages: int, task: str) -> None:
+    """``curriculum`` (a :class:`~sim2real.curricula.StagedLevelCurriculum` of ``num_stages`` stages) and
+    ``eval.difficulty``."""
+    cur = cfg["curriculum"]
+    require(cur["num_stages"] == num_stages, "curriculum.num_stages", f"{task} has {num_stages} stages")
+    require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",
+            "need 0 <= initial <= max_difficulty <= num_stages")
+    require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
+    require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
+    require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")

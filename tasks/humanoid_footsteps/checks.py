@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from sim2real.configs import ConfigError
 from sim2real.sim.robot import LeggedRobot
-from sim2real.tasks.checks import check_device, check_observations, check_train, require
+from sim2real.tasks.checks import (
+    check_device, check_mujoco_sim, check_observations, check_staged_curriculum, check_train, require,
+)
 from sim2real.tasks.legged_dr import check_domain_rand
 
 
@@ -35,8 +37,7 @@ def check_config(cfg: dict) -> None:
     require(0 < g["swing_fraction"] < 1, "gait.swing_fraction", "must lie in (0, 1)")
     require(0 <= g["min_swing_s"] < g["step_period"], "gait.min_swing_s", "must lie in [0, step_period)")
     require(g["min_clearance"] >= 0, "gait.min_clearance", "must be >= 0")
-    require(cfg["sim"]["control_dt"] > 0, "sim.control_dt", "must be positive")
-    require(cfg["sim"]["nthread"] >= 0, "sim.nthread", "must be >= 0")
+    check_mujoco_sim(cfg["sim"])
     modes = cfg["plans"]["modes"]
     unknown = [m for m in modes if m not in MODES]
     require(not unknown, "plans.modes", f"unknown modes {unknown} (known: {', '.join(MODES)})")
@@ -54,17 +55,11 @@ def check_config(cfg: dict) -> None:
     require(0 <= s["episode_hit_rate"] <= 1, "success.episode_hit_rate", "must lie in [0, 1]")
     check_observations(cfg["observations"])
     check_domain_rand(cfg["domain_rand"])
-    cur = cfg["curriculum"]
-    require(cur["num_stages"] == 2, "curriculum.num_stages", "humanoid-footsteps has 2 terrain stages")
-    require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",
-            "need 0 <= initial <= max_difficulty <= num_stages")
-    require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
-    require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
+    check_staged_curriculum(cfg, 2, "humanoid-footsteps")
     require(cfg["rewards"]["scale"] > 0, "rewards.scale", "must be positive")
     ev = cfg["eval"]
     bad = [m for m in ev["modes"] if m not in MODES]
     require(ev["modes"] and not bad, "eval.modes", f"must be a non-empty list of {', '.join(MODES)}")
     require(0 <= ev["level"] <= 1, "eval.level", "must lie in [0, 1]")
-    require(0 <= ev["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")
     check_train(cfg)
     check_device(cfg["device"])

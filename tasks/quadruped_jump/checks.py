@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from sim2real.configs import ConfigError
 from sim2real.sim.robot import LeggedRobot
-from sim2real.tasks.checks import check_device, check_observations, check_train, require
+from sim2real.tasks.checks import (
+    check_device, check_mujoco_sim, check_observations, check_staged_curriculum, check_train, require,
+)
 from sim2real.tasks.legged_dr import check_domain_rand
 
 
@@ -22,8 +24,7 @@ def check_config(cfg: dict) -> None:
     require(0 <= e["wait_s"][0] <= e["wait_s"][1], "env.wait_s", f"must be a range [low, high] >= 0, got {e['wait_s']}")
     for key in ("jump_s", "termination_tilt", "airborne_min_s"):
         require(e[key] > 0, f"env.{key}", f"must be positive, got {e[key]}")
-    require(cfg["sim"]["control_dt"] > 0, "sim.control_dt", "must be positive")
-    require(cfg["sim"]["nthread"] >= 0, "sim.nthread", "must be >= 0")
+    check_mujoco_sim(cfg["sim"])
     require(c["distance_max"] >= 0, "command.distance_max", f"must be >= 0, got {c['distance_max']}")
     require(0 <= c["distance_min"] <= c["distance_start"] <= c["distance_max"], "command.distance_min",
             "need 0 <= distance_min <= distance_start <= distance_max")
@@ -35,12 +36,6 @@ def check_config(cfg: dict) -> None:
     require(e["init_joint_noise"] >= 0 and e["init_height_offset"] >= 0, "env.init_joint_noise",
             "init noise and height offset must be >= 0")
     require(e["body_contact_force"] >= 0, "env.body_contact_force", "must be >= 0")
-    fast = cfg["sim"]["fast"]
-    if "timestep" in fast:
-        require(fast["timestep"] > 0, "sim.fast.timestep", f"must be positive, got {fast['timestep']}")
-    for key in ("iterations", "ls_iterations"):
-        if key in fast:
-            require(int(fast[key]) == fast[key] and fast[key] >= 1, f"sim.fast.{key}", "must be an integer >= 1")
     for key in ("obstacle_distance", "obstacle_length"):
         require(0 <= c[key][0] <= c[key][1], f"command.{key}", f"must be a range [low, high] >= 0, got {c[key]}")
     require(s["min_peak_height"] >= 0, "success.min_peak_height", "must be >= 0")
@@ -49,13 +44,7 @@ def check_config(cfg: dict) -> None:
         require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
     check_observations(cfg["observations"])
     check_domain_rand(cfg["domain_rand"])
-    cur = cfg["curriculum"]
-    require(cur["num_stages"] == 3, "curriculum.num_stages", "quadruped-jump has 3 stages")
-    require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",
-            "need 0 <= initial <= max_difficulty <= num_stages")
-    require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
-    require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
+    check_staged_curriculum(cfg, 3, "quadruped-jump")
     require(cfg["rewards"]["scale"] > 0, "rewards.scale", "must be positive")
-    require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")
     check_train(cfg)
     check_device(cfg["device"])
