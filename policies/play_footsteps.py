@@ -112,21 +112,12 @@ def play_footsteps(cfg: dict, policy, output: Path, video: bool = True, plans: l
                    duration_s: float | None = None) -> Path:
     """Write ``<output>.png`` (planned vs achieved footsteps) and, with ``video``, ``<output>.gif`` of the first
     plan; ``duration_s`` caps the rollout (default: until every plan is walked)."""
-    from sim2real.policies.play_legged import render_jump
+    from sim2real.policies.play_legged import plots_then_video
 
     if plans is None:
         probe = HumanoidFootstepsEnv(cfg, num_envs=1, device=cfg["device"], eval_mode=True)
         plans = default_plans(cfg, probe.half_width)
     plans = plans[:MAX_PLANS]
     traj = rollout_plans(cfg, policy, plans, duration_s, frames_of=0 if video else None)
-    output = Path(output)
-    plot_path = plot_footsteps(traj, output.with_suffix(".png"))
-    if not video or output.suffix == ".png":
-        return plot_path
-    try:
-        model, qpos = traj["render"]
-        return render_jump(model, qpos, output.with_suffix(".gif"), float(cfg["sim"]["control_dt"]), distance=3.0,
-                           lookat_z=0.8)
-    except RuntimeError as exc:
-        print(f"{exc}; wrote trajectory plots only")
-        return plot_path
+    return plots_then_video(traj, plot_footsteps, output, video, float(cfg["sim"]["control_dt"]), distance=3.0,
+                            lookat_z=0.8)

@@ -136,16 +136,23 @@ def render_jump(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int
     return path
 
 
-def play_jump(cfg: dict, policy, output: Path, video: bool = True, num_commands: int = 4) -> Path:
-    """Write ``<output>.png`` (trajectory plots) and, with ``video``, ``<output>.gif`` of the first command."""
-    traj = rollout_jumps(cfg, policy, num_commands, frames_of=0 if video else None)
+def plots_then_video(traj: dict, plot, output: Path, video: bool, control_dt: float, **camera) -> Path:
+    """Write ``plot(traj, <output>.png)``; then, with ``video`` and a non-PNG ``output``, ``<output>.gif`` of
+    ``traj["render"]`` (:func:`render_jump` with ``camera`` settings). Returns the GIF, or the PNG when there is no
+    video (or no GL backend: the reason is printed)."""
     output = Path(output)
-    plot_path = plot_jumps(traj, output.with_suffix(".png"))
+    plot_path = plot(traj, output.with_suffix(".png"))
     if not video or output.suffix == ".png":
         return plot_path
     try:
         model, qpos = traj["render"]
-        return render_jump(model, qpos, output.with_suffix(".gif"), float(cfg["sim"]["control_dt"]))
+        return render_jump(model, qpos, output.with_suffix(".gif"), control_dt, **camera)
     except RuntimeError as exc:
         print(f"{exc}; wrote trajectory plots only")
         return plot_path
+
+
+def play_jump(cfg: dict, policy, output: Path, video: bool = True, num_commands: int = 4) -> Path:
+    """Write ``<output>.png`` (trajectory plots) and, with ``video``, ``<output>.gif`` of the first command."""
+    traj = rollout_jumps(cfg, policy, num_commands, frames_of=0 if video else None)
+    return plots_then_video(traj, plot_jumps, output, video, float(cfg["sim"]["control_dt"]))
