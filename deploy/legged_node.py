@@ -40,8 +40,8 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
 
 Damping mode (e-stop, missing/stale/invalid joint states or IMU (or odometry, for footstep policies), a
 non-finite policy output, a fall (base tilt from the IMU beyond ``max_tilt_rad``, 1 rad by default, during the
-ramp or the policy: latched until the next activation), deactivate, shutdown): targets = the latest measured joint positions, kp = 0, kd =
-``damping_kd`` — the legs sink slowly instead of dropping as with torque off. When the inputs recover (not
+ramp or the policy: latched until the next activation), deactivate, shutdown): targets = the latest measured
+joint positions, kp = 0, kd = ``damping_kd`` — the legs sink slowly instead of dropping as with torque off. When the inputs recover (not
 after an e-stop) the node ramps to the default pose again before the policy resumes.
 
 Each policy tick: latest joint states + IMU -> :class:`RobotState` (batch 1; ``base_pos_w`` and
@@ -111,6 +111,7 @@ from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import InputMonitor
 from sim2real.policies.metadata import PolicyMismatchError
 from sim2real.policies.onnx_policy import OnnxPolicy
+from sim2real.sim.rotations import tilt_from_quat
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.observations import ObservationBuilder
 
@@ -468,8 +469,7 @@ class LeggedPolicyNode(LifecycleNode):
         """Angle [rad] between the base's z axis and the world's (from the latest IMU orientation; 0 before any)."""
         if self._imu is None:
             return 0.0
-        _, x, y, _ = (float(v) for v in self._imu.quat_w)
-        return float(np.arccos(np.clip(1.0 - 2.0 * (x * x + y * y), -1.0, 1.0)))
+        return float(tilt_from_quat(torch.as_tensor(self._imu.quat_w).reshape(1, 4))[0])
 
     def _start_ramp(self, now: float) -> None:
         self.phase = "ramp"

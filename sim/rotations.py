@@ -108,3 +108,9 @@ def quat_from_yaw(yaw: torch.Tensor) -> torch.Tensor:
 def wrap_angle(a: torch.Tensor) -> torch.Tensor:
     """Angles wrapped to [-pi, pi)."""
     return torch.remainder(a + torch.pi, 2 * torch.pi) - torch.pi
+
+
+def tilt_from_quat(q: torch.Tensor) -> torch.Tensor:
+    """Angle [rad] between the body z axis and the world z axis, ``[N]``, of orientations ``q`` ``[N, 4]``
+    (w, x, y, z; body to world): ``acos(1 - 2 (x^2 + y^2))``."""
+    return torch.acos((1.0 - 2.0 * (q[:, 1] ** 2 + q[:, 2] ** 2)).clamp(-1.0, 1.0))

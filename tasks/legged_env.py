@@ -4,7 +4,7 @@ CPU, the weighted reward sum with per-term episode sums, refreshing the state of
 exported joint-position policy carries.
 
 A subclass sets ``TASK`` and, before using these, ``num_envs``, ``device``, ``control_dt``, ``num_actions``,
-``action_term``, ``sim``, ``reward_weights`` and ``episode_sums``; it implements ``robot_state()``,
+``action_term``, ``sim``, ``dr``, ``actions``, ``reward_weights`` and ``episode_sums``; it implements ``robot_state()``,
 ``privileged(state)`` and ``_step(actions)``.
 """
 
@@ -52,6 +52,18 @@ class LeggedTaskEnv(VecEnv):
             return self._step(actions)
         finally:
             torch.set_num_threads(threads)
+
+    def _act(self, actions: torch.Tensor) -> None:
+        """Apply ``actions`` ``[N, A]`` for one control step: NaN -> 0, clipped to the action clip, delayed by the
+        per-env latency, sent as joint targets; random pushes; then read the new state and count the step."""
+        clip = self.action_term.action_clip
+        actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
+        self.last_actions = self.actions
+        self.actions = actions
+        self.sim.step(self.action_term.to_command(self.dr.delay(actions)))
+        self.dr.maybe_push()
+        self._state = self.sim.state()
+        self.episode_length_buf += 1
 
     def _weighted_reward(self, terms: dict[str, torch.Tensor], once: tuple[str, ...]) -> torch.Tensor:
         """``sum_k w_k term_k`` ``[N]`` (``w`` = ``reward_weights``; every term but those in ``once`` times the

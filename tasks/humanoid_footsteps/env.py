@@ -35,7 +35,7 @@ import torch
 from sim2real.configs import ConfigError
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.sim.mujoco_backend import MujocoBackend
-from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, yaw_from_quat
+from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, tilt_from_quat, yaw_from_quat
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.humanoid_footsteps import plans as fp
 from sim2real.tasks.humanoid_footsteps import rewards as rew
@@ -188,15 +188,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
 
     # --- stepping ------------------------------------------------------------------------------------------
     def _step(self, actions: torch.Tensor):
-        clip = self.action_term.action_clip
-        actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
-        self.last_actions = self.actions
-        self.actions = actions
         self.prev_foot_pos = self._state["foot_pos_w"]
-        self.sim.step(self.action_term.to_command(self.dr.delay(actions)))
-        self.dr.maybe_push()
-        self._state = self.sim.state()
-        self.episode_length_buf += 1
+        self._act(actions)
         state = self.robot_state()
         e, sc = self.cfg["env"], self.cfg["success"]
 
@@ -236,9 +229,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
 
         # Falls.
         body_contact = (self._state["body_contact"] > e["body_contact_force"]).any(-1)
-        up = quat_rotate_inverse(state.base_quat_w, torch.tensor([0.0, 0.0, 1.0], device=self.device)
-                                 .expand(self.num_envs, 3))
-        tilt = torch.acos(up[:, 2].clamp(-1.0, 1.0))
+        tilt = tilt_from_quat(state.base_quat_w)
         ground = fp.height_at(state.base_pos_w[:, None, :2], self.box_centre_w, self.box_half).squeeze(1)
         low = state.base_pos_w[:, 2] - ground < e["termination_height"]
         fall = body_contact | (tilt > e["termination_tilt"]) | low | self.sim.unstable.to(self.device)

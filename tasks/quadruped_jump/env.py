@@ -23,7 +23,9 @@ import torch
 
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.sim.mujoco_backend import MujocoBackend
-from sim2real.sim.rotations import quat_from_yaw, quat_mul, quat_rotate_inverse, wrap_angle, yaw_from_quat
+from sim2real.sim.rotations import (
+    quat_from_yaw, quat_mul, quat_rotate_inverse, tilt_from_quat, wrap_angle, yaw_from_quat,
+)
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
 from sim2real.tasks.legged_env import LeggedTaskEnv
@@ -133,15 +135,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
     # --- stepping ------------------------------------------------------------------------------------------
     def _step(self, actions: torch.Tensor):
-        clip = self.action_term.action_clip
-        actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
-        self.last_actions = self.actions
-        self.actions = actions
-        applied = self.dr.delay(actions)
-        self.sim.step(self.action_term.to_command(applied))
-        self.dr.maybe_push()
-        self._state = self.sim.state()
-        self.episode_length_buf += 1
+        self._act(actions)
         state = self.robot_state()
         e = self.cfg["env"]
 
@@ -152,9 +146,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.peak_height = torch.where(started, torch.maximum(self.peak_height, state.base_pos_w[:, 2]),
                                        self.peak_height)
         body_contact = (self._state["body_contact"] > e["body_contact_force"]).any(-1)
-        gravity_z = -quat_rotate_inverse(state.base_quat_w, torch.tensor([0.0, 0.0, 1.0], device=self.device)
-                                         .expand(self.num_envs, 3))[:, 2]
-        tilt = torch.acos((-gravity_z).clamp(-1.0, 1.0))
+        tilt = tilt_from_quat(state.base_quat_w)
         unstable = self.sim.unstable.to(self.device)
         fall = body_contact | (tilt > e["termination_tilt"]) | (state.base_pos_w[:, 2] < e["termination_height"])
         fall |= unstable
