@@ -86,3 +86,15 @@ def check_staged_curriculum(cfg: dict, num_stages: int, task: str) -> None:
     require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
     require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
     require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")
+
+
+def check_legged_robot(cfg: dict, task: str):
+    """``robot`` is a valid ``kind: legged`` robot config; returns its
+    :class:`~sim2real.sim.robot.LeggedRobot`."""
+    from sim2real.sim.robot import LeggedRobot
+
+    robot = cfg["robot"]
+    if robot.get("kind") != "legged":
+        raise ConfigError(f"config key 'robot': {task} needs a legged robot, '{robot.get('name')}' is a "
+                          f"{robot.get('kind')}")
+    return LeggedRobot.from_config(robot)

@@ -6,9 +6,9 @@ Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, be
 from __future__ import annotations
 
 from sim2real.configs import ConfigError
-from sim2real.sim.robot import LeggedRobot
 from sim2real.tasks.checks import (
-    check_device, check_mujoco_sim, check_observations, check_staged_curriculum, check_train, require,
+    check_device, check_legged_robot, check_mujoco_sim, check_observations, check_staged_curriculum, check_train,
+    require,
 )
 from sim2real.tasks.legged_dr import check_domain_rand
 
@@ -17,10 +17,7 @@ def check_config(cfg: dict) -> None:
     """Check the values of a resolved task config; raises ConfigError naming the key."""
     from sim2real.tasks.humanoid_footsteps.plans import DEFAULT_PLAN_CFG, MODES, PlanGenerator
 
-    if cfg["robot"].get("kind") != "legged":
-        raise ConfigError(f"config key 'robot': humanoid-footsteps needs a legged robot, "
-                          f"'{cfg['robot'].get('name')}' is a {cfg['robot'].get('kind')}")
-    legged = LeggedRobot.from_config(cfg["robot"])
+    legged = check_legged_robot(cfg, "humanoid-footsteps")
     require(len(legged.foot_names) == 2, "robot.foot_bodies", f"a biped has 2 feet (left, right), got "
             f"{legged.foot_names}")
     e, g, s = cfg["env"], cfg["gait"], cfg["success"]

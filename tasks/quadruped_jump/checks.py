@@ -5,20 +5,16 @@ Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, be
 
 from __future__ import annotations
 
-from sim2real.configs import ConfigError
-from sim2real.sim.robot import LeggedRobot
 from sim2real.tasks.checks import (
-    check_device, check_mujoco_sim, check_observations, check_staged_curriculum, check_train, require,
+    check_device, check_legged_robot, check_mujoco_sim, check_observations, check_staged_curriculum, check_train,
+    require,
 )
 from sim2real.tasks.legged_dr import check_domain_rand
 
 
 def check_config(cfg: dict) -> None:
     """Check the values of a resolved task config; raises ConfigError naming the key."""
-    if cfg["robot"].get("kind") != "legged":
-        raise ConfigError(f"config key 'robot': quadruped-jump needs a legged robot, '{cfg['robot'].get('name')}' "
-                          f"is a {cfg['robot'].get('kind')}")
-    LeggedRobot.from_config(cfg["robot"])
+    check_legged_robot(cfg, "quadruped-jump")
     e, c, s = cfg["env"], cfg["command"], cfg["success"]
     require(e["num_envs"] >= 1, "env.num_envs", f"must be at least 1, got {e['num_envs']}")
     require(0 <= e["wait_s"][0] <= e["wait_s"][1], "env.wait_s", f"must be a range [low, high] >= 0, got {e['wait_s']}")
