@@ -177,10 +177,18 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
         for b in hit:
             for g in b.geoms:
                 g.contype, g.conaffinity = 0, 0
-    try:
-        plain = spec.compile()  # the robot as given: geom bounding boxes (meshes included) for the sensor volumes
-    except Exception as exc:
-        raise ConfigError(f"robot.mjcf: {path.name} does not compile: {exc}") from None
+    plain: list[mujoco.MjModel] = []
+
+    def compiled() -> mujoco.MjModel:
+        """The robot compiled as given (once, only when a foot body or a mesh body needs its geoms' bounding
+        boxes for a sensor volume; the sites added meanwhile change no geom)."""
+        if not plain:
+            try:
+                plain.append(spec.compile())
+            except Exception as exc:
+                raise ConfigError(f"robot.mjcf: {path.name} does not compile: {exc}") from None
+        return plain[0]
+
     for name in legged.foot_geoms:
         g = geoms[name]
         radius = float(g.size[0]) * 1.5 + 0.005
@@ -200,7 +208,7 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
                 lo, hi = np.minimum(lo, np.array(g.pos) - ext), np.maximum(hi, np.array(g.pos) + ext)
             box = (lo, hi) if np.isfinite(lo).all() else None
         else:
-            box = _body_box(plain, plain.body(name).id)
+            box = _body_box(compiled(), compiled().body(name).id)
         if box is None:
             key = "foot_bodies" if kind == "foot" else "termination_contact_bodies"
             raise ConfigError(f"robot.{key}: body '{name}' has no collision geom")
