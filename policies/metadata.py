@@ -91,8 +91,9 @@ def build_metadata(env, cfg: dict, onnx_path: Path | None, training: dict) -> di
                  "opset": 18, "batch": "symbolic"},
         "training": {"task_config_hash": config_hash(cfg), "task_config": cfg, **training},
     }
-    if "gait" in task_meta:  # footstep following: clock period and the standing feet the deploy side needs
-        meta["gait"] = task_meta["gait"]
+    for section in ("gait", "swarm"):  # footsteps: clock period and standing feet; swarm: neighbour/obstacle layout
+        if section in task_meta:
+            meta[section] = task_meta[section]
     return meta
 
 
@@ -169,6 +170,21 @@ def _action_term(robot: dict, interface: str, problems: list):
         problems.append(("action.interface", f"{interface} needs a quadrotor, robot is {robot.get('kind')!r}"))
         return None
     return QuadrotorAction(robot, interface)
+
+
+def _task_block_size(meta: dict, name: str, problems: list) -> int | None:
+    """Expected size of a task-sized observation block, from the metadata's ``swarm`` section."""
+    swarm = meta.get("swarm")
+    if not isinstance(swarm, dict):
+        problems.append(("swarm", f"missing: observation term {name!r} needs the swarm section"))
+        return None
+    try:
+        from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
+
+        return SwarmObservation.from_metadata(swarm, int(meta["action"]["size"])).block_sizes()[name]
+    except (KeyError, TypeError, ValueError) as exc:
+        problems.append(("swarm", f"malformed ({type(exc).__name__}: {exc})"))
+        return None
 
 
 def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
@@ -250,6 +266,8 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
                 continue
             reg = OBS_TERMS[name]
             size = action_size if reg.size == -1 else reg.size
+            if reg.size == 0:  # a block whose size the task sets (the swarm's neighbour slots and obstacle map)
+                size = _task_block_size(meta, name, problems)
             for field, expect in (("size", size), ("unit", reg.unit), ("frame", reg.frame), ("offset", offset),
                                   ("description", reg.description)):
                 same(f"observation.policy[{i}].{field}", t.get(field), expect, what="sim2real")

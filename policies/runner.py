@@ -23,9 +23,14 @@ from sim2real.policies.checkpoints import (
 from sim2real.policies.evaluation import evaluate
 
 
-def rsl_rl_train_cfg(train: dict) -> dict:
-    """Map the ``train`` section of a task config to rsl-rl-lib 5.5.1's runner configuration."""
-    return {
+def rsl_rl_train_cfg(train: dict, model: dict | None = None) -> dict:
+    """Map the ``train`` section of a task config to rsl-rl-lib 5.5.1's runner configuration.
+
+    ``model``: extra actor and critic model configuration from the env (``env.model_cfg()``), e.g. a custom model
+    ``class_name`` and its arguments; default: rsl-rl's ``MLPModel``.
+    """
+    model = dict(model or {})
+    cfg = {
         "num_steps_per_env": train["num_steps_per_env"],
         "save_interval": train["save_interval"],
         "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
@@ -59,6 +64,9 @@ def rsl_rl_train_cfg(train: dict) -> dict:
             "obs_normalization": train["obs_normalization"],
         },
     }
+    cfg["actor"].update(model)
+    cfg["critic"].update(model)
+    return cfg
 
 
 class Sim2RealRunner(OnPolicyRunner):
@@ -75,7 +83,8 @@ class Sim2RealRunner(OnPolicyRunner):
         self.task_cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else None
         with contextlib.redirect_stdout(io.StringIO()):
-            super().__init__(env, rsl_rl_train_cfg(cfg["train"]), str(run_dir) if run_dir else None, device)
+            model = env.model_cfg() if hasattr(env, "model_cfg") else None
+            super().__init__(env, rsl_rl_train_cfg(cfg["train"], model), str(run_dir) if run_dir else None, device)
         self.best_score = -float("inf")
         self.last_eval: dict | None = None
         self._progress = progress

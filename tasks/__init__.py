@@ -64,6 +64,13 @@ TASKS: dict[str, TaskSpec] = {
         "sim2real.tasks.humanoid_footsteps.checks:check_config",
         "JVRC-1-class humanoid: walk on planned footsteps (any direction, turning, stepping in place, stairs) (MuJoCo)",
     ),
+    "quadrotor-swarm": TaskSpec(
+        "quadrotor-swarm",
+        TASKS_DIR / "quadrotor_swarm.yaml",
+        "sim2real.tasks.quadrotor_swarm.env:QuadrotorSwarmEnv",
+        "sim2real.tasks.quadrotor_swarm.checks:check_config",
+        "Crazyflie-class quadrotor swarm: fly to goals through column obstacles without collisions (attention policy)",
+    ),
 }
 
 

@@ -33,6 +33,17 @@ def check_observations(obs: dict) -> None:
         require(scale == scale and abs(scale) != float("inf"), f"observations.scales.{name}", "must be finite")
 
 
+def check_quadrotor_dr(dr: dict) -> None:
+    """The quadrotor ``domain_rand`` section (:mod:`sim2real.tasks.quadrotor_dr`)."""
+    for key in ("mass_scale", "inertia_scale", "thrust_scale", "motor_time_constant", "latency_steps"):
+        lo, hi = dr[key]
+        require(0 <= lo <= hi, f"domain_rand.{key}",
+                f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
+    require(dr["mass_scale"][0] > 0 and dr["thrust_scale"][0] > 0 and dr["inertia_scale"][0] > 0
+            and dr["motor_time_constant"][0] > 0, "domain_rand", "scales and time constants must be positive")
+    require(dr["ext_force"] >= 0, "domain_rand.ext_force", f"must be >= 0, got {dr['ext_force']}")
+
+
 def check_train(cfg: dict) -> None:
     """The ``train`` (rsl-rl PPO) and ``eval`` sections."""
     train = cfg["train"]

@@ -128,6 +128,26 @@ class ObservationBuilder:
         return torch.cat([term.fn(state) * scale for term, scale in self.terms], dim=-1)
 
 
+@obs_term("base_height", 1, "m", "world", "base height above the floor (z of base_pos_w)")
+def base_height(s: RobotState) -> torch.Tensor:
+    return s.base_pos_w[:, 2:3]
+
+
+# --- quadrotor swarm: blocks built by sim2real.tasks.quadrotor_swarm.observations (sizes set by the task) ---------
+def _swarm_block(s: RobotState) -> torch.Tensor:
+    raise RuntimeError("swarm observation blocks are built by SwarmObservation, not from a RobotState")
+
+
+for _name, _unit, _desc in (
+        ("neighbor_rel", "m, m/s", "K slots of (p_j - p_i, v_j - v_i) of the K nearest neighbours, nearest first, "
+                                   "world frame; zeros in empty slots"),
+        ("obstacle_sdf", "m", "signed distance to the nearest column surface or wall at a size x size grid of "
+                              "points around the drone (world axes), clipped"),
+        ("neighbor_mask", "1", "1 where the neighbour slot is filled, 0 where it is empty (its features are "
+                               "ignored)")):
+    obs_term(_name, 0, _unit, "world" if _name != "neighbor_mask" else "-", _desc)(_swarm_block)
+
+
 # --- legged robots -------------------------------------------------------------------------------------------------
 @obs_term("joint_pos_rel", -1, "rad", "joint", "joint positions minus the default pose, policy joint order")
 def joint_pos_rel(s: RobotState) -> torch.Tensor:

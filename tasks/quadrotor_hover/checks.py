@@ -6,7 +6,9 @@ Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, be
 from __future__ import annotations
 
 from sim2real.tasks.actions import QUADROTOR_INTERFACES
-from sim2real.tasks.checks import check_device, check_observations, check_train, require as _require
+from sim2real.tasks.checks import (
+    check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
+)
 
 
 def check_config(cfg: dict) -> None:
@@ -23,13 +25,7 @@ def check_config(cfg: dict) -> None:
     check_observations(cfg["observations"])
     for key, value in cfg["init"].items():
         _require(value >= 0, f"init.{key}", f"must be >= 0, got {value}")
-    dr = cfg["domain_rand"]
-    for key in ("mass_scale", "inertia_scale", "thrust_scale", "motor_time_constant", "latency_steps"):
-        lo, hi = dr[key]
-        _require(0 <= lo <= hi, f"domain_rand.{key}", f"must be a range [low, high] with 0 <= low <= high, got {dr[key]}")
-    _require(dr["mass_scale"][0] > 0 and dr["thrust_scale"][0] > 0 and dr["inertia_scale"][0] > 0
-             and dr["motor_time_constant"][0] > 0, "domain_rand", "scales and time constants must be positive")
-    _require(dr["ext_force"] >= 0, "domain_rand.ext_force", f"must be >= 0, got {dr['ext_force']}")
+    check_quadrotor_dr(cfg["domain_rand"])
     cur = cfg["curriculum"]
     _require(0 <= cur["level_initial"] <= 1, "curriculum.level_initial", "must be in [0, 1]")
     _require(cur["penalty_scale_interval"] >= 1, "curriculum.penalty_scale_interval", "must be at least 1")

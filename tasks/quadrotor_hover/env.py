@@ -24,6 +24,7 @@ from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.sim.rotations import random_quat_within
 from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.observations import ObservationBuilder
+from sim2real.tasks.quadrotor_dr import privileged_state, randomise_quadrotors
 from sim2real.tasks.quadrotor_hover import rewards as rew
 from sim2real.tasks.quadrotor_hover.checks import check_config
 from sim2real.tasks.state import RobotState
@@ -106,21 +107,8 @@ class QuadrotorHoverEnv(VecEnv):
         return RobotState(d.pos_w, d.quat_w, d.lin_vel_w, d.ang_vel_b, self.actions, self.goal_w)
 
     def privileged(self) -> torch.Tensor:
-        """Privileged critic state ``[N, 14]`` (see the module docstring)."""
-        p, nom = self.dyn.params, self.nominal
-        weight = (nom.mass * nom.gravity).unsqueeze(-1)
-        return torch.cat(
-            (
-                (p.mass / nom.mass).unsqueeze(-1) - 1.0,
-                p.inertia / nom.inertia - 1.0,
-                (p.max_motor_thrust / nom.max_motor_thrust).unsqueeze(-1) - 1.0,
-                p.motor_time_constant.unsqueeze(-1) * 10.0,
-                self.dyn.motor_thrust / p.max_motor_thrust.unsqueeze(-1),
-                self.dyn.ext_force_w / weight,
-                self.latency.float().unsqueeze(-1),
-            ),
-            dim=-1,
-        )
+        """Privileged critic state ``[N, 14]`` (see :func:`sim2real.tasks.quadrotor_dr.privileged_state`)."""
+        return privileged_state(self.dyn, self.nominal, self.latency)
 
     def get_observations(self) -> TensorDict:
         clean = self.obs_builder.build(self.robot_state())
@@ -211,7 +199,7 @@ class QuadrotorHoverEnv(VecEnv):
         quat = random_quat_within(init["tilt"] * spread)
         angvel = (2 * torch.rand(n, 3, device=dev) - 1) * (init["ang_vel"] * spread).unsqueeze(-1)
 
-        self._randomise(ids, dr)
+        randomise_quadrotors(self.dyn, self.nominal, ids, dr, self.latency)
         p = self.dyn.params
         hover = (p.mass[ids] * p.gravity / 4.0).unsqueeze(-1).expand(n, 4)
         self.dyn.set_state(ids, pos, quat, vel, angvel, hover.clone())
@@ -222,27 +210,6 @@ class QuadrotorHoverEnv(VecEnv):
         self.action_history[ids] = hover_action.unsqueeze(1)
         self.in_tol_steps[ids] = 0
         self.episode_length_buf[ids] = 0
-
-    def _randomise(self, ids: torch.Tensor, dr: dict) -> None:
-        """Sample per-episode physical parameters, latency and disturbance for envs ``ids``."""
-        n, dev = len(ids), self.device
-        p, nom = self.dyn.params, self.nominal
-        if not dr["enabled"]:
-            self.dyn.ext_force_w[ids] = 0.0
-            self.latency[ids] = 0
-            return
-
-        def uniform(rng, shape=(n,)):
-            return rng[0] + (rng[1] - rng[0]) * torch.rand(shape, device=dev)
-
-        p.mass[ids] = nom.mass[ids] * uniform(dr["mass_scale"])
-        p.inertia[ids] = nom.inertia[ids] * uniform(dr["inertia_scale"]).unsqueeze(-1)
-        p.max_motor_thrust[ids] = nom.max_motor_thrust[ids] * uniform(dr["thrust_scale"])
-        p.motor_time_constant[ids] = uniform(dr["motor_time_constant"])
-        lat = dr["latency_steps"]
-        self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (n,), device=dev)
-        self.dyn.ext_force_w[ids] = (2 * torch.rand(n, 3, device=dev) - 1) * dr["ext_force"]
-        self.dyn.refresh_params()
 
     @staticmethod
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
