@@ -9,6 +9,8 @@
 * ``jump-throughput`` / ``footsteps-throughput``: ``quadruped-jump`` / ``humanoid-footsteps`` env-steps/s against
   the raw MuJoCo physics floor and a Gymnasium ``SyncVectorEnv`` (:mod:`sim2real.bench_legged`); ``--set KEY=VALUE``
   overrides the task config (e.g. ``robot.mjcf=<path to the real JVRC-1 scene.xml>``).
+* ``swarm``: ``quadrotor-swarm`` success, collisions per drone-minute and drone-steps/s at 8 and 32 drones per
+  room and 20% / 80% obstacle density (:mod:`sim2real.bench_swarm`; ``--policy DIR``, default the shipped one).
 """
 
 from __future__ import annotations
@@ -145,9 +147,11 @@ def run_bench(args) -> int:
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
     from sim2real.bench_legged import bench_footsteps_throughput, bench_jump_throughput
+    from sim2real.bench_swarm import bench_swarm
 
     benches = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference,
-               "jump-throughput": bench_jump_throughput, "footsteps-throughput": bench_footsteps_throughput}
+               "jump-throughput": bench_jump_throughput, "footsteps-throughput": bench_footsteps_throughput,
+               "swarm": bench_swarm}
     overridable = ("jump-throughput", "footsteps-throughput")
     names = list(benches) if args.name == "all" else [args.name]
     overrides = list(getattr(args, "overrides", []) or [])
@@ -158,7 +162,12 @@ def run_bench(args) -> int:
     for name in names:
         print(f"== {name}")
         fn = benches[name]
-        results[name] = fn(quick=args.quick, overrides=overrides) if name in overridable else fn(quick=args.quick)
+        if name in overridable:
+            results[name] = fn(quick=args.quick, overrides=overrides)
+        elif name == "swarm":
+            results[name] = fn(quick=args.quick, policy_dir=getattr(args, "policy", None))
+        else:
+            results[name] = fn(quick=args.quick)
     if args.output:
         from sim2real.policies.checkpoints import atomic_write_bytes
 

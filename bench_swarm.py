@@ -1,0 +1,78 @@
+"""``sim2real bench swarm``: the quadrotor swarm's held-out metrics and throughput at 8 and 32 drones per room and
+obstacle densities of 20% and 80%, measured side by side in one run.
+
+For each (drones per room N, density): success rate (rooms whose every drone held its goal for the last
+``env.success_hold_s``), fraction of drones at their goals, collisions (drone-drone and column contacts) per
+drone-minute, from one held-out episode per room (``eval.seed``) with the exported policy (onnxruntime, batched over
+all drones). Throughput: drone-steps/s of the env alone (random actions) and of the env plus batched ONNX
+inference, each at ``N x rooms`` drones; ratios to the first size.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+DEFAULT_POLICY = Path(__file__).resolve().parent / "policies" / "pretrained" / "quadrotor-swarm"
+
+
+def _policy_and_cfg(policy_dir: Path):
+    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.tasks import complete_saved_config
+
+    pol = OnnxPolicy(policy_dir)
+    if pol.metadata["task"] != "quadrotor-swarm":
+        raise ValueError(f"{policy_dir} is a {pol.metadata['task']} policy, not a quadrotor-swarm one")
+    cfg, _ = complete_saved_config(pol.metadata["training"]["task_config"])
+    return (lambda obs: torch.from_numpy(pol(obs.cpu().numpy()))), cfg
+
+
+def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float]:
+    from sim2real.tasks import make_env
+
+    env = make_env(cfg, num_envs=rooms)
+    out = []
+    for use_policy in (False, True):
+        obs = env.get_observations()
+        actions = torch.rand(env.num_envs, 4) * 2 - 1
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for _ in range(steps):
+                if use_policy:
+                    actions = policy(obs["policy"])
+                obs, *_ = env.step(actions)
+        out.append(env.num_envs * steps / (time.perf_counter() - t0))
+    return out[0], out[1]
+
+
+def bench_swarm(quick: bool = False, policy_dir: str | None = None) -> dict:
+    from sim2real.configs import apply_overrides
+    from sim2real.policies.evaluation import evaluate
+
+    policy, base = _policy_and_cfg(Path(policy_dir) if policy_dir else DEFAULT_POLICY)
+    sizes = [(8, 0.2), (8, 0.8), (32, 0.2), (32, 0.8)]
+    drone_budget = 64 if quick else 512  # drones per evaluation (rooms = budget / N)
+    rows = {}
+    for n, density in sizes:
+        cfg = apply_overrides(base, [f"eval.num_drones={n}", f"eval.density={density}"])
+        rooms = max(2, drone_budget // n)
+        t0 = time.perf_counter()
+        m = evaluate(cfg, policy, num_episodes=rooms)
+        wall = time.perf_counter() - t0
+        tp_cfg = apply_overrides(base, [f"env.drones_per_env={n}"])
+        env_sps, full_sps = _throughput(tp_cfg, policy, max(1, (256 if quick else 2048) // n), 20 if quick else 100)
+        rows[f"N{n}_d{int(density * 100)}"] = {
+            "drones": n, "density": density, "rooms": rooms, **{k: m[k] for k in (
+                "success_rate", "at_goal_rate", "collisions_per_drone_minute", "boundary_per_drone_minute")},
+            "env_drone_steps_per_s": env_sps, "env_and_policy_drone_steps_per_s": full_sps, "eval_wall_s": wall}
+    base_sps = next(iter(rows.values()))["env_and_policy_drone_steps_per_s"]
+    print(f"{'N':>3} {'density':>7} {'rooms':>5} {'success':>8} {'at goal':>8} {'coll/drone-min':>15} "
+          f"{'env steps/s':>12} {'env+policy/s':>13} {'ratio':>6}")
+    for r in rows.values():
+        print(f"{r['drones']:>3} {r['density']:>7.0%} {r['rooms']:>5} {r['success_rate']:>8.3f} "
+              f"{r['at_goal_rate']:>8.3f} {r['collisions_per_drone_minute']:>15.3f} "
+              f"{r['env_drone_steps_per_s']:>12,.0f} {r['env_and_policy_drone_steps_per_s']:>13,.0f} "
+              f"{r['env_and_policy_drone_steps_per_s'] / base_sps:>6.2f}")
+    return rows
