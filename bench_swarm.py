@@ -56,7 +56,7 @@ def bench_swarm(quick: bool = False, policy_dir: str | None = None) -> dict:
     drone_budget = 64 if quick else 512  # drones per evaluation (rooms = budget / N)
     rows = {}
     for n, density in sizes:
-        cfg = apply_overrides(base, [f"eval.num_drones={n}", f"eval.density={density}"])
+        cfg = apply_overrides(base, [f"eval.num_drones={n}", f"eval.density={density}", "eval.goal_fraction=1.0"])
         rooms = max(2, drone_budget // n)
         t0 = time.perf_counter()
         m = evaluate(cfg, policy, num_episodes=rooms)

@@ -73,6 +73,7 @@ def check_config(cfg: dict) -> None:
              "need 0 <= density_min <= density_max <= 1")
     _require(0 <= cur["neighbors_min"] <= obs["num_neighbors"], "curriculum.neighbors_min",
              "must be in [0, observations.num_neighbors]")
+    _require(0 < cur["goal_fraction_min"] <= 1, "curriculum.goal_fraction_min", "must be in (0, 1]")
     _require(0 < cur["promote_at_goal"] <= 1, "curriculum.promote_at_goal", "must be in (0, 1]")
     _require(cur["demote_collisions"] > 0, "curriculum.demote_collisions", "must be positive")
     _require(cur["penalty_scale_interval"] >= 1, "curriculum.penalty_scale_interval", "must be at least 1")
@@ -88,5 +89,6 @@ def check_config(cfg: dict) -> None:
     ev = cfg["eval"]
     _require(0 <= ev["density"] <= 1, "eval.density", "must be in [0, 1]")
     _require(ev["num_drones"] >= 1, "eval.num_drones", "must be at least 1")
+    _require(0 < ev["goal_fraction"] <= 1, "eval.goal_fraction", "must be in (0, 1]")
     check_train(cfg)
     check_device(cfg["device"])

@@ -296,17 +296,20 @@ class QuadrotorSwarmEnv(VecEnv):
         self.curriculum.update(rooms, promote, demote & ~promote)
 
     # --- resets, replay ------------------------------------------------------------------------------------
-    def _room_levels(self, rooms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Obstacle density ``[B]`` and visible neighbour slots ``[B]`` of rooms being reset."""
-        ccfg, k = self.cfg["curriculum"], self.obs.num_neighbors
+    def _room_levels(self, rooms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Obstacle density ``[B]``, visible neighbour slots ``[B]`` and goal-distance fraction ``[B]`` of rooms
+        being reset."""
+        ccfg, k, b = self.cfg["curriculum"], self.obs.num_neighbors, len(rooms)
         if self.eval_mode:
-            b = len(rooms)
-            return (torch.full((b,), float(self.cfg["eval"]["density"]), device=self.device),
-                    torch.full((b,), k, dtype=torch.long, device=self.device))
+            ev = self.cfg["eval"]
+            return (torch.full((b,), float(ev["density"]), device=self.device),
+                    torch.full((b,), k, dtype=torch.long, device=self.device),
+                    torch.full((b,), float(ev["goal_fraction"]), device=self.device))
         level = self.curriculum.sample(rooms)
         density = ccfg["density_min"] + level * (ccfg["density_max"] - ccfg["density_min"])
         visible = torch.round(ccfg["neighbors_min"] + level * (k - ccfg["neighbors_min"])).long()
-        return density, visible
+        fraction = ccfg["goal_fraction_min"] + level * (1.0 - ccfg["goal_fraction_min"])
+        return density, visible, fraction
 
     def _reset_rooms(self, rooms: torch.Tensor, allow_replay: bool) -> None:
         b, m = len(rooms), self.drones_per_room
@@ -314,9 +317,10 @@ class QuadrotorSwarmEnv(VecEnv):
             return
         dev = self.device
         ids = self.drone_ids(rooms)
-        density, visible = self._room_levels(rooms)
+        density, visible, fraction = self._room_levels(rooms)
         occupied = sample_occupancy(density, self.room.num_cells)
         starts, goals = sample_starts_and_goals(self.cfg["goals"], b, m, dev)
+        goals = starts + fraction.view(b, 1, 1) * (goals - starts)
         quat = torch.zeros(b, m, 4, device=dev)
         quat[..., 0] = 1.0
         zeros = torch.zeros(b, m, 3, device=dev)

@@ -45,14 +45,29 @@ def test_rooms_time_out_together_and_reset():
 
 
 def test_starts_and_goals_are_in_their_zones():
-    env = _env(rooms=8)
+    env = _env(rooms=8, **{"curriculum.level_initial": 1.0})  # full level: goals at the scenario goals
     g = env.cfg["goals"]
     goals = env.goal_w
     # swap rooms send half the drones back to the start zone; every goal is in one of the two zones.
-    in_goal = (goals[:, 1] >= g["goal_y"][0]) & (goals[:, 1] <= g["goal_y"][1])
-    in_start = (goals[:, 1] >= g["start_y"][0]) & (goals[:, 1] <= g["start_y"][1])
+    eps = 1e-5  # goals are start + 1.0 * (goal - start), exact to float rounding
+    in_goal = (goals[:, 1] >= g["goal_y"][0] - eps) & (goals[:, 1] <= g["goal_y"][1] + eps)
+    in_start = (goals[:, 1] >= g["start_y"][0] - eps) & (goals[:, 1] <= g["start_y"][1] + eps)
     assert (in_goal | in_start).all() and in_goal.float().mean() >= 0.5
     assert (goals[:, 0].abs() <= g["x_half"] + 1e-6).all()
+
+
+def test_curriculum_level_moves_goals_along_the_flight():
+    env = _env(rooms=6, **{"curriculum.goal_fraction_min": 0.25})
+    env.curriculum.levels[:] = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    torch.manual_seed(3)
+    env._reset_rooms(torch.arange(6), allow_replay=False)
+    start = env.room_view(env.dyn.pos_w)
+    dist = torch.linalg.vector_norm(env.room_view(env.goal_w) - start, dim=-1)
+    g = env.cfg["goals"]
+    gap = g["goal_y"][0] - g["start_y"][1]  # the shortest full flight crosses at least this gap in y
+    assert (dist[3:] >= gap).all()
+    assert (dist[:3] <= 0.25 * ((g["goal_y"][1] - g["start_y"][0]) ** 2 + (2 * g["x_half"]) ** 2
+                                + (g["z_range"][1] - g["z_range"][0]) ** 2) ** 0.5 + 1e-5).all()
 
 
 def test_curriculum_level_sets_density_and_visible_neighbours():
