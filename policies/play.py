@@ -123,9 +123,11 @@ def render_video(traj: dict[str, np.ndarray], robot: dict, path: Path, fps: int 
     return path
 
 
-def play(cfg: dict, policy, output: Path, duration_s: float = 5.0, video: bool = True, plans=None) -> Path:
+def play(cfg: dict, policy, output: Path, duration_s: float | None = None, video: bool = True, plans=None) -> Path:
     """Roll out and write ``output``: a GIF video when rendering works (``.gif``; an ``.mp4`` name is written as
     ``.gif``), else, or with ``video=False``, trajectory plots as PNG. Plots are always written beside a video.
+    ``duration_s``: simulated seconds; ``None`` lets the task choose (5 s; humanoid-footsteps: until the plans end;
+    quadrotor-swarm: one episode; quadruped-jump always plays one episode per command).
     ``plans``: humanoid-footsteps only, footstep plans to play (default: generated plans of ``eval.modes``)."""
     if cfg["task"] == "humanoid-footsteps":
         from sim2real.policies.play_footsteps import play_footsteps
@@ -135,7 +137,11 @@ def play(cfg: dict, policy, output: Path, duration_s: float = 5.0, video: bool =
         from sim2real.policies.play_legged import play_jump
 
         return play_jump(cfg, policy, Path(output), video=video)
-    traj = rollout(cfg, policy, duration_s)
+    if cfg["task"] == "quadrotor-swarm":
+        from sim2real.policies.play_swarm import play_swarm
+
+        return play_swarm(cfg, policy, Path(output), video=video, duration_s=duration_s)
+    traj = rollout(cfg, policy, 5.0 if duration_s is None else duration_s)
     output = Path(output)
     plot_path = output.with_suffix(".png")
     plot_trajectory(traj, plot_path)

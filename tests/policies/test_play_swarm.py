@@ -1,0 +1,83 @@
+"""``play`` for ``quadrotor-swarm``: one held-out room, top-down plots and a matplotlib-drawn GIF."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sim2real.policies.play import play
+from sim2real.policies.play_swarm import COLUMN, DRONE, rollout_swarm
+from sim2real.tasks import make_env, task_config
+from sim2real.tasks.actions import QuadrotorAction
+
+SMALL = ["eval.num_drones=4", "env.episode_length_s=1.0", "env.success_hold_s=0.5"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One room of 4 drones is a tiny batch: intra-op threads only contend (10-50x slower on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _hover_policy(cfg):
+    robot = cfg["robot"]
+    one = torch.ones(1)
+    hover = QuadrotorAction(robot, cfg["env"]["action_interface"]).hover_action(
+        one * robot["mass"], float(robot["gravity"]), one * robot["max_motor_thrust"])
+    return lambda obs: hover.expand(obs.shape[0], -1)
+
+
+def test_play_writes_plots_and_a_gif_of_one_episode(tmp_path):
+    from PIL import Image
+
+    cfg = task_config("quadrotor-swarm", SMALL)
+    out = play(cfg, _hover_policy(cfg), tmp_path / "swarm.mp4")  # duration None: one 1 s episode
+    assert out == tmp_path / "swarm.gif"
+    assert (tmp_path / "swarm.png").stat().st_size > 10_000
+    with Image.open(out) as gif:
+        assert gif.n_frames == 11  # t = 0, 0.1, ..., 1.0 s
+        assert gif.size == (480, 480)
+        assert gif.info["duration"] == 100
+        gif.seek(gif.n_frames - 1)
+        assert len(gif.convert("RGB").getcolors(maxcolors=1 << 16)) > 5  # drawn, not blank
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary files
+
+    png_only = play(cfg, _hover_policy(cfg), tmp_path / "plots.gif", duration_s=0.2, video=False)
+    assert png_only == tmp_path / "plots.png" and png_only.stat().st_size > 10_000
+    assert not (tmp_path / "plots.gif").exists()
+
+
+def test_rollout_starts_from_the_held_out_room():
+    cfg = task_config("quadrotor-swarm", SMALL)
+    traj = rollout_swarm(cfg, _hover_policy(cfg), duration_s=0.2)
+    torch.manual_seed(int(cfg["eval"]["seed"]))
+    env = make_env(cfg, num_envs=1, eval_mode=True)
+    assert traj["pos"].shape == (11, 4, 3) and traj["goal"].shape == (11, 4, 3)
+    assert traj["t"] == pytest.approx(np.arange(11) * 0.02)
+    np.testing.assert_array_equal(traj["pos"][0], env.dyn.pos_w.numpy())
+    np.testing.assert_array_equal(traj["goal"][0], env.goal_w.numpy())
+    np.testing.assert_array_equal(traj["goal"][-1], env.goal_w.numpy())
+    np.testing.assert_array_equal(traj["occupied"], env.occupied[0].numpy())
+    assert traj["density"] == pytest.approx(cfg["eval"]["density"])
+    moved = np.linalg.norm(traj["pos"][-1] - traj["pos"][0], axis=-1)
+    assert (moved > 0).all() and (moved < 0.1).all()  # hovering: the drones move, but barely
+    assert len(traj["events"]) == 0
+
+
+def test_rollout_records_column_collisions_where_they_happen():
+    # Every cell holds a column; tilted and climbing, the drones fly into the grid within the 1 s episode.
+    cfg = task_config("quadrotor-swarm", SMALL + ["eval.density=1.0"])
+    traj = rollout_swarm(cfg, lambda obs: torch.tensor([0.3, -0.3, 0.0, 0.0]).expand(obs.shape[0], 4))
+    ev = traj["events"]
+    assert (ev[:, 1] == COLUMN).sum() > 0
+    # Each drone-drone contact is counted by both drones in the env's per-drone tally.
+    assert traj["ep_collisions"].sum() == 2 * (ev[:, 1] == DRONE).sum() + (ev[:, 1] == COLUMN).sum()
+    room = traj["room"]
+    for step, _, i, _, x, y in ev[ev[:, 1] == COLUMN]:
+        assert traj["pos"][int(step), int(i), :2] == pytest.approx([x, y])
+        gap = np.linalg.norm(traj["centers"][traj["occupied"]] - [x, y], axis=-1).min()
+        assert gap <= room.obstacle_radius + room.drone_radius + 0.05  # touching a column
