@@ -242,8 +242,8 @@ def cmd_play(args) -> int:
     plans = None
     if args.plans:
         plans, cfg = _load_plan_file(args.plans, cfg)
-    duration = args.duration if args.duration is not None or cfg["task"] == "humanoid-footsteps" else 5.0
-    out = play(cfg, policy, Path(args.output), duration_s=duration, video=not args.no_video, plans=plans)
+    # --duration unset: each task chooses (play()'s default).
+    out = play(cfg, policy, Path(args.output), duration_s=args.duration, video=not args.no_video, plans=plans)
     plots = out.with_suffix(".png")
     print(f"wrote {out}" + (f" and {plots}" if out.suffix != ".png" and plots.is_file() else ""))
     return 0
@@ -280,8 +280,10 @@ def _check_ros_names(args) -> None:
 
     from sim2real.configs import ConfigError
 
-    for flag, value, validate in (("--namespace", args.namespace, validate_namespace),
-                                  ("--node-name", args.node_name, validate_node_name)):
+    checks = [("--namespace", args.namespace, validate_namespace), ("--node-name", args.node_name, validate_node_name)]
+    if getattr(args, "drones", None) is not None:
+        checks.append(("--swarm-ns", args.swarm_ns, validate_namespace))
+    for flag, value, validate in checks:
         try:
             validate(value)
         except NameValidationException as exc:
@@ -302,15 +304,21 @@ def cmd_standin(args) -> int:
     robot, kind = _robot_kind(args)
     _check_ros_names(args)
     if kind == "legged":
+        if args.drones is not None:
+            raise ConfigError(f"--drones simulates a quadrotor swarm; robot '{robot.get('name')}' is {kind!r}")
         from sim2real.hardware.sim_legged import standin_main as legged_standin_main
 
         return legged_standin_main(args, robot)
     if args.mjcf is not None:
         raise ConfigError(f"--mjcf applies to legged robots; robot '{robot.get('name')}' is {kind!r}")
-    from sim2real.hardware.sim_quadrotor import standin_main
-
     args.sensor_rate_hz = 100.0 if args.sensor_rate_hz is None else args.sensor_rate_hz
     args.command_timeout = 0.2 if args.command_timeout is None else args.command_timeout
+    if args.drones is not None:
+        from sim2real.hardware.sim_swarm import swarm_standin_main
+
+        return swarm_standin_main(args, robot)
+    from sim2real.hardware.sim_quadrotor import standin_main
+
     return standin_main(args)
 
 
@@ -364,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--output", default="play.gif",
                            help="animated GIF path (trajectory plots go beside it as .png); a .png path: plots only")
             p.add_argument("--duration", type=positive_float, default=None,
-                           help="seconds of simulated time (default 5; humanoid-footsteps: until the plans end)")
+                           help="seconds of simulated time (default 5; humanoid-footsteps: until the plans end; "
+                                "quadrotor-swarm: one episode)")
             p.add_argument("--plans", help="humanoid-footsteps: a footstep plan file; play its first four plans")
             p.add_argument("--no-video", action="store_true", help="trajectory plots only")
         p.set_defaults(func=func)
@@ -386,7 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
     p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "footsteps-throughput",
-                                    "all"])
+                                    "swarm", "all"])
+    p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="task config override for the legged throughput benches, e.g. robot.mjcf=PATH")

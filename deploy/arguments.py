@@ -34,6 +34,55 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def parse_positions(text: str) -> list[list[float]]:
+    """``"x,y,z;x,y,z;..."`` -> ``[[x, y, z], ...]`` (finite floats).
+
+    Raises:
+        ValueError: a malformed or non-finite entry.
+    """
+    out = []
+    for i, item in enumerate(part for part in text.split(";") if part.strip()):
+        try:
+            values = [float(v) for v in item.split(",")]
+        except ValueError:
+            raise ValueError(f"position {i} ({item.strip()!r}) is not x,y,z") from None
+        if len(values) != 3 or not all(math.isfinite(v) for v in values):
+            raise ValueError(f"position {i} ({item.strip()!r}) must be 3 finite numbers x,y,z")
+        out.append(values)
+    return out
+
+
+def drone_names(spec: str) -> list[str]:
+    """``--drones``: a count ``N`` (names ``cf0 .. cf{N-1}``) or comma-separated names.
+
+    Raises:
+        ValueError: no drone, a count below 1, or a name twice.
+    """
+    spec = spec.strip()
+    if spec.isdigit():
+        if int(spec) < 1:
+            raise ValueError("--drones: need at least one drone")
+        return [f"cf{i}" for i in range(int(spec))]
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--drones: need at least one drone name")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--drones: a name is given twice in {spec!r}")
+    return names
+
+
+
+def check_swarm_names(swarm_ns: str, names: list[str]) -> None:
+    """Raise ValueError unless every ``<swarm_ns>/<name>`` is a valid ROS namespace (imports rclpy)."""
+    from rclpy.exceptions import NameValidationException
+    from rclpy.validate_namespace import validate_namespace
+
+    for name in names:
+        try:
+            validate_namespace("/" + "/".join(p for p in (swarm_ns.strip("/"), name) if p))
+        except NameValidationException as exc:
+            raise ValueError(f"drone name {name!r} under {swarm_ns!r}: {str(exc).splitlines()[0]}") from None
+
 def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", required=True, help="folder of an exported policy (policy.onnx + metadata.json)")
     p.add_argument("--robot", required=True, help="robot config name or YAML path of the robot this runs on")
@@ -64,6 +113,31 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tilt", type=positive_float, default=1.0, metavar="RAD",
                    help="legged robot: a base tilt beyond this (from the IMU) during the ramp or the policy means a "
                         "fall: damping mode until the node is activated again (rad, default 1.0)")
+    g = p.add_argument_group("quadrotor swarm (a quadrotor-swarm policy; see sim2real.deploy.swarm_node)")
+    g.add_argument("--drones", default=None, metavar="NAMES",
+                   help="comma-separated names of the drones this process flies (or a count N: cf0..cf{N-1}); "
+                        "topics <swarm-ns>/<name>/odom, goal, estop, cmd/ctbr|cmd/motors")
+    g.add_argument("--peers", default=None, metavar="NAMES",
+                   help="names of every drone of the swarm whose odometry is observed (neighbours; default: "
+                        "--drones); must include --drones")
+    g.add_argument("--swarm-ns", default="/swarm", metavar="NS",
+                   help="namespace of the swarm's topics: <ns>/<name>/..., <ns>/obstacles, <ns>/world, <ns>/estop "
+                        "(default /swarm)")
+    g.add_argument("--one-node", action="store_true",
+                   help="one node (<swarm-ns>/<node-name>) serving all --drones with batched inference, instead of "
+                        "one node per drone (<swarm-ns>/<name>/<node-name>)")
+    g.add_argument("--goals", default=None, metavar="X,Y,Z;...",
+                   help="initial goals of --drones, in order (m, world frame; default: hold the first position); "
+                        "write --goals=... when the first value is negative")
+    g.add_argument("--no-obstacles", action="store_true",
+                   help="the room has no columns: fly without waiting for <swarm-ns>/obstacles (default: send the "
+                        "safe command until the obstacle map has arrived)")
+    g.add_argument("--peer-timeout", type=positive_float, default=None, metavar="S",
+                   help="a neighbour whose odometry is older than this is left out of the observation (s, default "
+                        "--state-timeout)")
+    g.add_argument("--expect-swarm", action="append", default=[], metavar="KEY=VALUE",
+                   help="refuse a policy whose swarm metadata differs, e.g. --expect-swarm num_neighbors=6 "
+                        "--expect-swarm sdf.size=3 (repeatable)")
 
 
 def add_standin_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,3 +182,19 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
                    help="legged robot: joint damping held without fresh commands (N m s/rad, default 2)")
     p.add_argument("--duration", type=positive_float, default=None, metavar="S",
                    help="run this long, then exit (s; default: until Ctrl-C)")
+    g = p.add_argument_group("quadrotor swarm (see sim2real.hardware.sim_swarm)")
+    g.add_argument("--drones", default=None, metavar="N|NAMES",
+                   help="simulate a swarm: N drones cf0..cf{N-1}, or comma-separated names, in a room of columns")
+    g.add_argument("--swarm-ns", default="/swarm", metavar="NS",
+                   help="namespace of the swarm's topics (default /swarm)")
+    g.add_argument("--density", type=finite_float, default=0.2,
+                   help="fraction of the obstacle grid's cells holding a column (default 0.2)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the column placement and sampled starts (default 0)")
+    g.add_argument("--positions", default=None, metavar="X,Y,Z;...",
+                   help="start positions of the drones, in order (m, world frame; default: drawn in the task's start "
+                        "zone); write --positions=... when the first value is negative")
+    g.add_argument("--policy", default=None, metavar="DIR",
+                   help="take the room geometry and collision model from this exported swarm policy's metadata "
+                        "(default: the quadrotor-swarm task config)")
+    g.add_argument("--report", default=None, metavar="FILE",
+                   help="write a JSON report at exit: per drone final position and contact counts")

@@ -50,6 +50,66 @@ COMMAND_TOPICS = {"motor_thrust": "cmd/motors", "ctbr": "cmd/ctbr"}
 WORLD_FRAMES = ("", "world")
 
 
+# --- the inputs of one drone ----------------------------------------------------------------------------------------
+# Shared by PolicyNode (one drone: the node itself) and the swarm node (one holder per drone it flies). A *holder* has
+# the attributes ``safety`` (SafetyLayer), ``_sample`` (latest valid OdometrySample or None), ``_goal`` ([3] or None),
+# ``_goal_msg_seen``, ``fault``, ``fault_since`` and ``tick_faults`` (see PolicyNode).
+def reset_goal(holder, initial_goal) -> None:
+    """Forget odometry and goal messages; start from ``initial_goal`` ([3] m, or None: hold the first position)."""
+    holder._sample = None
+    holder._goal_msg_seen = False
+    holder._goal = None if initial_goal is None else np.asarray(initial_goal, dtype=np.float64).reshape(3).copy()
+    if holder._goal is not None:
+        holder.safety.on_goal(True)
+
+
+def accept_odometry(holder, msg: Odometry, now: float, logger, who: str = ""):
+    """Odometry of the holder's drone arrived at ``now`` [s]: the sample, or None if discarded (NaN/Inf, non-unit
+    quaternion; the safety layer then reports ``invalid_state``). Without a goal, the first position is held."""
+    sample = odometry_to_sample(msg)
+    if sample is None:
+        holder.safety.on_state(now, False)
+        logger.warning(f"{who}odometry with NaN/Inf or a non-unit quaternion discarded", throttle_duration_sec=1.0)
+        return None
+    holder._sample = sample
+    holder.safety.on_state(now, True)
+    if holder._goal is None and not holder._goal_msg_seen:
+        holder._goal = sample.pos_w.copy()
+        holder.safety.on_goal(True)
+        logger.info(f"{who}no goal given: holding the first position {np.round(sample.pos_w, 3).tolist()}")
+    return sample
+
+
+def accept_goal(holder, msg: PoseStamped, logger, who: str = "") -> None:
+    """A goal message for the holder's drone: ignored in a foreign frame; NaN/Inf -> ``invalid_goal``."""
+    frame = msg.header.frame_id
+    odom_frame = holder._sample.frame_id if holder._sample is not None else ""
+    if frame not in WORLD_FRAMES and frame != odom_frame:
+        logger.warning(f"{who}goal in frame '{frame}' ignored (expected the odometry frame "
+                       f"'{odom_frame or 'world'}')", throttle_duration_sec=1.0)
+        return
+    holder._goal_msg_seen = True
+    goal = goal_to_position(msg)
+    if not np.isfinite(goal).all():
+        holder.safety.on_goal(False)
+        logger.warning(f"{who}goal with NaN/Inf: motors idle until a valid goal arrives", throttle_duration_sec=1.0)
+        return
+    holder._goal = goal
+    holder.safety.on_goal(True)
+
+
+def record_fault(holder, fault: str | None, now: float, logger, who: str = "") -> None:
+    """Count a control tick's outcome (``fault`` or ``"ok"``) and log when it changes."""
+    holder.tick_faults[fault or "ok"] += 1
+    if fault != holder.fault:
+        holder.fault_since = now
+        if fault is None:
+            logger.info(f"{who}policy in control")
+        else:
+            logger.warning(f"{who}safe command: {fault}")
+        holder.fault = fault
+
+
 class PolicyNode(LifecycleNode):
     """Lifecycle node running an exported policy on one robot (see the module docstring).
 
@@ -99,6 +159,7 @@ class PolicyNode(LifecycleNode):
             if self.robot.get("kind") != "quadrotor":
                 raise PolicyMismatchError([("robot.kind", f"the deploy node drives quadrotors, robot is "
                                                           f"{self.robot.get('kind')!r}")])
+            self.check_policy(policy.metadata)
         except PolicyMismatchError as exc:
             self.configure_error = exc
             self.get_logger().error(str(exc))
@@ -112,27 +173,37 @@ class PolicyNode(LifecycleNode):
                                       f"was trained at {1.0 / meta['control_period_s']:.4g} Hz)")
         interface = meta["action"]["interface"]
         self.action_term = QuadrotorAction(self.robot, interface)
-        self.obs_builder = ObservationBuilder(
-            [{"name": t["name"], "scale": t["scale"]} for t in meta["observation"]["policy"]], meta["action"]["size"])
-        self.safety = SafetyLayer(self.state_timeout_s, self.action_term)
-        self.safety.on_estop(self._estop)
-        self.last_action = self.action_term.hover_action(
-            torch.tensor([float(self.robot["mass"])]), float(self.robot["gravity"]),
-            torch.tensor([float(self.robot["max_motor_thrust"])]))
-        self._sample = None
-        self._goal_msg_seen = False
-        self._goal = None
-        if self.initial_goal is not None:
-            self._goal = self.initial_goal.copy()
-            self.safety.on_goal(True)
         self.command_topic = COMMAND_TOPICS[interface]
-        self._pub = self.create_lifecycle_publisher(Float32MultiArray, self.command_topic, self._qos)
-        self._subs = [self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
-                      self.create_subscription(PoseStamped, "goal", self._on_goal, self._qos)]
+        self._configure_io(meta)
         self.fault = "inactive"
         self.get_logger().info(f"configured {self.policy_dir} ({meta['task']}, {interface} on "
                                f"{self.command_topic}, {1.0 / self.period_s:.4g} Hz)")
         return super().on_configure(state)
+
+    def check_policy(self, meta: dict) -> None:
+        """Refuse (:class:`PolicyMismatchError`) a validated policy this node cannot run: a swarm policy needs the
+        swarm node (its neighbour and obstacle blocks are not built from one drone's odometry)."""
+        if "swarm" in meta or meta.get("task") == "quadrotor-swarm":
+            raise PolicyMismatchError([("task", f"{meta.get('task')!r} is a swarm policy: run it with the swarm "
+                                                f"node (sim2real deploy --drones NAMES ...)")])
+
+    def hover_action(self) -> torch.Tensor:
+        """The task's reset action ``[1, A]`` (nominal hover): ``last_action`` before the first policy step."""
+        return self.action_term.hover_action(
+            torch.tensor([float(self.robot["mass"])]), float(self.robot["gravity"]),
+            torch.tensor([float(self.robot["max_motor_thrust"])]))
+
+    def _configure_io(self, meta: dict) -> None:
+        """Observation builder, safety layer, goal and the topics of a configured node."""
+        self.obs_builder = ObservationBuilder(
+            [{"name": t["name"], "scale": t["scale"]} for t in meta["observation"]["policy"]], meta["action"]["size"])
+        self.safety = SafetyLayer(self.state_timeout_s, self.action_term)
+        self.safety.on_estop(self._estop)
+        self.last_action = self.hover_action()
+        reset_goal(self, self.initial_goal)
+        self._pub = self.create_lifecycle_publisher(Float32MultiArray, self.command_topic, self._qos)
+        self._subs = [self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
+                      self.create_subscription(PoseStamped, "goal", self._on_goal, self._qos)]
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # enables the lifecycle publisher
@@ -160,13 +231,20 @@ class PolicyNode(LifecycleNode):
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
-        if self.active and self._pub is not None and self.safety is not None:
-            self._publish(self.safety.safe_command())
-            acked = wait_for_acks([self._pub])
+        publishers = self._publish_safe() if self.active else []
+        if publishers:
+            acked = wait_for_acks(publishers)
             self.get_logger().info("control stopped: safe command published"
                                    + ("" if acked else " (not acknowledged by every subscriber)"))
         self.active = False
         self.fault = "inactive"
+
+    def _publish_safe(self) -> list:
+        """Publish the safe command once on every command topic; returns the publishers used."""
+        if self._pub is None or self.safety is None:
+            return []
+        self._publish(self.safety.safe_command())
+        return [self._pub]
 
     def _release(self) -> None:
         for sub in self._subs:
@@ -186,40 +264,18 @@ class PolicyNode(LifecycleNode):
             self.get_logger().warning("e-stop release ignored: the e-stop is latched until restart",
                                       throttle_duration_sec=1.0)
         self._estop = self._estop or bool(msg.data)
+        self._apply_estop(bool(msg.data))
+
+    def _apply_estop(self, engaged: bool) -> None:
+        """Hand an e-stop message to the safety layer (of every drone this node flies)."""
         if self.safety is not None:
-            self.safety.on_estop(bool(msg.data))
+            self.safety.on_estop(engaged)
 
     def _on_odom(self, msg: Odometry) -> None:
-        now = time.monotonic()
-        sample = odometry_to_sample(msg)
-        if sample is None:
-            self.safety.on_state(now, False)
-            self.get_logger().warning("odometry with NaN/Inf or a non-unit quaternion discarded",
-                                      throttle_duration_sec=1.0)
-            return
-        self._sample = sample
-        self.safety.on_state(now, True)
-        if self._goal is None and not self._goal_msg_seen:
-            self._goal = sample.pos_w.copy()
-            self.safety.on_goal(True)
-            self.get_logger().info(f"no goal given: holding the first position {np.round(sample.pos_w, 3).tolist()}")
+        accept_odometry(self, msg, time.monotonic(), self.get_logger())
 
     def _on_goal(self, msg: PoseStamped) -> None:
-        frame = msg.header.frame_id
-        odom_frame = self._sample.frame_id if self._sample is not None else ""
-        if frame not in WORLD_FRAMES and frame != odom_frame:
-            self.get_logger().warning(f"goal in frame '{frame}' ignored (expected the odometry frame "
-                                      f"'{odom_frame or 'world'}')", throttle_duration_sec=1.0)
-            return
-        self._goal_msg_seen = True
-        goal = goal_to_position(msg)
-        if not np.isfinite(goal).all():
-            self.safety.on_goal(False)
-            self.get_logger().warning("goal with NaN/Inf: motors idle until a valid goal arrives",
-                                      throttle_duration_sec=1.0)
-            return
-        self._goal = goal
-        self.safety.on_goal(True)
+        accept_goal(self, msg, self.get_logger())
 
     # --- control --------------------------------------------------------------------------------------------
     def observation(self) -> np.ndarray:
@@ -239,14 +295,7 @@ class PolicyNode(LifecycleNode):
                 self.last_action = action.clamp(-1.0, 1.0)
         else:
             command = self.safety.safe_command()
-        self.tick_faults[fault or "ok"] += 1
-        if fault != self.fault:
-            self.fault_since = now
-            if fault is None:
-                self.get_logger().info("policy in control")
-            else:
-                self.get_logger().warning(f"safe command: {fault}")
-            self.fault = fault
+        record_fault(self, fault, now, self.get_logger())
         self._publish(command)
 
     def _publish(self, command: torch.Tensor) -> None:
@@ -257,7 +306,8 @@ class PolicyNode(LifecycleNode):
 def deploy_main(args) -> int:
     """``sim2real deploy``: validate the policy against the robot, start the node, spin until ``--duration``
     or Ctrl-C / SIGTERM (then publish the safe command once and shut down). A ``kind: legged`` robot runs
-    :class:`~sim2real.deploy.legged_node.LeggedPolicyNode` instead (``legged_deploy_main``).
+    :class:`~sim2real.deploy.legged_node.LeggedPolicyNode` instead (``legged_deploy_main``); ``--drones`` or a
+    ``quadrotor-swarm`` policy the swarm nodes (:func:`~sim2real.deploy.swarm_node.swarm_deploy_main`).
 
     Raises:
         PolicyMismatchError: the policy does not fit the robot or is damaged (the CLI prints ``error: ...``
@@ -265,7 +315,7 @@ def deploy_main(args) -> int:
         ConfigError: unknown robot or unreadable robot YAML.
     """
     from sim2real.configs import load_robot
-    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
 
     robot = load_robot(args.robot)
     if robot.get("kind") == "legged":
@@ -274,6 +324,10 @@ def deploy_main(args) -> int:
         if args.namespace is None:
             args.namespace = f"/{robot.get('name')}"
         return legged_deploy_main(args, robot)
+    if getattr(args, "drones", None) is not None or _policy_task(args.policy) == "quadrotor-swarm":
+        from sim2real.deploy.swarm_node import swarm_deploy_main
+
+        return swarm_deploy_main(args, robot)
     if args.namespace is None:
         args.namespace = "/crazyflie"
     OnnxPolicy(args.policy, robot)  # refuse a bad policy before any ROS traffic
@@ -284,28 +338,55 @@ def deploy_main(args) -> int:
 
             raise ConfigError(f"--rate-hz {args.rate_hz:g} is outside the robot's control rates {lo:g}-{hi:g} Hz")
     torch.set_num_threads(1)
-    from rclpy.executors import SingleThreadedExecutor
-
     with stop_on_signals(), ros_context() as ctx:
         node = PolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
                           state_timeout_s=args.state_timeout, goal=args.goal, rate_hz=args.rate_hz, context=ctx)
-        executor = SingleThreadedExecutor(context=ctx)
+        run_policy_nodes(ctx, [node], args.activate, args.duration)
+    return 0
+
+
+def _policy_task(policy_dir) -> str | None:
+    """The ``task`` of a policy's metadata, or None when it cannot be read (:class:`OnnxPolicy` then says why)."""
+    from sim2real.policies.metadata import load_metadata
+
+    try:
+        return load_metadata(Path(policy_dir)).get("task")
+    except PolicyMismatchError:
+        return None
+
+
+def run_policy_nodes(ctx, nodes: list, activate: bool, duration_s: float | None) -> None:
+    """Spin policy ``nodes`` (lifecycle nodes of this module's kind) in one executor until ``duration_s`` or
+    Ctrl-C / SIGTERM; with ``activate`` configure and activate each first (otherwise they wait for lifecycle
+    transitions). At the end every active node is deactivated (its safe command published once) and destroyed.
+
+    Raises:
+        PolicyMismatchError: ``configure`` failed with ``activate``.
+    """
+    from rclpy.executors import SingleThreadedExecutor
+
+    from sim2real.deploy.ros_runtime import spin_for
+
+    executor = SingleThreadedExecutor(context=ctx)
+    for node in nodes:
         executor.add_node(node)
-        try:
-            if args.activate:
+    try:
+        for node in nodes:
+            if activate:
                 if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
                     raise node.configure_error or PolicyMismatchError([("policy", "configure failed")])
                 node.trigger_activate()
             else:
                 node.get_logger().info("unconfigured: waiting for lifecycle transitions on "
                                        f"{node.get_fully_qualified_name()}/change_state")
-            spin_for(executor, ctx, args.duration)
-        finally:
+        spin_for(executor, ctx, duration_s)
+    finally:
+        for node in nodes:
             try:
                 if node.active:
                     node.trigger_deactivate()  # publishes the safe command once
             except KeyboardInterrupt:
                 pass
-            executor.shutdown()
+        executor.shutdown()
+        for node in nodes:
             node.destroy_node()
-    return 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from geometry_msgs.msg import PoseArray, PoseStamped
+from geometry_msgs.msg import Pose, PoseArray, PoseStamped
 from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
@@ -156,6 +156,45 @@ def command_from_message(msg: Float32MultiArray, size: int = 4) -> np.ndarray | 
     if data.shape[0] != size or not np.isfinite(data).all():
         return None
     return data
+
+
+# --- quadrotor swarm -----------------------------------------------------------------------------------------------
+#: Values of the swarm's world message (``std_msgs/Float32MultiArray`` on ``<swarm_ns>/world``), in order [m].
+WORLD_FIELDS = ("room_half", "room_height", "obstacle_radius", "drone_radius")
+
+
+def obstacles_to_message(centers, frame_id: str = "world") -> PoseArray:
+    """Column centres ``[C, 2]`` (x, y) [m] as ``geometry_msgs/PoseArray``: one pose per column at its axis on the
+    floor ``(x, y, 0)``, identity orientation (columns are vertical cylinders from floor to ceiling; their radius
+    is the world message's)."""
+    msg = PoseArray()
+    msg.header.frame_id = frame_id
+    for x, y in torch.as_tensor(centers, dtype=torch.float64).reshape(-1, 2).tolist():
+        pose = Pose()
+        pose.position.x, pose.position.y = float(x), float(y)
+        pose.orientation.w = 1.0
+        msg.poses.append(pose)
+    return msg
+
+
+def obstacles_from_message(msg: PoseArray) -> torch.Tensor | None:
+    """Column centres ``[C, 2]`` (float32, m) of an obstacle ``PoseArray``, or None when a position is NaN/Inf."""
+    xy = np.array([[p.position.x, p.position.y] for p in msg.poses], dtype=np.float64).reshape(-1, 2)
+    if not np.isfinite(xy).all():
+        return None
+    return torch.as_tensor(xy, dtype=torch.float32)
+
+
+def world_to_message(room) -> Float32MultiArray:
+    """The room's :data:`WORLD_FIELDS` (of a :class:`~sim2real.tasks.quadrotor_swarm.world.RoomSpec`) as
+    ``Float32MultiArray`` (``layout.dim[0].label`` = the comma-joined field names)."""
+    return command_to_message([float(getattr(room, f)) for f in WORLD_FIELDS], list(WORLD_FIELDS))
+
+
+def world_from_message(msg: Float32MultiArray) -> dict[str, float] | None:
+    """``{field: value}`` of a world message, or None if it has another length or NaN/Inf."""
+    values = command_from_message(msg, len(WORLD_FIELDS))
+    return None if values is None else dict(zip(WORLD_FIELDS, (float(v) for v in values)))
 
 
 # --- legged robots -------------------------------------------------------------------------------------------------

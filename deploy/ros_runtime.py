@@ -11,6 +11,7 @@ import rclpy
 from rclpy.context import Context
 from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.signals import SignalHandlerOptions
 
 
@@ -24,6 +25,12 @@ def ros_context():
         yield ctx
     finally:
         rclpy.try_shutdown(context=ctx)
+
+
+def latched_qos(depth: int = 1) -> QoSProfile:
+    """Reliable and transient-local: a subscriber that joins later still receives the last ``depth`` messages
+    (maps and settings published once, like the swarm's obstacle map)."""
+    return QoSProfile(depth=depth, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 #: Set by Ctrl-C / SIGTERM inside :func:`stop_on_signals`; :func:`spin_for` returns when it is set.

@@ -45,6 +45,27 @@ COMMAND_TOPICS = {"motor_thrust": "cmd/motors", "ctbr": "cmd/ctbr"}
 WORLD_FRAME, BODY_FRAME = "world", "base_link"
 
 
+def standin_params(robot: dict, num: int, mass_scale: float = 1.0, thrust_scale: float = 1.0,
+                   inertia_scale: float = 1.0, motor_time_constant: float | None = None) -> QuadrotorParams:
+    """The stand-in's true parameters of ``num`` drones: the robot config's nominal ones scaled (true / nominal
+    mass, max motor thrust and inertia) and, if given, another motor time constant [s]."""
+    p = QuadrotorParams.from_robot(robot, num)
+    p.mass = p.mass * mass_scale
+    p.max_motor_thrust = p.max_motor_thrust * thrust_scale
+    p.inertia = p.inertia * inertia_scale
+    if motor_time_constant is not None:
+        p.motor_time_constant = torch.full_like(p.motor_time_constant, float(motor_time_constant))
+    return p
+
+
+def odometry_message(stamp, dyn: QuadrotorDynamics, i: int) -> Odometry:
+    """``nav_msgs/Odometry`` of drone ``i`` of ``dyn``: frame ``world`` / child ``base_link``, pose in the world
+    frame, twist in the body frame, stamped ``stamp``."""
+    odom = Odometry()
+    odom.header.stamp, odom.header.frame_id, odom.child_frame_id = stamp, WORLD_FRAME, BODY_FRAME
+    return fill_odometry(odom, dyn.pos_w[i], dyn.quat_w[i], dyn.lin_vel_w[i], dyn.ang_vel_b[i])
+
+
 class SimQuadrotorNode(Node):
     """A real-time simulated quadrotor on the deploy topics (see the module docstring).
 
@@ -75,12 +96,7 @@ class SimQuadrotorNode(Node):
             raise ValueError(f"sensor rate {sensor_rate_hz} Hz is above the physics rate {1.0 / dt:.4g} Hz")
         super().__init__(node_name, namespace=namespace, context=context)
         self.robot = robot
-        p = QuadrotorParams.from_robot(robot, 1)
-        p.mass = p.mass * mass_scale
-        p.max_motor_thrust = p.max_motor_thrust * thrust_scale
-        p.inertia = p.inertia * inertia_scale
-        if motor_time_constant is not None:
-            p.motor_time_constant = torch.full_like(p.motor_time_constant, float(motor_time_constant))
+        p = standin_params(robot, 1, mass_scale, thrust_scale, inertia_scale, motor_time_constant)
         self.dyn = QuadrotorDynamics(p, dt)
         self.dt = float(dt)
         self.initial_position = torch.tensor(initial_position, dtype=torch.float32).reshape(1, 3)
@@ -170,9 +186,7 @@ class SimQuadrotorNode(Node):
         """Publish odometry and IMU of the current state, stamped with the node clock."""
         d = self.dyn
         stamp = self.get_clock().now().to_msg()
-        odom = Odometry()
-        odom.header.stamp, odom.header.frame_id, odom.child_frame_id = stamp, WORLD_FRAME, BODY_FRAME
-        fill_odometry(odom, d.pos_w[0], d.quat_w[0], d.lin_vel_w[0], d.ang_vel_b[0])
+        odom = odometry_message(stamp, d, 0)
         imu = Imu()
         imu.header.stamp, imu.header.frame_id = stamp, BODY_FRAME
         fill_imu(imu, d.quat_w[0], d.ang_vel_b[0], self.specific_force_b[0])

@@ -197,6 +197,9 @@ def resolve_collisions(pos_w: torch.Tensor, vel_w: torch.Tensor, centers: torch.
         vel = vel - (0.5 * (1.0 + e) * v_rel_n * n * approaching).sum(dim=2)
 
     # Columns.
+    if centers.shape[-2] == 0:  # an empty grid: no column to hit
+        obstacle = torch.zeros(pos.shape[:2], dtype=torch.bool, device=pos.device)
+        return _walls(pos, vel, room, e, pairs, obstacle)
     dist, idx = column_distance(pos[..., :2], centers, occupied)
     c = centers if centers.dim() == 3 else centers.unsqueeze(0).expand(pos.shape[0], -1, -1)
     nearest = torch.gather(c, 1, idx.unsqueeze(-1).expand(-1, -1, 2))  # [R, M, 2]
@@ -215,7 +218,13 @@ def resolve_collisions(pos_w: torch.Tensor, vel_w: torch.Tensor, centers: torch.
         v_xy = torch.where(bounce, vel[..., :2] - (1.0 + e) * v_n * n, vel[..., :2])
         vel = torch.cat((v_xy, vel[..., 2:]), dim=-1)
 
-    # Walls, ceiling and floor.
+    return _walls(pos, vel, room, e, pairs, obstacle)
+
+
+def _walls(pos: torch.Tensor, vel: torch.Tensor, room: RoomSpec, e: float, pairs: torch.Tensor,
+           obstacle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Contacts]:
+    """Walls, ceiling and floor of :func:`resolve_collisions`, and its :class:`Contacts`."""
+    r_d = room.drone_radius
     lo = torch.tensor([-room.room_half + r_d, -room.room_half + r_d, r_d], device=pos.device)
     hi = torch.tensor([room.room_half - r_d, room.room_half - r_d, room.room_height - r_d], device=pos.device)
     below, above = pos < lo, pos > hi

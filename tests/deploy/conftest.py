@@ -1,6 +1,6 @@
-"""Fixtures of the deploy tests: synthetic linear policies for the quadrotor, the legged robot and the humanoid
-footstep task (ROS isolation and contexts: tests/conftest.py). ``write_legged_policy`` and
-``write_footstep_policy`` are also used by tests/e2e (loaded by path)."""
+"""Fixtures of the deploy tests: synthetic linear policies for the quadrotor, the legged robot, the humanoid
+footstep task and the quadrotor swarm (ROS isolation and contexts: tests/conftest.py). ``write_legged_policy``,
+``write_footstep_policy`` and ``write_swarm_policy`` are also used by tests/e2e (loaded by path)."""
 
 from __future__ import annotations
 
@@ -174,6 +174,39 @@ def footstep_policy(tmp_path_factory):
                           None if weight is None else np.asarray(weight, dtype=np.float32).tolist()])
         if key not in folders:
             folders[key] = write_footstep_policy(tmp_path_factory.mktemp("footstep_policy"), bias, weight)
+        return folders[key]
+
+    return make
+
+
+SWARM_TASK = "quadrotor-swarm"
+
+
+def swarm_env(robot_json: str | None = None, overrides: tuple[str, ...] = ()):
+    """(resolved config, 1-room env) of quadrotor-swarm with config ``overrides`` (see :func:`_task_env`)."""
+    return _task_env(SWARM_TASK, robot_json, ("env.num_envs=1", *overrides))
+
+
+def write_swarm_policy(out_dir: Path, bias, weight: np.ndarray | None = None, overrides: tuple[str, ...] = ()) -> Path:
+    """A synthetic linear quadrotor-swarm policy ``actions = obs @ weight + bias`` (weight ``[D, 4]``, default zeros)
+    with the task's real metadata, swarm section included (see :func:`write_task_policy`); ``overrides``: task
+    config overrides, e.g. ``("observations.num_neighbors=4",)``."""
+    return write_task_policy(out_dir, functools.partial(swarm_env, overrides=tuple(overrides)),
+                             "linear_swarm_policy", bias, weight)
+
+
+@pytest.fixture(scope="session")
+def swarm_policy(tmp_path_factory):
+    """Factory: ``swarm_policy(bias=None, weight=None, overrides=()) -> policy folder`` (see
+    :func:`write_swarm_policy`; bias default zeros); one folder per distinct policy for the session (read-only)."""
+    folders: dict[str, Path] = {}
+
+    def make(bias=None, weight=None, overrides=()):
+        bias = np.zeros(4) if bias is None else bias
+        key = json.dumps([np.asarray(bias, dtype=np.float32).tolist(),
+                          None if weight is None else np.asarray(weight, dtype=np.float32).tolist(), list(overrides)])
+        if key not in folders:
+            folders[key] = write_swarm_policy(tmp_path_factory.mktemp("swarm_policy"), bias, weight, overrides)
         return folders[key]
 
     return make

@@ -116,3 +116,12 @@ def test_free_positions_keep_their_separation_and_zone():
     assert ((pos >= lo) & (pos <= hi)).all()
     with pytest.raises(ValueError, match="cannot hold"):
         free_positions(lo, hi, 1, 500, 0.4)
+
+
+def test_an_empty_column_grid_is_handled():
+    pos = torch.tensor([[[0.0, 0.0, 0.01]]])
+    vel = torch.tensor([[[0.0, 0.0, -1.0]]])
+    new_pos, new_vel, c = resolve_collisions(pos, vel, torch.zeros(0, 2), torch.zeros(1, 0, dtype=torch.bool), ROOM,
+                                             restitution=0.5)
+    assert not c.obstacle.any() and c.floor.all()
+    assert new_vel[0, 0, 2].item() == pytest.approx(0.5)

@@ -1,0 +1,197 @@
+"""The swarm stand-in: the task's collision model and contact counting, per-drone hand launch and watchdog, its
+topics (odometry convention, latched obstacle map and world, collisions) and the CLI's report."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+from geometry_msgs.msg import PoseArray
+from nav_msgs.msg import Odometry
+from std_msgs.msg import Float32MultiArray, Int32MultiArray
+
+from sim2real.cli import main
+from sim2real.configs import load_robot
+from sim2real.deploy.ros_conversions import command_to_message, obstacles_from_message, odometry_to_sample
+from sim2real.deploy.ros_runtime import BackgroundSpin, latched_qos
+from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from sim2real.hardware.sim_swarm import CONTACT_KINDS, SimSwarmNode, SwarmWorld, column_grid
+from sim2real.sim.rotations import quat_from_yaw, quat_to_rotmat
+
+ROBOT = load_robot("crazyflie2")
+WORLD = SwarmWorld.load()
+ROOM = WORLD.room
+CENTERS = ROOM.cell_centers()
+DRONE, OBSTACLE, FLOOR, WALL = range(4)
+
+
+def grid(*cells_xy) -> torch.Tensor:
+    """Occupancy ``[C]`` with columns at the given cell centres (x, y)."""
+    occ = torch.zeros(ROOM.num_cells, dtype=torch.bool)
+    for x, y in cells_xy:
+        occ[int(torch.argmin(torch.linalg.vector_norm(CENTERS - torch.tensor([x, y]), dim=-1)))] = True
+    return occ
+
+
+@pytest.fixture
+def swarm(ros_ctx, namespace):
+    """``swarm(positions, occupied=None, **kwargs) -> SimSwarmNode`` (not spinning: tests step it by hand)."""
+    with contextlib.ExitStack() as stack:
+
+        def make(positions, occupied=None, **kwargs):
+            kwargs = {"mass_scale": 1.0, "thrust_scale": 1.0, "inertia_scale": 1.0, **kwargs}
+            occupied = torch.zeros(ROOM.num_cells, dtype=torch.bool) if occupied is None else occupied
+            names = [f"cf{i}" for i in range(len(positions))]
+            node = SimSwarmNode(ROBOT, names, WORLD, CENTERS, occupied, positions, swarm_ns=namespace,
+                                context=ros_ctx, **kwargs)
+            stack.callback(node.destroy_node)
+            return node
+
+        yield make
+
+
+def fly(node: SimSwarmNode, pitch_of, steps: int, gain: float = 8.0) -> list[torch.Tensor]:
+    """Step ``node`` by hand for ``steps`` physics steps, each drone's ctbr command from a small attitude loop in
+    this test: pitch (about world y, toward +x) to ``pitch_of(step)[i]`` rad, level roll, altitude-holding thrust.
+    Returns the positions after each step."""
+    out = []
+    m, g = float(ROBOT["mass"]), float(ROBOT["gravity"])
+    for k in range(steps):
+        rot = quat_to_rotmat(node.dyn.quat_w)
+        pitch, roll = torch.asin(rot[:, 0, 2].clamp(-1, 1)), torch.asin(rot[:, 2, 1].clamp(-1, 1))
+        target = torch.as_tensor(pitch_of(k), dtype=torch.float32)
+        vz = node.dyn.lin_vel_w[:, 2]
+        thrust = (m * g - 0.1 * vz) / torch.cos(pitch).clamp_min(0.5)
+        for i in range(len(node.names)):
+            cmd = [float(thrust[i]), -gain * float(roll[i]), gain * float(target[i] - pitch[i]), 0.0]
+            node._on_command(command_to_message(cmd, ["t", "p", "q", "r"]), i, "ctbr")
+        node.physics_step(time.monotonic())
+        out.append(node.positions())
+    return out
+
+
+def test_two_drones_flown_at_each_other_collide_once_and_bounce(swarm):
+    node = swarm([[-0.6, 0.0, 1.5], [0.6, 0.0, 1.5]])
+    # Tilt toward each other for 0.4 s, then level and coast into each other.
+    track = fly(node, lambda k: [0.25, -0.25] if k < 40 else [0.0, 0.0], 250)
+    gaps = [float(p[1, 0] - p[0, 0]) for p in track]
+    k_hit = next(k for k, gap in enumerate(gaps) if gap <= 2 * ROOM.drone_radius + 1e-5)
+    assert node.contact_counts[:, DRONE].tolist() == [1, 1]  # one contact: one event each
+    assert node.contact_counts[:, OBSTACLE:].sum() == 0
+    assert gaps[k_hit - 1] > 2 * ROOM.drone_radius  # they approached ...
+    assert gaps[-1] > gaps[k_hit] + 0.1  # ... and bounced apart
+    assert min(gaps) >= 2 * ROOM.drone_radius - 1e-5  # never overlapping after the collision model
+    report = node.report()
+    assert report["drones"]["cf0"]["contacts"] == {"drone": 1, "obstacle": 0, "floor": 0, "wall": 0}
+    assert report["total_collisions"] == 2
+
+
+def test_a_drone_flown_into_a_column_bounces_and_is_counted(swarm):
+    column = (0.5, 0.5)
+    node = swarm([[-0.6, 0.5, 1.2], [-0.6, -2.5, 1.2]], occupied=grid(column))
+    track = fly(node, lambda k: [0.3, 0.0] if k < 40 else [0.0, 0.0], 250)
+    xs = [float(p[0, 0]) for p in track]
+    surface = column[0] - ROOM.obstacle_radius - ROOM.drone_radius
+    assert max(xs) <= surface + 1e-5  # never inside the column
+    assert xs[-1] < max(xs) - 0.1  # bounced back
+    assert node.contact_counts[0].tolist() == [0, 1, 0, 0]
+    assert node.contact_counts[1].tolist() == [0, 0, 0, 0]  # the drone hovering elsewhere touched nothing
+
+
+def test_drones_are_held_until_their_own_first_command_and_idle_without_commands(swarm):
+    start = [[0.0, -4.0, 1.0], [1.0, -4.0, 1.0]]
+    node = swarm(start, command_timeout_s=0.2)
+    hover = float(ROBOT["mass"]) * float(ROBOT["gravity"])
+    node._on_command(command_to_message([hover, 0.0, 0.0, 0.0], ["t", "p", "q", "r"]), 0, "ctbr")
+    t0 = time.monotonic()
+    for _ in range(20):
+        node.physics_step(t0)
+    assert node.released.tolist() == [True, False]
+    assert node.positions()[1].tolist() == pytest.approx(start[1])  # held in the hand
+    assert float(node.positions()[0, 2]) == pytest.approx(1.0, abs=1e-3)  # hovering on the command
+    for _ in range(40):  # 0.3 s later without a command: the watchdog idles cf0, which falls
+        node.physics_step(t0 + 0.3)
+    assert node.watchdog_tripped.tolist() == [True, False]
+    assert float(node.dyn.motor_thrust[0].sum()) < 0.05 * hover
+    assert float(node.positions()[0, 2]) < 0.95
+
+
+def test_odometry_pose_in_world_twist_in_body_frame(swarm):
+    node = swarm([[0.0, -4.0, 1.0]])
+    node.dyn.quat_w[0] = quat_from_yaw(torch.tensor([math.pi / 2]))[0]
+    node.dyn.lin_vel_w[0] = torch.tensor([0.0, 0.3, 0.1])
+    node.dyn.ang_vel_b[0] = torch.tensor([0.0, 0.0, 0.4])
+    from sim2real.hardware.sim_quadrotor import odometry_message
+
+    msg = odometry_message(node.get_clock().now().to_msg(), node.dyn, 0)
+    assert (msg.header.frame_id, msg.child_frame_id) == ("world", "base_link")
+    t = msg.twist.twist
+    assert (t.linear.x, t.linear.y, t.linear.z) == pytest.approx((0.3, 0.0, 0.1), abs=1e-6)  # body x = world y
+    assert t.angular.z == pytest.approx(0.4)
+    back = odometry_to_sample(msg)  # the deploy side's conversion recovers the world-frame state
+    np.testing.assert_allclose(back.lin_vel_w, [0.0, 0.3, 0.1], atol=1e-6)
+    np.testing.assert_allclose(back.pos_w, [0.0, -4.0, 1.0], atol=1e-6)
+
+
+def test_topics_odometry_per_drone_latched_world_and_collisions(ros_ctx, namespace, swarm):
+    node = swarm([[0.0, -4.0, 1.0], [1.0, -4.0, 1.5], [-1.0, -4.0, 2.0]], occupied=grid((0.5, 0.5), (-1.5, 2.5)))
+    names = node.names
+    probe = TopicRecorder("probe", {f"{namespace}/{n}/odom": Odometry for n in names}, context=ros_ctx)
+    late: dict[str, list] = {"obstacles": [], "world": [], "collisions": []}
+    for topic, kind in (("obstacles", PoseArray), ("world", Float32MultiArray), ("collisions", Int32MultiArray)):
+        probe.create_subscription(kind, f"{namespace}/{topic}", lambda m, t=topic: late[t].append(m), latched_qos())
+    try:
+        with BackgroundSpin(ros_ctx, node, probe):
+            t0 = time.monotonic()
+            time.sleep(1.0)
+            counts = [len(probe.messages(f"{namespace}/{n}/odom", since=t0 + 0.1)) for n in names]
+            assert all(70 <= c <= 100 for c in counts), counts  # 100 Hz each
+            for i, n in enumerate(names):
+                p = probe.last(f"{namespace}/{n}/odom")[1].pose.pose.position
+                assert (p.x, p.y, p.z) == pytest.approx(tuple(node.start_positions[i].tolist()))
+            assert wait_until(lambda: all(late.values()), 2.0)  # transient-local: received by a late joiner
+    finally:
+        probe.destroy_node()
+    obstacles = obstacles_from_message(late["obstacles"][-1])
+    assert late["obstacles"][-1].header.frame_id == "world"
+    assert sorted(map(tuple, obstacles.tolist())) == [(-1.5, 2.5), (0.5, 0.5)]
+    assert list(late["world"][-1].data) == pytest.approx([5.0, 3.0, 0.2, 0.065])
+    c = late["collisions"][-1]
+    assert c.layout.dim[0].label == ",".join(names) and c.layout.dim[1].label == ",".join(CONTACT_KINDS)
+    assert list(c.data) == [0] * 12
+
+
+def test_standin_cli_writes_the_report(tmp_path, namespace):
+    report = tmp_path / "report.json"
+    assert main(["standin", "--drones", "3", "--swarm-ns", namespace, "--density", "0.2", "--seed", "3",
+                 "--duration", "0.5", "--report", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert list(data["drones"]) == ["cf0", "cf1", "cf2"]
+    assert len(data["columns"]) == round(0.2 * ROOM.num_cells)
+    starts = np.array([d["start_position"] for d in data["drones"].values()])
+    assert (starts[:, 1] >= -4.6).all() and (starts[:, 1] <= -3.4).all()  # the task's start zone
+    assert np.linalg.norm(starts[:, None] - starts[None], axis=-1)[np.triu_indices(3, 1)].min() >= 0.4
+    for d in data["drones"].values():
+        assert d["final_position"] == d["start_position"] and not d["released"] and d["collisions"] == 0
+    # The same seed places the same columns.
+    _, occupied = column_grid(ROOM, 0.2, 3)
+    assert sorted(map(tuple, data["columns"])) == sorted(map(tuple, CENTERS[occupied].tolist()))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--drones", "2", "--positions", "0,-4,1"], "1 positions for 2 drones"),
+    (["--drones", "1", "--positions", "0.5,0.5,1"], "inside a column"),
+    (["--drones", "1", "--positions", "0,-6,1"], "outside the room"),
+    (["--drones", "a,a"], "given twice"),
+    (["--drones", "cf-0,cf1"], "drone name 'cf-0'"),
+    (["--drones", "2", "--density", "1.5"], "--density"),
+])
+def test_standin_cli_refuses_bad_swarm_options(capsys, namespace, args, message):
+    assert main(["standin", "--swarm-ns", namespace, "--density", "1.0", "--duration", "0.1", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err, err
