@@ -52,6 +52,7 @@ def check_config(cfg: dict) -> None:
     _require(0 < goals["x_half"] < world["room_half"], "goals.x_half", "must be in (0, world.room_half)")
     _require(world["drone_radius"] < goals["z_range"][0] and goals["z_range"][1] < world["room_height"],
              "goals.z_range", "must lie between the floor and the ceiling")
+    _require(goals["goal_clearance"] >= 0, "goals.goal_clearance", "must be >= 0")
     for key in ("min_separation", "formation_spacing"):
         _require(goals[key] > 2 * world["drone_radius"], f"goals.{key}",
                  "must exceed a drone's diameter (2 * world.drone_radius)")

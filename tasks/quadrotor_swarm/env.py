@@ -318,9 +318,12 @@ class QuadrotorSwarmEnv(VecEnv):
         dev = self.device
         ids = self.drone_ids(rooms)
         density, visible, fraction = self._room_levels(rooms)
-        occupied = sample_occupancy(density, self.room.num_cells)
         starts, goals = sample_starts_and_goals(self.cfg["goals"], b, m, dev)
-        goals = starts + fraction.view(b, 1, 1) * (goals - starts)
+        # Shorter flights: the room's goal set is translated towards the starts' centroid (which keeps the goals'
+        # spacing), by (1 - fraction) of the centroid offset.
+        shift = starts.mean(1, keepdim=True) - goals.mean(1, keepdim=True)
+        goals = goals + (1.0 - fraction).view(b, 1, 1) * shift
+        occupied = sample_occupancy(density, self.room.num_cells) & ~self._cells_near(goals)
         quat = torch.zeros(b, m, 4, device=dev)
         quat[..., 0] = 1.0
         zeros = torch.zeros(b, m, 3, device=dev)
@@ -363,6 +366,13 @@ class QuadrotorSwarmEnv(VecEnv):
         self.prev_obstacle[ids] = False
         self.prev_boundary[ids] = False
         self.episode_length_buf[ids] = state["step"].repeat_interleave(m)
+
+    def _cells_near(self, goals: torch.Tensor) -> torch.Tensor:
+        """Cells ``[B, C]`` whose column would stand within ``goal_clearance`` of a goal (no column is placed
+        there: every goal is reachable)."""
+        d = torch.cdist(goals[..., :2], self.centers.unsqueeze(0).expand(goals.shape[0], -1, -1))  # [B, M, C]
+        reach = self.room.obstacle_radius + self.room.drone_radius + self.cfg["goals"]["goal_clearance"]
+        return (d < reach).any(dim=1)
 
     def room_state(self, rooms: torch.Tensor) -> dict[str, torch.Tensor]:
         """The replayable state of ``rooms`` (``REPLAY_KEYS``; drone tensors ``[B, M, ...]``)."""

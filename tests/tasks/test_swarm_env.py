@@ -56,22 +56,28 @@ def test_starts_and_goals_are_in_their_zones():
     assert (goals[:, 0].abs() <= g["x_half"] + 1e-6).all()
 
 
-def test_curriculum_level_moves_goals_along_the_flight():
-    env = _env(rooms=6, **{"curriculum.goal_fraction_min": 0.25})
+def test_curriculum_level_shortens_flights_keeping_goal_spacing_and_clear_of_columns():
+    env = _env(rooms=6, **{"curriculum.goal_fraction_min": 0.25, "goals.scenario_weights": "{random: 1.0}",
+                           "curriculum.density_max": 1.0})
     env.curriculum.levels[:] = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     torch.manual_seed(3)
     env._reset_rooms(torch.arange(6), allow_replay=False)
-    start = env.room_view(env.dyn.pos_w)
-    dist = torch.linalg.vector_norm(env.room_view(env.goal_w) - start, dim=-1)
-    g = env.cfg["goals"]
-    gap = g["goal_y"][0] - g["start_y"][1]  # the shortest full flight crosses at least this gap in y
-    assert (dist[3:] >= gap).all()
-    assert (dist[:3] <= 0.25 * ((g["goal_y"][1] - g["start_y"][0]) ** 2 + (2 * g["x_half"]) ** 2
-                                + (g["z_range"][1] - g["z_range"][0]) ** 2) ** 0.5 + 1e-5).all()
+    start, goal = env.room_view(env.dyn.pos_w), env.room_view(env.goal_w)
+    offset = torch.linalg.vector_norm(goal.mean(1) - start.mean(1), dim=-1)  # centroid to centroid [m]
+    # Zone centres are 8 m apart in y: level 1 flies the full way, level 0 a quarter of it.
+    assert (offset[3:] > 7.0).all() and (offset[:3] > 1.0).all() and (offset[:3] < 3.0).all()
+    sep = torch.cdist(goal, goal) + torch.eye(4) * 10
+    assert sep.min() >= env.cfg["goals"]["min_separation"] - 1e-5
+    # Level 0 shortened flights end inside the obstacle area, yet no column stands on a goal.
+    reach = env.room.obstacle_radius + env.room.drone_radius + env.cfg["goals"]["goal_clearance"]
+    d = torch.cdist(goal[..., :2], env.centers.unsqueeze(0).expand(6, -1, -1))
+    assert ((d < reach) & env.occupied.unsqueeze(1)).sum() == 0
+    assert (goal[:3, :, 1].abs() < 3.0).any()  # some goals really are among the columns
 
 
 def test_curriculum_level_sets_density_and_visible_neighbours():
-    env = _env(rooms=4, **{"curriculum.neighbors_min": 1, "env.drones_per_env": 8})
+    env = _env(rooms=4, **{"curriculum.neighbors_min": 1, "env.drones_per_env": 8,
+                           "curriculum.goal_fraction_min": 1.0})  # full flights: goals far from every column
     k, cells = env.obs.num_neighbors, env.room.num_cells
     env.curriculum.levels[:] = torch.tensor([0.0, 0.5, 1.0, 0.25])
     env._reset_rooms(torch.arange(4), allow_replay=False)
