@@ -67,7 +67,8 @@ def cmd_list(args) -> int:
 # Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
 FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
                    "observations.policy", "observations.scales", "train.actor_hidden_dims", "train.critic_hidden_dims",
-                   "train.activation", "train.obs_normalization", "device")  # keys a task lacks are skipped
+                   "train.activation", "train.obs_normalization", "device", "observations.num_neighbors",
+                   "observations.sdf_size", "train.embed_dim", "train.num_heads")  # keys a task lacks are skipped
 
 
 def cmd_train(args) -> int:
