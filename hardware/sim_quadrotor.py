@@ -66,6 +66,14 @@ def odometry_message(stamp, dyn: QuadrotorDynamics, i: int) -> Odometry:
     return fill_odometry(odom, dyn.pos_w[i], dyn.quat_w[i], dyn.lin_vel_w[i], dyn.ang_vel_b[i])
 
 
+def check_standin_args(robot: dict, sensor_rate_hz: float, dt: float, what: str) -> None:
+    """Raise ValueError unless ``robot`` is a quadrotor and the sensor rate [Hz] is at most the physics rate."""
+    if robot.get("kind") != "quadrotor":
+        raise ValueError(f"{what} simulates quadrotors; robot '{robot.get('name')}' is {robot.get('kind')!r}")
+    if sensor_rate_hz * dt > 1.0 + 1e-9:
+        raise ValueError(f"sensor rate {sensor_rate_hz} Hz is above the physics rate {1.0 / dt:.4g} Hz")
+
+
 class SimQuadrotorNode(Node):
     """A real-time simulated quadrotor on the deploy topics (see the module docstring).
 
@@ -89,11 +97,7 @@ class SimQuadrotorNode(Node):
                  initial_position=(0.0, 0.0, 1.0), mass_scale: float = 1.05, thrust_scale: float = 0.97,
                  inertia_scale: float = 1.03, motor_time_constant: float | None = None, ext_force=(0.0, 0.0, 0.0),
                  sensor_rate_hz: float = 100.0, command_timeout_s: float = 0.2, dt: float = 0.01, context=None):
-        if robot.get("kind") != "quadrotor":
-            raise ValueError(f"the stand-in simulates quadrotors; robot '{robot.get('name')}' is "
-                             f"{robot.get('kind')!r}")
-        if sensor_rate_hz * dt > 1.0 + 1e-9:
-            raise ValueError(f"sensor rate {sensor_rate_hz} Hz is above the physics rate {1.0 / dt:.4g} Hz")
+        check_standin_args(robot, sensor_rate_hz, dt, "the stand-in")
         super().__init__(node_name, namespace=namespace, context=context)
         self.robot = robot
         p = standin_params(robot, 1, mass_scale, thrust_scale, inertia_scale, motor_time_constant)

@@ -60,7 +60,9 @@ from sim2real.deploy.arguments import check_swarm_names, drone_names, parse_posi
 from sim2real.deploy.ros_conversions import command_from_message, obstacles_to_message, world_to_message
 from sim2real.deploy.ros_runtime import latched_qos
 from sim2real.hardware.realtime import RealTimeStepper
-from sim2real.hardware.sim_quadrotor import COMMAND_TOPICS, WORLD_FRAME, odometry_message, standin_params
+from sim2real.hardware.sim_quadrotor import (
+    COMMAND_TOPICS, WORLD_FRAME, check_standin_args, odometry_message, standin_params,
+)
 from sim2real.sim.quadrotor import QuadrotorDynamics
 from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.quadrotor_swarm.world import RoomSpec, free_positions, resolve_collisions, sample_occupancy
@@ -176,11 +178,7 @@ class SimSwarmNode(Node):
                  mass_scale: float = 1.05, thrust_scale: float = 0.97, inertia_scale: float = 1.03,
                  motor_time_constant: float | None = None, ext_force=(0.0, 0.0, 0.0), sensor_rate_hz: float = 100.0,
                  command_timeout_s: float = 0.2, dt: float = 0.01, seed: int = 0, context=None):
-        if robot.get("kind") != "quadrotor":
-            raise ValueError(f"the swarm stand-in simulates quadrotors; robot '{robot.get('name')}' is "
-                             f"{robot.get('kind')!r}")
-        if sensor_rate_hz * dt > 1.0 + 1e-9:
-            raise ValueError(f"sensor rate {sensor_rate_hz} Hz is above the physics rate {1.0 / dt:.4g} Hz")
+        check_standin_args(robot, sensor_rate_hz, dt, "the swarm stand-in")
         n = len(names)
         pos = torch.as_tensor(positions, dtype=torch.float32).reshape(-1, 3)
         if pos.shape[0] != n:

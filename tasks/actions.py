@@ -49,6 +49,11 @@ class QuadrotorAction:
             return list(self.motor_names)
         return ["collective_thrust", "body_rate_x", "body_rate_y", "body_rate_z"]
 
+    def metadata(self) -> dict:
+        """The ``action`` section of an exported policy's metadata (without ``scaling``, which the exporter adds)."""
+        return {"interface": self.interface, "size": self.num_actions, "clip": [float(c) for c in self.clip],
+                "command_names": self.command_names, "command_units": self.command_units}
+
     @property
     def command_units(self) -> list[str]:
         if self.interface == "motor_thrust":

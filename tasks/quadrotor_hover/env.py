@@ -240,11 +240,5 @@ class QuadrotorHoverEnv(VecEnv):
             "task": "quadrotor-hover",
             "control_period_s": self.control_dt,
             "observation": {"policy": self.obs_builder.layout()},
-            "action": {
-                "interface": self.action_term.interface,
-                "size": self.num_actions,
-                "clip": [-1.0, 1.0],
-                "command_names": self.action_term.command_names,
-                "command_units": self.action_term.command_units,
-            },
+            "action": self.action_term.metadata(),
         }
