@@ -64,7 +64,7 @@ def check_config(cfg: dict) -> None:
              "sdf_resolution and sdf_clip must be positive")
 
     w = cfg["rewards"]
-    for key in ("goal_scale", "proximity_radius", "obstacle_margin"):
+    for key in ("goal_scale", "proximity_radius", "obstacle_margin", "max_speed"):
         _require(w[key] > 0, f"rewards.{key}", f"must be positive, got {w[key]}")
 
     check_quadrotor_dr(cfg["domain_rand"])

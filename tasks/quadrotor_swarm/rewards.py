@@ -13,7 +13,7 @@ from sim2real.sim.rotations import quat_to_rotmat
 from sim2real.tasks.quadrotor_swarm.world import min_column_clearance
 
 REWARD_TERMS = ("distance", "goal", "proximity", "obstacle_proximity", "collision_drone", "collision_obstacle",
-                "collision_floor", "lin_vel", "ang_vel", "tilt", "action_rate")
+                "collision_floor", "speed_limit", "lin_vel", "ang_vel", "tilt", "action_rate")
 EVENT_TERMS = ("collision_drone", "collision_obstacle", "collision_floor")
 SCHEDULED_PENALTIES = ("proximity", "obstacle_proximity", "collision_drone", "collision_obstacle", "collision_floor")
 
@@ -37,6 +37,7 @@ def compute(env, state, pos_err: torch.Tensor, new_drone: torch.Tensor, new_obst
     near = (1.0 - d / w["proximity_radius"]).clamp_min(0.0).sum(-1).reshape(-1)
     clearance = min_column_clearance(pos, env.centers, env.occupied, env.room).reshape(-1)
     r_zz = quat_to_rotmat(state.base_quat_w)[:, 2, 2]
+    speed = torch.linalg.vector_norm(state.base_lin_vel_w, dim=-1)
     return {
         "distance": pos_err,
         "goal": torch.exp(-pos_err / w["goal_scale"]),
@@ -45,6 +46,7 @@ def compute(env, state, pos_err: torch.Tensor, new_drone: torch.Tensor, new_obst
         "collision_drone": new_drone,
         "collision_obstacle": new_obstacle,
         "collision_floor": new_boundary,
+        "speed_limit": (speed - w["max_speed"]).clamp_min(0.0).square(),
         "lin_vel": torch.sum(torch.square(state.base_lin_vel_w), dim=-1),
         "ang_vel": torch.sum(torch.square(state.base_ang_vel_b), dim=-1),
         "tilt": 1.0 - r_zz,
