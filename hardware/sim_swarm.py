@@ -28,8 +28,9 @@ Topics (``<ns>`` = the swarm namespace, default ``/swarm``; drone names default 
     ``wall``; ``layout.dim[0].label`` = comma-joined drone names, ``dim[1].label`` = the kinds).
 
 Behaviour:
-  * hand launch, per drone: held still at its start position (level) until its first command arrives, then let go
-    with its motors at that command's thrust; a held drone is immovable (others bounce off it);
+  * hand launch, per drone: held still at its start position (level) until its first command with the motors
+    running (an idle command keeps it held), then let go with its motors at that command's thrust; a held drone is
+    immovable (others bounce off it);
   * firmware watchdog, per drone: no command for more than ``command_timeout_s`` -> motors idle;
   * a contact *event* is a contact that did not exist at the previous physics step: a drone-drone event per pair
     (counted for both drones), a column event per drone, floor and wall (or ceiling) events per drone; a new
@@ -252,11 +253,16 @@ class SimSwarmNode(Node):
         self.interface[i] = interface
         self.command_time[i] = time.monotonic()
         self.commands_received[i] += 1
-        if not self.released[i]:  # hand launch: the motors spun up to this command in the hand, then let go
+        if not self.released[i]:
+            # Hand launch: the motors spin up to this command in the hand, then it lets go; an idle command (the
+            # deploy node's safe command while it waits for its inputs) keeps the drone in the hand.
             thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
+            if float(thrust[i].sum()) <= 0.0:
+                return
             self.dyn.motor_thrust[i] = thrust[i]
             self.released[i] = True
-            self.get_logger().info(f"{self.names[i]}: first command on {COMMAND_TOPICS[interface]}: released")
+            self.get_logger().info(f"{self.names[i]}: first command with the motors running on "
+                                   f"{COMMAND_TOPICS[interface]}: released")
 
     def motor_commands(self, now: float) -> torch.Tensor:
         """Rotor thrust commands ``[N, 4]`` N at wall time ``now``: each drone's held command through its

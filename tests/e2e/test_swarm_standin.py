@@ -30,7 +30,7 @@ NAMES = ["cf0", "cf1", "cf2", "cf3"]
 XS = (-1.5, -0.5, 0.5, 1.5)
 STARTS = np.array([[x, -4.2, 1.0] for x in XS])  # the task's start zone
 GOALS = np.array([[x, -1.8, 1.5] for x in XS])  # 2.45 m away, past the first row of the column grid
-DENSITY, SEED = 0.2, 0  # seed 0 puts columns at (-0.5, -2.5) and (0.5, -2.5): on the straight paths of cf1, cf2
+DENSITY, SEED = 0.2, 0
 TOLERANCE_M, HOLD_S, MAX_GAP_S = 0.3, 1.0, 0.1
 STARTUP_TIMEOUT_S, FLIGHT_TIMEOUT_S = 25.0, 25.0
 
