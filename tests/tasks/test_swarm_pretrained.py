@@ -15,6 +15,8 @@ from sim2real.policies.evaluation import evaluate
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-swarm"
 # Held-out setting: 8 rooms of 4 drones at 20% density, flights half the full length (about 4 m).
 SETTING = ["eval.num_drones=4", "eval.density=0.2", "eval.goal_fraction=0.5"]
+# Measured for the shipped policy: at goal 0.78, 2.5 collisions per drone-minute; hovering: 0 and 0.
+AT_GOAL_MIN, COLLISIONS_MAX = 0.5, 6.0
 
 
 @pytest.fixture(scope="module")
