@@ -1,5 +1,6 @@
-"""Domain randomisation and privileged state of batched quadrotors, shared by ``quadrotor-hover`` and
-``quadrotor-swarm`` (each drone is one row of :class:`~sim2real.sim.quadrotor.QuadrotorDynamics`).
+"""Batched quadrotors as both quadrotor tasks (``quadrotor-hover``, ``quadrotor-swarm``) hold them: dynamics,
+delayed actions, domain randomisation and privileged state (each drone is one row of
+:class:`~sim2real.sim.quadrotor.QuadrotorDynamics`).
 
 Randomised per episode (config section ``domain_rand``): mass, principal inertia and maximum motor thrust as
 scales of nominal, motor time constant [s], action latency [control steps], and a constant external world-frame
@@ -11,6 +12,81 @@ from __future__ import annotations
 import torch
 
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
+from sim2real.tasks.actions import QuadrotorAction
+
+class QuadrotorDrones:
+    """``N`` drones of one robot config: nominal and randomised dynamics, and actions delayed by a per-episode
+    latency (``domain_rand.latency_steps``).
+
+    Attributes:
+        nominal, dyn: nominal parameters and the simulated drones (:class:`QuadrotorDynamics`, ``[N, ...]``).
+        action_term: the action interface; actions / last_actions ``[N, 4]`` the policy's current and previous
+            actions (clipped to [-1, 1]); latency ``[N]`` control steps; action_history ``[N, L + 1, 4]``.
+    """
+
+    def __init__(self, robot: dict, interface: str, num: int, sim_dt: float, dr: dict, device: str):
+        self.action_term = QuadrotorAction(robot, interface)
+        self.nominal = QuadrotorParams.from_robot(robot, num, device)
+        self.dyn = QuadrotorDynamics(QuadrotorParams.from_robot(robot, num, device), sim_dt)
+        self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
+        self.latency = torch.zeros(num, dtype=torch.long, device=device)
+        a = self.action_term.num_actions
+        self.action_history = torch.zeros(num, self.max_latency + 1, a, device=device)
+        self.actions = torch.zeros(num, a, device=device)
+        self.last_actions = torch.zeros(num, a, device=device)
+
+    def act(self, actions: torch.Tensor) -> torch.Tensor:
+        """Record the policy's actions ``[N, 4]`` (clipped) and return the command ``[N, 4]`` to apply now: each
+        drone's action of ``latency`` control steps ago."""
+        actions = actions.clamp(-1.0, 1.0)
+        self.last_actions = self.actions
+        self.actions = actions
+        self.action_history = torch.roll(self.action_history, 1, dims=1)
+        self.action_history[:, 0] = actions
+        applied = self.action_history[torch.arange(actions.shape[0], device=actions.device), self.latency]
+        return self.action_term.to_command(applied)
+
+    def reset(self, ids: torch.Tensor, dr: dict) -> None:
+        """Randomise drones ``ids`` (:func:`randomise_quadrotors`) and start their action history at hover (so the
+        first step's action-rate penalty is meaningful). Their state is set by the caller."""
+        randomise_quadrotors(self.dyn, self.nominal, ids, dr, self.latency)
+        p = self.dyn.params
+        hover = self.action_term.hover_action(p.mass[ids], p.gravity, p.max_motor_thrust[ids])
+        self.actions[ids] = hover
+        self.last_actions[ids] = hover
+        self.action_history[ids] = hover.unsqueeze(1)
+
+    def privileged(self) -> torch.Tensor:
+        """:func:`privileged_state` of every drone ``[N, 14]``."""
+        return privileged_state(self.dyn, self.nominal, self.latency)
+
+
+class HasQuadrotorDrones:
+    """Mixin for a task env holding ``self.drones`` (:class:`QuadrotorDrones`): exposes its action buffers as the
+    env's ``actions`` / ``last_actions`` / ``action_history`` (what reward terms and tests read)."""
+
+    drones: QuadrotorDrones
+
+    @property
+    def actions(self) -> torch.Tensor:
+        return self.drones.actions
+
+    @actions.setter
+    def actions(self, value: torch.Tensor) -> None:
+        self.drones.actions = value
+
+    @property
+    def last_actions(self) -> torch.Tensor:
+        return self.drones.last_actions
+
+    @last_actions.setter
+    def last_actions(self, value: torch.Tensor) -> None:
+        self.drones.last_actions = value
+
+    @property
+    def action_history(self) -> torch.Tensor:
+        return self.drones.action_history
+
 
 #: Width of :func:`privileged_state`.
 PRIVILEGED_DIM = 14

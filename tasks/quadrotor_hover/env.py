@@ -20,17 +20,15 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
-from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.sim.rotations import random_quat_within
-from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.observations import ObservationBuilder
-from sim2real.tasks.quadrotor_dr import privileged_state, randomise_quadrotors
+from sim2real.tasks.quadrotor_dr import HasQuadrotorDrones, QuadrotorDrones
 from sim2real.tasks.quadrotor_hover import rewards as rew
 from sim2real.tasks.quadrotor_hover.checks import check_config
 from sim2real.tasks.state import RobotState
 
 
-class QuadrotorHoverEnv(VecEnv):
+class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
     """Batched quadrotor hover task.
 
     Args:
@@ -59,7 +57,10 @@ class QuadrotorHoverEnv(VecEnv):
         self.episode_length_buf = torch.zeros(self.num_envs, dtype=torch.long, device=device)
         self.eval_mode = eval_mode
 
-        self.action_term = QuadrotorAction(self.robot, ecfg["action_interface"])
+        self.drones = QuadrotorDrones(self.robot, ecfg["action_interface"], self.num_envs, self.sim_dt,
+                                      cfg["domain_rand"], device)
+        self.action_term, self.dyn, self.nominal = self.drones.action_term, self.drones.dyn, self.drones.nominal
+        self.latency = self.drones.latency
         self.num_actions = self.action_term.num_actions
         self.obs_builder = ObservationBuilder([{"name": n} for n in cfg["observations"]["policy"]], self.num_actions)
         noise = cfg["observations"]["noise"]
@@ -69,14 +70,6 @@ class QuadrotorHoverEnv(VecEnv):
         self._obs_noise_std = torch.tensor(stds, device=device)
 
         n = self.num_envs
-        self.nominal = QuadrotorParams.from_robot(self.robot, n, device)
-        self.dyn = QuadrotorDynamics(QuadrotorParams.from_robot(self.robot, n, device), self.sim_dt)
-        dr = cfg["domain_rand"]
-        self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
-        self.latency = torch.zeros(n, dtype=torch.long, device=device)
-        self.action_history = torch.zeros(n, self.max_latency + 1, self.num_actions, device=device)
-        self.actions = torch.zeros(n, self.num_actions, device=device)
-        self.last_actions = torch.zeros(n, self.num_actions, device=device)
         self.goal_w = torch.zeros(n, 3, device=device)
         self.in_tol_steps = torch.zeros(n, dtype=torch.long, device=device)
         self.success_hold_steps = int(round(ecfg["success_hold_s"] / self.control_dt))
@@ -108,7 +101,7 @@ class QuadrotorHoverEnv(VecEnv):
 
     def privileged(self) -> torch.Tensor:
         """Privileged critic state ``[N, 14]`` (see :func:`sim2real.tasks.quadrotor_dr.privileged_state`)."""
-        return privileged_state(self.dyn, self.nominal, self.latency)
+        return self.drones.privileged()
 
     def get_observations(self) -> TensorDict:
         clean = self.obs_builder.build(self.robot_state())
@@ -118,13 +111,7 @@ class QuadrotorHoverEnv(VecEnv):
 
     # --- stepping ------------------------------------------------------------------------------------------
     def step(self, actions: torch.Tensor):
-        actions = actions.to(self.device).clamp(-1.0, 1.0)
-        self.last_actions = self.actions
-        self.actions = actions
-        self.action_history = torch.roll(self.action_history, 1, dims=1)
-        self.action_history[:, 0] = actions
-        applied = self.action_history[torch.arange(self.num_envs, device=self.device), self.latency]
-        command = self.action_term.to_command(applied)
+        command = self.drones.act(actions.to(self.device))
         for _ in range(self.decimation):
             self.dyn.step(self.action_term.apply(command, self.dyn))
         self.episode_length_buf += 1
@@ -199,15 +186,10 @@ class QuadrotorHoverEnv(VecEnv):
         quat = random_quat_within(init["tilt"] * spread)
         angvel = (2 * torch.rand(n, 3, device=dev) - 1) * (init["ang_vel"] * spread).unsqueeze(-1)
 
-        randomise_quadrotors(self.dyn, self.nominal, ids, dr, self.latency)
+        self.drones.reset(ids, dr)  # DR and a hover action history
         p = self.dyn.params
         hover = (p.mass[ids] * p.gravity / 4.0).unsqueeze(-1).expand(n, 4)
         self.dyn.set_state(ids, pos, quat, vel, angvel, hover.clone())
-        # Start from the action that commands hover so the first step's action-rate penalty is meaningful.
-        hover_action = self.action_term.hover_action(p.mass[ids], p.gravity, p.max_motor_thrust[ids])
-        self.actions[ids] = hover_action
-        self.last_actions[ids] = hover_action
-        self.action_history[ids] = hover_action.unsqueeze(1)
         self.in_tol_steps[ids] = 0
         self.episode_length_buf[ids] = 0
 

@@ -28,9 +28,7 @@ from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
 from sim2real.curricula.replay import StateReplayBuffer
-from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
-from sim2real.tasks.actions import QuadrotorAction
-from sim2real.tasks.quadrotor_dr import privileged_state, randomise_quadrotors
+from sim2real.tasks.quadrotor_dr import HasQuadrotorDrones, QuadrotorDrones
 from sim2real.tasks.quadrotor_swarm import rewards as rew
 from sim2real.tasks.quadrotor_swarm.checks import check_config
 from sim2real.tasks.quadrotor_swarm.goals import sample_starts_and_goals
@@ -43,7 +41,7 @@ REPLAY_KEYS = ("pos_w", "quat_w", "lin_vel_w", "ang_vel_b", "motor_thrust", "goa
                "num_visible")
 
 
-class QuadrotorSwarmEnv(VecEnv):
+class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
     """Batched quadrotor swarm task (see the module docstring).
 
     Args:
@@ -82,21 +80,15 @@ class QuadrotorSwarmEnv(VecEnv):
         self.occupied = torch.zeros(r, self.room.num_cells, dtype=torch.bool, device=device)
         self.density = torch.zeros(r, device=device)
 
-        self.action_term = QuadrotorAction(self.robot, ecfg["action_interface"])
+        self.drones = QuadrotorDrones(self.robot, ecfg["action_interface"], n, self.sim_dt, cfg["domain_rand"], device)
+        self.action_term, self.dyn, self.nominal = self.drones.action_term, self.drones.dyn, self.drones.nominal
+        self.latency = self.drones.latency
         self.num_actions = self.action_term.num_actions
         self.obs = SwarmObservation(list(ocfg["policy"]), self.num_actions, int(ocfg["num_neighbors"]), self.room,
                                     int(ocfg["sdf_size"]), float(ocfg["sdf_resolution"]), float(ocfg["sdf_clip"]))
         self.num_visible = torch.full((r,), self.obs.num_neighbors, dtype=torch.long, device=device)
         self._obs_noise_std, self._neighbor_noise = self._noise_vector(ocfg["noise"])
 
-        self.nominal = QuadrotorParams.from_robot(self.robot, n, device)
-        self.dyn = QuadrotorDynamics(QuadrotorParams.from_robot(self.robot, n, device), self.sim_dt)
-        dr = cfg["domain_rand"]
-        self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
-        self.latency = torch.zeros(n, dtype=torch.long, device=device)
-        self.action_history = torch.zeros(n, self.max_latency + 1, self.num_actions, device=device)
-        self.actions = torch.zeros(n, self.num_actions, device=device)
-        self.last_actions = torch.zeros(n, self.num_actions, device=device)
         self.goal_w = torch.zeros(n, 3, device=device)
         self.in_tol_steps = torch.zeros(n, dtype=torch.long, device=device)
         self.success_hold_steps = int(round(ecfg["success_hold_s"] / self.control_dt))
@@ -169,7 +161,7 @@ class QuadrotorSwarmEnv(VecEnv):
                    < self.cfg["env"]["success_pos_tol"]).float()
         frac = self.room_view(at_goal).mean(-1).repeat_interleave(self.drones_per_room)
         dens = self.density.repeat_interleave(self.drones_per_room)
-        return torch.cat((privileged_state(self.dyn, self.nominal, self.latency), dens.unsqueeze(-1),
+        return torch.cat((self.drones.privileged(), dens.unsqueeze(-1),
                           frac.unsqueeze(-1)), dim=-1)
 
     def get_observations(self) -> TensorDict:
@@ -187,13 +179,7 @@ class QuadrotorSwarmEnv(VecEnv):
     # --- stepping ------------------------------------------------------------------------------------------
     def step(self, actions: torch.Tensor):
         ecfg, r, m = self.cfg["env"], self.num_rooms, self.drones_per_room
-        actions = actions.to(self.device).clamp(-1.0, 1.0)
-        self.last_actions = self.actions
-        self.actions = actions
-        self.action_history = torch.roll(self.action_history, 1, dims=1)
-        self.action_history[:, 0] = actions
-        applied = self.action_history[torch.arange(self.num_envs, device=self.device), self.latency]
-        command = self.action_term.to_command(applied)
+        command = self.drones.act(actions.to(self.device))
         pairs = torch.zeros(r, m, m, dtype=torch.bool, device=self.device)
         obstacle = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         boundary = torch.zeros_like(obstacle)
@@ -331,7 +317,7 @@ class QuadrotorSwarmEnv(VecEnv):
         state = {"pos_w": starts, "quat_w": quat, "lin_vel_w": zeros, "ang_vel_b": zeros.clone(),
                  "motor_thrust": None, "goal_w": goals, "occupied": occupied, "step": step, "density": density,
                  "num_visible": visible}
-        randomise_quadrotors(self.dyn, self.nominal, ids, self.cfg["domain_rand"], self.latency)
+        self.drones.reset(ids, self.cfg["domain_rand"])  # DR and a hover action history
         p = self.dyn.params
         state["motor_thrust"] = (p.mass[ids] * p.gravity / 4.0).view(b, m, 1).expand(b, m, 4).clone()
 
@@ -355,10 +341,6 @@ class QuadrotorSwarmEnv(VecEnv):
         self.dyn.set_state(ids, state["pos_w"].reshape(-1, 3), state["quat_w"].reshape(-1, 4),
                            state["lin_vel_w"].reshape(-1, 3), state["ang_vel_b"].reshape(-1, 3),
                            state["motor_thrust"].reshape(-1, 4))
-        hover_action = self.action_term.hover_action(p.mass[ids], p.gravity, p.max_motor_thrust[ids])
-        self.actions[ids] = hover_action
-        self.last_actions[ids] = hover_action
-        self.action_history[ids] = hover_action.unsqueeze(1)
         self.in_tol_steps[ids] = 0
         self.ep_collisions[ids] = 0.0
         self.ep_boundary[ids] = 0.0
