@@ -427,6 +427,12 @@ def swarm_deploy_main(args, robot: dict) -> int:
     expect = parse_expect(args.expect_swarm)
     policy = OnnxPolicy(args.policy, robot)  # refuse a bad policy before any ROS traffic
     check_swarm_policy(policy.metadata, expect)
+    room = policy.metadata["swarm"]["room"]
+    for name, goal in goals.items():
+        half, top, r_d = room["room_half"] - room["drone_radius"], room["room_height"], room["drone_radius"]
+        if not (abs(goal[0]) <= half and abs(goal[1]) <= half and r_d <= goal[2] <= top - r_d):
+            raise ConfigError(f"goal of {name} {list(goal)} is outside the policy's room (|x|, |y| <= {half:g} m, "
+                              f"{r_d:g} <= z <= {top - r_d:g} m)")
     torch.set_num_threads(1)
     with stop_on_signals(), ros_context() as ctx:
         common = dict(peers=peers, swarm_ns=args.swarm_ns, node_name=args.node_name,

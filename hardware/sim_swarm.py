@@ -241,6 +241,13 @@ class SimSwarmNode(Node):
                                  f"{r.room_half - r.drone_radius:g}, 0 <= z <= {r.room_height - r.drone_radius:g})")
             if not clear[i]:
                 raise ValueError(f"start of {name} {pos[i].tolist()} is inside a column")
+        from sim2real.tasks.quadrotor_swarm.world import drone_overlaps
+
+        pairs = drone_overlaps(pos.unsqueeze(0), r.drone_radius)[0].triu(1).nonzero().tolist()
+        if pairs:
+            i, j = pairs[0]
+            raise ValueError(f"starts of {names[i]} and {names[j]} overlap (closer than two drone radii, "
+                             f"{2 * r.drone_radius:g} m)")
 
     # --- commands -------------------------------------------------------------------------------------------
     def _on_command(self, msg: Float32MultiArray, i: int, interface: str) -> None:

@@ -340,6 +340,9 @@ def test_deploy_cli_dispatches_and_refuses(capsys, swarm_policy, linear_policy):
         (["--policy", str(swarm), "--drones", "cf0,cf1", "--peers", "cf1,cf2"], "missing cf0"),
         (["--policy", str(swarm), "--drones", "cf0", "--goal", "0", "0", "1"], "--goals"),
         (["--policy", str(swarm), "--drones", "cf0,1x"], "drone name '1x'"),
+        (["--policy", str(swarm), "--drones", "cf0,cf1", "--goals=50,0,1;0,0,1"], "goal of cf0 [50.0, 0.0, 1.0] is "
+                                                                                  "outside the policy's room"),
+        (["--policy", str(swarm), "--drones", "cf0", "--goals=0,0,-3"], "goal of cf0"),
     ]
     for args, message in cases:
         assert main(["deploy", "--robot", "crazyflie2", *args]) == 2, args

@@ -187,6 +187,7 @@ def test_standin_cli_writes_the_report(tmp_path, namespace):
     (["--drones", "2", "--positions", "0,-4,1"], "1 positions for 2 drones"),
     (["--drones", "1", "--positions", "0.5,0.5,1"], "inside a column"),
     (["--drones", "1", "--positions", "0,-6,1"], "outside the room"),
+    (["--drones", "2", "--positions=0,-4,1;0.1,-4,1"], "starts of cf0 and cf1 overlap"),
     (["--drones", "a,a"], "given twice"),
     (["--drones", "cf-0,cf1"], "drone name 'cf-0'"),
     (["--drones", "2", "--density", "1.5"], "--density"),
