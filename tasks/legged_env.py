@@ -14,7 +14,8 @@ import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
-from sim2real.tasks.observations import ObservationBuilder
+from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
+from sim2real.tasks.reward_sum import weighted_reward_sum
 
 
 class LeggedTaskEnv(VecEnv):
@@ -27,10 +28,7 @@ class LeggedTaskEnv(VecEnv):
         ``[D]`` (``observations.noise`` of each term times its scale)."""
         self.obs_builder = ObservationBuilder(
             [{"name": t, "scale": float(ocfg["scales"].get(t, 1.0))} for t in ocfg["policy"]], self.num_actions)
-        stds = []
-        for d in self.obs_builder.layout():
-            stds += [float(ocfg["noise"].get(d["name"], 0.0)) * d["scale"]] * d["size"]
-        self._obs_noise_std = torch.tensor(stds, device=self.device)
+        self._obs_noise_std = noise_std_vector(self.obs_builder.layout(), ocfg["noise"], self.device)
 
     def get_observations(self) -> TensorDict:
         """``policy``: the policy terms with noise ``[N, D]``; ``critic``: the noise-free terms plus the privileged
@@ -68,13 +66,7 @@ class LeggedTaskEnv(VecEnv):
     def _weighted_reward(self, terms: dict[str, torch.Tensor], once: tuple[str, ...]) -> torch.Tensor:
         """``sum_k w_k term_k`` ``[N]`` (``w`` = ``reward_weights``; every term but those in ``once`` times the
         control period), added per term to ``episode_sums``, scaled by ``rewards.scale``; NaN/Inf become 0."""
-        w = self.reward_weights
-        reward = torch.zeros(self.num_envs, device=self.device)
-        for name, value in terms.items():
-            weighted = value * w[name] * (1.0 if name in once else self.control_dt)
-            self.episode_sums[name] += weighted
-            reward += weighted
-        return torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+        return weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt, once=once)
 
     def _refresh_state(self, ids: torch.Tensor) -> None:
         """Read the state of the worlds ``ids`` just reset into ``_state`` (the whole state on the first call)."""

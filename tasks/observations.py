@@ -148,6 +148,17 @@ for _name, _unit, _desc in (
     obs_term(_name, 0, _unit, "world" if _name != "neighbor_mask" else "-", _desc)(_swarm_block)
 
 
+def noise_std_vector(layout: list[dict], noise: dict, device, skip: tuple[str, ...] = ()) -> torch.Tensor:
+    """Per-column Gaussian noise std ``[D]`` of an observation group: each term's ``noise[name]`` (0 if absent,
+    and for the terms in ``skip``) times its scale, repeated over its columns (``layout``:
+    :meth:`ObservationBuilder.layout`)."""
+    stds = []
+    for d in layout:
+        std = 0.0 if d["name"] in skip else float(noise.get(d["name"], 0.0))
+        stds += [std * d["scale"]] * d["size"]
+    return torch.tensor(stds, device=device)
+
+
 # --- legged robots -------------------------------------------------------------------------------------------------
 @obs_term("joint_pos_rel", -1, "rad", "joint", "joint positions minus the default pose, policy joint order")
 def joint_pos_rel(s: RobotState) -> torch.Tensor:

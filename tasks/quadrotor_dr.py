@@ -46,15 +46,26 @@ class QuadrotorDrones:
         applied = self.action_history[torch.arange(actions.shape[0], device=actions.device), self.latency]
         return self.action_term.to_command(applied)
 
-    def reset(self, ids: torch.Tensor, dr: dict) -> None:
+    def reset(self, ids: torch.Tensor, dr: dict) -> torch.Tensor:
         """Randomise drones ``ids`` (:func:`randomise_quadrotors`) and start their action history at hover (so the
-        first step's action-rate penalty is meaningful). Their state is set by the caller."""
+        first step's action-rate penalty is meaningful). Their state is set by the caller.
+
+        Returns:
+            each drone's rotor thrust at hover ``[len(ids), 4]`` N (its randomised weight over four rotors).
+        """
         randomise_quadrotors(self.dyn, self.nominal, ids, dr, self.latency)
         p = self.dyn.params
         hover = self.action_term.hover_action(p.mass[ids], p.gravity, p.max_motor_thrust[ids])
         self.actions[ids] = hover
         self.last_actions[ids] = hover
         self.action_history[ids] = hover.unsqueeze(1)
+        return (p.mass[ids] * p.gravity / 4.0).unsqueeze(-1).expand(len(ids), 4).clone()
+
+    def finite(self) -> torch.Tensor:
+        """``[N]`` bool: the drone's position, attitude and velocities are all finite."""
+        d = self.dyn
+        finite = torch.isfinite(d.pos_w).all(-1) & torch.isfinite(d.lin_vel_w).all(-1)
+        return finite & torch.isfinite(d.ang_vel_b).all(-1) & torch.isfinite(d.quat_w).all(-1)
 
     def privileged(self) -> torch.Tensor:
         """:func:`privileged_state` of every drone ``[N, 14]``."""

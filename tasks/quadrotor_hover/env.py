@@ -21,10 +21,11 @@ from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
 from sim2real.sim.rotations import random_quat_within
-from sim2real.tasks.observations import ObservationBuilder
+from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
 from sim2real.tasks.quadrotor_dr import HasQuadrotorDrones, QuadrotorDrones
 from sim2real.tasks.quadrotor_hover import rewards as rew
 from sim2real.tasks.quadrotor_hover.checks import check_config
+from sim2real.tasks.reward_sum import weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 
@@ -63,11 +64,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
         self.latency = self.drones.latency
         self.num_actions = self.action_term.num_actions
         self.obs_builder = ObservationBuilder([{"name": n} for n in cfg["observations"]["policy"]], self.num_actions)
-        noise = cfg["observations"]["noise"]
-        stds = []
-        for d in self.obs_builder.layout():
-            stds += [float(noise.get(d["name"], 0.0))] * d["size"]
-        self._obs_noise_std = torch.tensor(stds, device=device)
+        self._obs_noise_std = noise_std_vector(self.obs_builder.layout(), cfg["observations"]["noise"], device)
 
         n = self.num_envs
         self.goal_w = torch.zeros(n, 3, device=device)
@@ -123,22 +120,15 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
         in_tol = (pos_err < self.cfg["env"]["success_pos_tol"]) & (speed < self.cfg["env"]["success_vel_tol"])
         self.in_tol_steps = torch.where(in_tol, self.in_tol_steps + 1, torch.zeros_like(self.in_tol_steps))
 
-        finite = torch.isfinite(self.dyn.pos_w).all(-1) & torch.isfinite(self.dyn.lin_vel_w).all(-1)
-        finite &= torch.isfinite(self.dyn.ang_vel_b).all(-1) & torch.isfinite(self.dyn.quat_w).all(-1)
-        crash = (pos_err > self.cfg["env"]["crash_distance"]) | (state.base_pos_w[:, 2] < self.cfg["env"]["ground_height"])
-        crash |= ~finite
+        e = self.cfg["env"]
+        crash = (pos_err > e["crash_distance"]) | (state.base_pos_w[:, 2] < e["ground_height"])
+        crash |= ~self.drones.finite()
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~crash
 
         terms = rew.compute(self, state, pos_err, crash)
-        w = self.reward_weights
-        pscale = self.penalty_schedule.value
-        reward = torch.zeros(self.num_envs, device=self.device)
-        for name, value in terms.items():  # every term in REWARD_TERMS has a weight of the same name
-            weight = w[name] * (pscale if name in rew.SCHEDULED_PENALTIES else 1.0)
-            weighted = value * weight * (1.0 if name == "termination" else self.control_dt)
-            self.episode_sums[name] += weighted
-            reward += weighted
-        reward = torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+        reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
+                                     once=("termination",), scaled=rew.SCHEDULED_PENALTIES,
+                                     scale=self.penalty_schedule.value)
 
         dones = crash | time_out
         extras = {"time_outs": time_out, "log": {}}
@@ -186,10 +176,8 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
         quat = random_quat_within(init["tilt"] * spread)
         angvel = (2 * torch.rand(n, 3, device=dev) - 1) * (init["ang_vel"] * spread).unsqueeze(-1)
 
-        self.drones.reset(ids, dr)  # DR and a hover action history
-        p = self.dyn.params
-        hover = (p.mass[ids] * p.gravity / 4.0).unsqueeze(-1).expand(n, 4)
-        self.dyn.set_state(ids, pos, quat, vel, angvel, hover.clone())
+        hover = self.drones.reset(ids, dr)  # DR and a hover action history
+        self.dyn.set_state(ids, pos, quat, vel, angvel, hover)
         self.in_tol_steps[ids] = 0
         self.episode_length_buf[ids] = 0
 

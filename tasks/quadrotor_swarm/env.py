@@ -34,6 +34,8 @@ from sim2real.tasks.quadrotor_swarm.checks import check_config
 from sim2real.tasks.quadrotor_swarm.goals import sample_starts_and_goals
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
 from sim2real.tasks.quadrotor_swarm.world import RoomSpec, resolve_collisions, sample_occupancy
+from sim2real.tasks.observations import noise_std_vector
+from sim2real.tasks.reward_sum import weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 #: Room state saved for replay (``[B, M, ...]`` per room, plus room scalars).
@@ -87,7 +89,10 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
         self.obs = SwarmObservation(list(ocfg["policy"]), self.num_actions, int(ocfg["num_neighbors"]), self.room,
                                     int(ocfg["sdf_size"]), float(ocfg["sdf_resolution"]), float(ocfg["sdf_clip"]))
         self.num_visible = torch.full((r,), self.obs.num_neighbors, dtype=torch.long, device=device)
-        self._obs_noise_std, self._neighbor_noise = self._noise_vector(ocfg["noise"])
+        # Neighbour noise is added to filled slots only (get_observations); the mask never gets any.
+        self._obs_noise_std = noise_std_vector(self.obs.layout(), ocfg["noise"], device,
+                                               skip=("neighbor_rel", "neighbor_mask"))
+        self._neighbor_noise = float(ocfg["noise"].get("neighbor_rel", 0.0))
 
         self.goal_w = torch.zeros(n, 3, device=device)
         self.in_tol_steps = torch.zeros(n, dtype=torch.long, device=device)
@@ -130,13 +135,6 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
             self.episode_length_buf[:] = start.repeat_interleave(m)
 
     # --- helpers -------------------------------------------------------------------------------------------
-    def _noise_vector(self, noise: dict) -> tuple[torch.Tensor, float]:
-        stds = []
-        for d in self.obs.layout():
-            std = 0.0 if d["name"] in ("neighbor_rel", "neighbor_mask") else float(noise.get(d["name"], 0.0))
-            stds += [std] * d["size"]
-        return torch.tensor(stds, device=self.device), float(noise.get("neighbor_rel", 0.0))
-
     def room_view(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, ...]`` -> ``[R, M, ...]`` (a view)."""
         return x.view(self.num_rooms, self.drones_per_room, *x.shape[1:])
@@ -212,11 +210,11 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
         self.in_tol_steps = torch.where(at_goal, self.in_tol_steps + 1, torch.zeros_like(self.in_tol_steps))
 
         terms = rew.compute(self, state, pos_err, new_drone, new_obstacle, new_boundary)
-        reward = self._weighted_sum(terms)
+        reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
+                                     once=rew.EVENT_TERMS, scaled=rew.SCHEDULED_PENALTIES,
+                                     scale=self.penalty_schedule.value)
 
-        finite = torch.isfinite(self.dyn.pos_w).all(-1) & torch.isfinite(self.dyn.lin_vel_w).all(-1)
-        finite &= torch.isfinite(self.dyn.ang_vel_b).all(-1) & torch.isfinite(self.dyn.quat_w).all(-1)
-        room_bad = ~self.room_view(finite).all(-1)
+        room_bad = ~self.room_view(self.drones.finite()).all(-1)
         room_time_out = (self.room_view(self.episode_length_buf)[:, 0] >= self.max_episode_length) & ~room_bad
         room_done = room_bad | room_time_out
         dones = room_done.repeat_interleave(m)
@@ -233,17 +231,6 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
         if self.replay_enabled:
             extras["log"].update(self.replay.log())
         return self.get_observations(), reward, dones, extras
-
-    def _weighted_sum(self, terms: dict[str, torch.Tensor]) -> torch.Tensor:
-        w = self.reward_weights
-        pscale = self.penalty_schedule.value
-        reward = torch.zeros(self.num_envs, device=self.device)
-        for name, value in terms.items():
-            weight = w[name] * (pscale if name in rew.SCHEDULED_PENALTIES else 1.0)
-            weighted = value * weight * (1.0 if name in rew.EVENT_TERMS else self.control_dt)
-            self.episode_sums[name] += weighted
-            reward += weighted
-        return torch.nan_to_num(reward * w["scale"], nan=0.0, posinf=0.0, neginf=0.0)
 
     def _record_outcome(self, rooms: torch.Tensor, bad: torch.Tensor, pos_err: torch.Tensor, extras: dict) -> None:
         m = self.drones_per_room
@@ -317,9 +304,8 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
         state = {"pos_w": starts, "quat_w": quat, "lin_vel_w": zeros, "ang_vel_b": zeros.clone(),
                  "motor_thrust": None, "goal_w": goals, "occupied": occupied, "step": step, "density": density,
                  "num_visible": visible}
-        self.drones.reset(ids, self.cfg["domain_rand"])  # DR and a hover action history
-        p = self.dyn.params
-        state["motor_thrust"] = (p.mass[ids] * p.gravity / 4.0).view(b, m, 1).expand(b, m, 4).clone()
+        hover = self.drones.reset(ids, self.cfg["domain_rand"])  # DR and a hover action history
+        state["motor_thrust"] = hover.view(b, m, 4)
 
         replayed = torch.zeros(b, dtype=torch.bool, device=dev)
         if allow_replay and len(self.replay) > 0:
