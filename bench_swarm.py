@@ -18,17 +18,6 @@ import torch
 DEFAULT_POLICY = Path(__file__).resolve().parent / "policies" / "pretrained" / "quadrotor-swarm"
 
 
-def _policy_and_cfg(policy_dir: Path):
-    from sim2real.policies.onnx_policy import OnnxPolicy
-    from sim2real.tasks import complete_saved_config
-
-    pol = OnnxPolicy(policy_dir)
-    if pol.metadata["task"] != "quadrotor-swarm":
-        raise ValueError(f"{policy_dir} is a {pol.metadata['task']} policy, not a quadrotor-swarm one")
-    cfg, _ = complete_saved_config(pol.metadata["training"]["task_config"])
-    return (lambda obs: torch.from_numpy(pol(obs.cpu().numpy()))), cfg
-
-
 def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float]:
     from sim2real.tasks import make_env
 
@@ -51,7 +40,9 @@ def bench_swarm(quick: bool = False, policy_dir: str | None = None) -> dict:
     from sim2real.configs import apply_overrides
     from sim2real.policies.evaluation import evaluate
 
-    policy, base = _policy_and_cfg(Path(policy_dir) if policy_dir else DEFAULT_POLICY)
+    from sim2real.policies.onnx_policy import load_exported
+
+    policy, base = load_exported(Path(policy_dir) if policy_dir else DEFAULT_POLICY, "quadrotor-swarm")
     sizes = [(8, 0.2), (8, 0.8), (32, 0.2), (32, 0.8)]
     drone_budget = 64 if quick else 512  # drones per evaluation (rooms = budget / N)
     rows = {}

@@ -146,29 +146,19 @@ def cmd_train(args) -> int:
 
 def _policy_fn(args):
     """(policy callable on torch obs, resolved config) from --checkpoint or --policy."""
-    import torch
 
     if args.policy:
         from sim2real.configs import apply_overrides, load_yaml, merge_checked
-        from sim2real.policies.metadata import PolicyMismatchError
-        from sim2real.policies.onnx_policy import OnnxPolicy
+        from sim2real.policies.onnx_policy import load_exported
         from sim2real.tasks import get_task
 
-        pol = OnnxPolicy(args.policy)
-        if args.task and pol.metadata["task"] != args.task:
-            raise PolicyMismatchError([("task", f"policy is for '{pol.metadata['task']}', not '{args.task}'")])
         # The policy's own training config (action interface, control period, robot, ...), then the user's.
-        from sim2real.tasks import complete_saved_config
-
-        cfg, added = complete_saved_config(pol.metadata["training"]["task_config"])
-        if added:
-            print(f"note: the policy was exported before these config keys existed; using their defaults: "
-                  f"{', '.join(added)}", file=sys.stderr)
+        policy, cfg = load_exported(args.policy, args.task)
         if args.config:
             cfg = merge_checked(cfg, load_yaml(args.config))
         cfg = apply_overrides(cfg, list(args.overrides))
         get_task(cfg["task"]).check(cfg)
-        return (lambda obs: torch.from_numpy(pol(obs.cpu().numpy()))), cfg
+        return policy, cfg
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.export import load_runner, torch_policy
     from sim2real.tasks import get_task

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -58,3 +60,28 @@ class OnnxPolicy:
         """Actions ``[N, A]`` (float32) of observations ``[N, D]``."""
         obs = np.asarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
         return self.session.run([self.output_name], {self.input_name: obs})[0]
+
+
+def load_exported(policy_dir: str | Path, task: str | None = None):
+    """An exported policy as a torch callable with the config it was trained with.
+
+    Returns:
+        (``obs [N, D] tensor -> actions [N, A] tensor`` through onnxruntime, the policy's training config
+        completed with the current defaults of keys added since (a note on stderr names them)).
+
+    Raises:
+        PolicyMismatchError: the folder or its metadata is missing or damaged, or the policy is not for ``task``.
+    """
+    import torch
+
+    from sim2real.tasks import complete_saved_config
+
+    pol = OnnxPolicy(policy_dir)
+    if task and pol.metadata["task"] != task:
+        raise PolicyMismatchError([("task", f"policy is for '{pol.metadata['task']}', not '{task}'")])
+    cfg, added = complete_saved_config(pol.metadata["training"]["task_config"])
+    if added:
+        print(f"note: the policy was exported before these config keys existed; using their defaults: "
+              f"{', '.join(added)}", file=sys.stderr)
+    policy: Callable = lambda obs: torch.from_numpy(pol(obs.cpu().numpy()))  # noqa: E731
+    return policy, cfg

@@ -23,12 +23,10 @@ AT_GOAL_MIN, COLLISIONS_MAX = 0.5, 6.0
 def shipped():
     if not (PRETRAINED / "policy.onnx").is_file():
         pytest.skip(f"no shipped policy at {PRETRAINED}")
-    from sim2real.policies.onnx_policy import OnnxPolicy
-    from sim2real.tasks import complete_saved_config
+    from sim2real.policies.onnx_policy import load_exported
 
-    pol = OnnxPolicy(PRETRAINED)
-    cfg, _ = complete_saved_config(pol.metadata["training"]["task_config"])
-    return pol, apply_overrides(cfg, SETTING)
+    policy, cfg = load_exported(PRETRAINED, "quadrotor-swarm")
+    return policy, apply_overrides(cfg, SETTING)
 
 
 def _hover_policy(cfg):
@@ -41,9 +39,9 @@ def _hover_policy(cfg):
 
 
 def test_shipped_policy_reaches_goals_where_hovering_does_not(shipped):
-    pol, cfg = shipped
+    policy, cfg = shipped
     torch.set_num_threads(1)
-    trained = evaluate(cfg, lambda o: torch.from_numpy(pol(o.numpy())), num_episodes=8)
+    trained = evaluate(cfg, policy, num_episodes=8)
     hover = evaluate(cfg, _hover_policy(cfg), num_episodes=8)
     assert hover["at_goal_rate"] == 0.0
     assert trained["at_goal_rate"] >= AT_GOAL_MIN, trained
