@@ -20,6 +20,7 @@ import yaml
 CONFIG_DIR = Path(__file__).resolve().parent
 ROBOTS_DIR = CONFIG_DIR / "robots"
 TASKS_DIR = CONFIG_DIR / "tasks"
+CURRICULA_FILE = CONFIG_DIR / "curricula.yaml"
 
 
 class ConfigError(ValueError):
@@ -152,10 +153,14 @@ def resolve_task_config(
 ) -> dict:
     """Task config = task YAML, merged with an optional user YAML file, then ``--set`` overrides.
 
-    The ``robot`` key names a robot (or a path); it is replaced by the robot's full config, which overrides may
+    A task with a ``curriculum`` section gets ``configs/curricula.yaml`` as ``curriculum.teachers`` (the automatic
+    teachers' parameters). The ``robot`` key names a robot (or a path); it is replaced by the robot's full config, which overrides may
     then address as ``robot.<key>``. Raises :class:`ConfigError` for unknown keys or bad values.
     """
     cfg = load_yaml(task_yaml)
+    if isinstance(cfg.get("curriculum"), dict) and "teachers" not in cfg["curriculum"]:
+        # Every task's automatic teachers share one parameter file (see configs/curricula.yaml).
+        cfg["curriculum"]["teachers"] = load_yaml(CURRICULA_FILE)
     if user_file is not None:
         cfg = merge_checked(cfg, load_yaml(user_file))
     overrides = list(overrides or [])

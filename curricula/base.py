@@ -226,7 +226,7 @@ class Curriculum:
         out: dict[str, float] = {"Curriculum/episodes": float(self.episodes)}
         if len(params):
             for d, name in enumerate(self.space.names):
-                out[f"Curriculum/{name}_mean"] = float(params[:, d].mean())
+                out[f"Curriculum/sampled_{name}_mean"] = float(params[:, d].mean())
             out["Curriculum/competence_mean"] = float(comp.mean())
         return out
 
@@ -248,8 +248,9 @@ class Curriculum:
         if state.get("name", self.name) != self.name:
             raise ValueError(f"curriculum state was saved by teacher '{state.get('name')}', this run uses "
                              f"'{self.name}' (start a new run, or set curriculum.teacher={state.get('name')})")
-        self.history.load_state_dict(state["history"])
-        self.episodes = int(state["episodes"])
+        if "history" in state:  # (absent in checkpoints written before the curriculum interface)
+            self.history.load_state_dict(state["history"])
+        self.episodes = int(state.get("episodes", 0))
 
 
 class Schedule(Protocol):

@@ -11,11 +11,29 @@ forgotten. ``max_difficulty`` caps promotion (e.g. 1.0 trains stage 1 only).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from sim2real.curricula.base import Curriculum, EpisodeOutcome, TaskSpace
 
-class StagedLevelCurriculum:
-    """Per-env staged difficulty.
+
+def stage_space(num_stages: int, max_difficulty: float | None = None) -> TaskSpace:
+    """The staged curriculum's task space: one parameter, ``difficulty`` in ``[0, max_difficulty]`` (default: all
+    ``num_stages`` stages), one region per stage."""
+    top = float(num_stages if max_difficulty is None else max_difficulty)
+    return TaskSpace(("difficulty",), (0.0,), (top,), ("",), (max(1, math.ceil(top - 1e-9)),))
+
+
+def split_difficulty(difficulty: torch.Tensor, num_stages: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(stage [M] long, level [M] float in [0, 1])`` of difficulties ``[M]`` in ``[0, num_stages]`` (x = 1.0 is
+    the top of the first stage, 1.05 the start of the second)."""
+    stage = (difficulty.ceil() - 1.0).clamp(0, num_stages - 1)
+    return stage.long(), (difficulty - stage).clamp(0.0, 1.0)
+
+
+class StagedLevelCurriculum(Curriculum):
+    """Per-env staged difficulty (task space :func:`stage_space`).
 
     Args:
         num_envs: number of envs.
@@ -31,6 +49,8 @@ class StagedLevelCurriculum:
         ValueError: an argument outside its range.
     """
 
+    name = "stages"
+
     def __init__(self, num_envs: int, num_stages: int, initial: float, step_up: float, step_down: float,
                  max_difficulty: float, review_prob: float = 0.0, device: str | torch.device = "cpu",
                  fixed: float | None = None):
@@ -38,6 +58,7 @@ class StagedLevelCurriculum:
             raise ValueError(f"need 0 <= initial ({initial}) <= max_difficulty ({max_difficulty}) <= {num_stages}")
         if not 0.0 <= review_prob <= 1.0:
             raise ValueError(f"review_prob must lie in [0, 1], got {review_prob}")
+        super().__init__(stage_space(num_stages, max_difficulty), num_envs, device)
         self.num_stages = int(num_stages)
         self.difficulty = torch.full((num_envs,), float(initial), device=device)
         self.step_up, self.step_down = float(step_up), float(step_down)
@@ -47,42 +68,41 @@ class StagedLevelCurriculum:
 
     def split(self, difficulty: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(stage [M] long, level [M] float in [0, 1])`` of difficulties ``[M]``."""
-        stage = (difficulty.ceil() - 1.0).clamp(0, self.num_stages - 1)
-        return stage.long(), (difficulty - stage).clamp(0.0, 1.0)
+        return split_difficulty(difficulty, self.num_stages)
 
     def sample(self, env_ids: torch.Tensor) -> torch.Tensor:
-        """Difficulties ``[M]`` of the envs being reset (their own, or a review of an easier one)."""
+        """Difficulties ``[M, 1]`` of the envs being reset (their own, or a review of an easier one)."""
         if self.fixed is not None:
-            return torch.full((len(env_ids),), float(self.fixed), device=self.difficulty.device)
+            return torch.full((len(env_ids), 1), float(self.fixed), device=self.difficulty.device)
         x = self.difficulty[env_ids]
         review = torch.rand(len(env_ids), device=x.device) < self.review_prob
-        return torch.where(review, x * torch.rand_like(x), x)
+        return torch.where(review, x * torch.rand_like(x), x).unsqueeze(-1)
 
-    def update(self, env_ids: torch.Tensor, sampled: torch.Tensor, success: torch.Tensor,
-               failure: torch.Tensor) -> None:
-        """Promote/demote envs ``env_ids`` after episodes played at difficulty ``sampled`` ``[M]``.
-
-        Only episodes played at the env's own difficulty (not reviews) move it; bool ``success``/``failure`` ``[M]``.
+    def update(self, env_ids: torch.Tensor, params: torch.Tensor, outcome: EpisodeOutcome) -> None:
+        """Promote (``outcome.success``) or demote (``outcome.failure``) envs ``env_ids`` after episodes played at
+        difficulty ``params`` ``[M, 1]``. Only episodes played at the env's own difficulty (not reviews) move it.
         """
+        super().update(env_ids, params, outcome)
         if self.fixed is not None:
             return
-        own = (sampled - self.difficulty[env_ids]).abs() < 1e-6
-        delta = self.step_up * success.float() - self.step_down * failure.float()
+        own = (params[:, 0] - self.difficulty[env_ids]).abs() < 1e-6
+        delta = self.step_up * outcome.success.float() - self.step_down * outcome.failure.float()
         new = (self.difficulty[env_ids] + delta * own.float()).clamp(0.0, self.max_difficulty)
         self.difficulty[env_ids] = new
 
     def log(self) -> dict[str, float]:
         stage, _ = self.split(self.difficulty)
-        out = {"Curriculum/difficulty_mean": float(self.difficulty.mean()),
+        out = {**super().log(), "Curriculum/difficulty_mean": float(self.difficulty.mean()),
                "Curriculum/difficulty_max": float(self.difficulty.max())}
         for s in range(self.num_stages):
             out[f"Curriculum/stage{s + 1}_fraction"] = float((stage == s).float().mean())
         return out
 
     def state_dict(self) -> dict:
-        return {"difficulty": self.difficulty.clone()}
+        return {**super().state_dict(), "difficulty": self.difficulty.clone()}
 
     def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
         d = state["difficulty"].to(self.difficulty.device)
         if d.shape != self.difficulty.shape:  # another number of envs: continue from the mean difficulty reached
             d = torch.full_like(self.difficulty, float(d.mean()))

@@ -96,6 +96,7 @@ class Sim2RealRunner(OnPolicyRunner):
 
     # --- per-iteration hook --------------------------------------------------------------------------------
     def _log_iteration(self, it: int, start_it: int, total_it: int, **kwargs) -> None:
+        self._curriculum_hooks(it, total_it)
         ep = list(self.logger.ep_extras)  # rsl-rl clears these while logging
         with contextlib.redirect_stdout(io.StringIO()):
             self._rsl_log(it=it, start_it=start_it, total_it=total_it, **kwargs)
@@ -121,6 +122,24 @@ class Sim2RealRunner(OnPolicyRunner):
             if it + 1 == total_it:
                 self._bar.close()
                 self._bar = None
+
+    def _curriculum_hooks(self, it: int, total_it: int) -> None:
+        """After each PPO update: give the env's teacher this rollout's absolute advantages (the learning signal of
+        learning-progress teachers), and every ``train.curriculum_plot_interval`` iterations write its task-space
+        plot to ``<run>/curriculum/`` and TensorBoard."""
+        if hasattr(self.env, "curriculum_learning_signal"):
+            advantages = self.alg.storage.advantages  # [T, N, 1], from this iteration's rollout
+            self.env.curriculum_learning_signal(advantages.detach().squeeze(-1).abs().to(self.env.device))
+        every = int(self.task_cfg["train"].get("curriculum_plot_interval", 0))
+        if (self.run_dir is None or every <= 0 or not hasattr(self.env, "curriculum_plot")
+                or not ((it + 1) % every == 0 or it + 1 == total_it)):
+            return
+        path = self.env.curriculum_plot(self.run_dir / "curriculum" / f"task_space_{it + 1:05d}.png")
+        if path is not None and self.logger.writer is not None:
+            import matplotlib.image
+
+            image = matplotlib.image.imread(str(path))[..., :3]  # [H, W, 3] in [0, 1]
+            self.logger.writer.add_image("Curriculum/task_space", image, it, dataformats="HWC")
 
     def evaluate_and_keep_best(self, it: int) -> dict:
         """Score the current policy on the held-out set; write ``best.pt`` when it improves."""

@@ -4,8 +4,9 @@ CPU, the weighted reward sum with per-term episode sums, refreshing the state of
 exported joint-position policy carries.
 
 A subclass sets ``TASK`` and, before using these, ``num_envs``, ``device``, ``control_dt``, ``num_actions``,
-``action_term``, ``sim``, ``dr``, ``actions``, ``reward_weights`` and ``episode_sums``; it implements ``robot_state()``,
-``privileged(state)`` and ``_step(actions)``.
+``action_term``, ``sim``, ``dr``, ``actions``, ``reward_weights``, ``episode_sums`` and ``curriculum`` (a
+:class:`~sim2real.curricula.driver.TaskCurriculum`); it implements ``robot_state()``, ``privileged(state)``,
+``_step(actions)``, ``task_spaces()`` and ``reset_all()``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
+from sim2real.curricula.driver import HasTaskCurriculum
 from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
 from sim2real.tasks.reward_sum import weighted_reward_sum
 
 
-class LeggedTaskEnv(VecEnv):
+class LeggedTaskEnv(HasTaskCurriculum, VecEnv):
     """Shared parts of the legged task envs (see the module docstring)."""
 
     TASK = ""
@@ -40,6 +42,7 @@ class LeggedTaskEnv(VecEnv):
         return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
 
     def step(self, actions: torch.Tensor):
+        self.curriculum.record_step()
         if self.device != "cpu":
             return self._step(actions)
         # The per-step task tensors are small ([N, <=80]): on the CPU, torch's intra-op threads only contend with

@@ -34,6 +34,9 @@ import torch
 
 from sim2real.configs import ConfigError
 from sim2real.curricula import StagedLevelCurriculum
+from sim2real.curricula.base import EpisodeOutcome, TaskSpace
+from sim2real.curricula.driver import build_task_curriculum
+from sim2real.curricula.stages import split_difficulty, stage_space
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, tilt_from_quat, yaw_from_quat
 from sim2real.tasks.actions import JointPositionAction
@@ -130,9 +133,13 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.episode_touchdowns: list[list[tuple]] | None = None
 
         ccfg = cfg["curriculum"]
-        self.curriculum = StagedLevelCurriculum(
-            n, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"], ccfg["max_difficulty"],
-            ccfg["review_prob"], device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None)
+        self.num_stages = int(ccfg["num_stages"])
+        self.curriculum = build_task_curriculum(
+            ccfg, self.task_spaces(), n, device, eval_mode=eval_mode,
+            trace_steps=int(cfg["train"]["num_steps_per_env"]),
+            hand_written=lambda: StagedLevelCurriculum(
+                n, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"], ccfg["max_difficulty"],
+                ccfg["review_prob"], device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
         self.reward_weights = dict(cfg["rewards"])
         self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
         self.last_outcome = {k: torch.zeros(n, device=device) for k in OUTCOME_KEYS}
@@ -281,12 +288,12 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/hit_rate"] = hits.sum() / steps.sum().clamp_min(1.0)
         log["Metrics/success_rate"] = success.float().mean()
-        stage, _ = self.curriculum.split(self.difficulty[ids])
-        for s in range(self.curriculum.num_stages):
+        stage, _ = split_difficulty(self.difficulty[ids], self.num_stages)
+        for s in range(self.num_stages):
             mask = stage == s
             if mask.any():
                 log[f"Metrics/terrain_stage{s + 1}_hit_rate"] = hits[mask].sum() / steps[mask].sum().clamp_min(1.0)
-        self.curriculum.update(ids, self.difficulty[ids], success, fall)
+        self.curriculum.episode_end(ids, EpisodeOutcome(success, fall, score=rate.clamp(0.0, 1.0)))
 
     # --- reset ---------------------------------------------------------------------------------------------
     def _set_fixed_plans(self, plans: list) -> None:
@@ -319,9 +326,9 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
     def _reset_envs(self, ids: torch.Tensor) -> None:
         m, dev, e = len(ids), self.device, self.cfg["env"]
         self.dr.randomise(ids)
-        x = self.curriculum.sample(ids)
+        x = self.curriculum.sample(ids)[:, 0]
         self.difficulty[ids] = x
-        stage, level = self.curriculum.split(x)
+        stage, level = split_difficulty(x, self.num_stages)
         rough = torch.where(stage == 0, level, torch.ones_like(level))
         stairs_difficulty = torch.where(stage == 1, level, torch.zeros_like(level))
         lengths = None
@@ -408,11 +415,19 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         return out
 
     # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
+    def task_spaces(self) -> dict[str, TaskSpace]:
+        """``difficulty``: the terrain difficulty x in [0, max_difficulty] (one region per stage)."""
+        ccfg = self.cfg["curriculum"]
+        return {"difficulty": stage_space(ccfg["num_stages"], ccfg["max_difficulty"])}
+
+    def reset_all(self) -> None:
+        self._reset_envs(torch.arange(self.num_envs, device=self.device))
+
     def curriculum_state_dict(self) -> dict:
-        return {"stages": self.curriculum.state_dict()}
+        return {"teacher": self.curriculum.state_dict()}
 
     def load_curriculum_state_dict(self, state: dict) -> None:
-        self.curriculum.load_state_dict(state["stages"])
+        self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["stages"])
 
     def metadata(self) -> dict:
         """The shared joint-position policy metadata plus ``gait``: the step period and the standing feet the

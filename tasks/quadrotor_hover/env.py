@@ -8,8 +8,11 @@ Observation groups (TensorDict, batch ``[N]``):
     action latency [steps].
 
 Actions ``[N, 4]`` in [-1, 1] go through :class:`sim2real.tasks.actions.QuadrotorAction`, delayed by the
-per-episode latency. Rewards and terminations: :mod:`sim2real.tasks.quadrotor_hover.rewards`. Curriculum: the
-initial-state spread grows per env on success (:class:`PerEnvLevelCurriculum`) and penalty weights grow on a
+per-episode latency. Rewards and terminations: :mod:`sim2real.tasks.quadrotor_hover.rewards`. Curriculum
+(``curriculum.teacher``): by default the initial-state spread grows per env on success
+(:class:`PerEnvLevelCurriculum`, task space ``difficulty``); any automatic teacher of :mod:`sim2real.curricula`
+may choose the level instead, or choose the start directly (task space ``start``: start distance from the goal [m]
+and agitation in [0, 1], the fraction of the full initial speed, tilt and body rates). Penalty weights grow on a
 global schedule (:class:`StepSchedule`).
 """
 
@@ -20,6 +23,9 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
+from sim2real.curricula.base import EpisodeOutcome, TaskSpace
+from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
+from sim2real.curricula.levels import LEVEL_SPACE
 from sim2real.sim.rotations import random_quat_within
 from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
 from sim2real.tasks.quadrotor_dr import HasQuadrotorDrones, QuadrotorDrones
@@ -29,14 +35,15 @@ from sim2real.tasks.reward_sum import weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 
-class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
+class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
     """Batched quadrotor hover task.
 
     Args:
         cfg: resolved task config (see ``configs/tasks/quadrotor_hover.yaml``).
         num_envs: overrides ``cfg["env"]["num_envs"]``.
         device: torch device of every tensor.
-        eval_mode: curriculum fixed at full difficulty and not updated (the held-out evaluation set).
+        eval_mode: the held-out evaluation set: full difficulty (space ``difficulty``) or uniform over the whole
+            ``start`` box; the curriculum is not updated.
 
     Raises:
         ConfigError: a config value out of range (see :mod:`sim2real.tasks.quadrotor_hover.checks`).
@@ -72,10 +79,12 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
         self.success_hold_steps = int(round(ecfg["success_hold_s"] / self.control_dt))
 
         ccfg = cfg["curriculum"]
-        self.curriculum = PerEnvLevelCurriculum(
-            n, ccfg["level_initial"], ccfg["level_step_up"], ccfg["level_step_down"], device,
-            fixed_level=1.0 if eval_mode else None,
-        )
+        self.curriculum = build_task_curriculum(
+            ccfg, self.task_spaces(), n, device, eval_mode=eval_mode,
+            trace_steps=int(cfg["train"]["num_steps_per_env"]),
+            hand_written=lambda: PerEnvLevelCurriculum(n, ccfg["level_initial"], ccfg["level_step_up"],
+                                                       ccfg["level_step_down"], device,
+                                                       fixed_level=1.0 if eval_mode else None))
         self.penalty_schedule = StepSchedule(
             ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"], ccfg["penalty_scale_factor"],
             ccfg["penalty_scale_interval"],
@@ -88,6 +97,16 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
         self.last_outcome = {k: torch.zeros(n, device=device) for k in ("success", "crash", "pos_error", "speed")}
         self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
         self._reset_envs(torch.arange(n, device=device))
+
+    def task_spaces(self) -> dict[str, TaskSpace]:
+        """``difficulty``: the level in [0, 1]; ``start``: start distance from the goal [m] and agitation [0, 1]."""
+        bins = self.cfg["curriculum"]["bins"]
+        return {"difficulty": TaskSpace(LEVEL_SPACE.names, LEVEL_SPACE.low, LEVEL_SPACE.high, bins=bins[:1]),
+                "start": TaskSpace(("distance", "agitation"), (0.0, 0.0), (self.cfg["init"]["pos_radius"], 1.0),
+                                   ("m", ""), bins)}
+
+    def reset_all(self) -> None:
+        self._reset_envs(torch.arange(self.num_envs, device=self.device))
 
     # --- state ---------------------------------------------------------------------------------------------
     def robot_state(self) -> RobotState:
@@ -108,6 +127,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
 
     # --- stepping ------------------------------------------------------------------------------------------
     def step(self, actions: torch.Tensor):
+        self.curriculum.record_step()
         command = self.drones.act(actions.to(self.device))
         for _ in range(self.decimation):
             self.dyn.step(self.action_term.apply(command, self.dyn))
@@ -156,7 +176,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
         self.episodes_done[ids] += 1
         # Promote on "nearly there" rather than on strict success, so the spread can grow before precision does.
         promote = ~crash & (pos_err < self.cfg["curriculum"]["promote_pos_error"])
-        self.curriculum.update(ids, promote, crash)
+        self.curriculum.episode_end(ids, EpisodeOutcome(promote, crash, score=success.float()))
 
     def _reset_envs(self, ids: torch.Tensor) -> None:
         n = len(ids)
@@ -165,11 +185,14 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
         lo, hi = torch.tensor(e["goal_min"], device=dev), torch.tensor(e["goal_max"], device=dev)
         self.goal_w[ids] = lo + (hi - lo) * torch.rand(n, 3, device=dev)
 
-        level = self.curriculum.sample(ids)
-        spread = init["spread_min"] + (1.0 - init["spread_min"]) * level
+        params = self.curriculum.sample(ids)
         direction = torch.randn(n, 3, device=dev)
         direction = direction / torch.linalg.vector_norm(direction, dim=-1, keepdim=True).clamp_min(1e-9)
-        radius = init["pos_radius"] * spread * torch.rand(n, device=dev).pow(1.0 / 3.0)
+        if self.cfg["curriculum"]["space"] == "start":  # the teacher chose the start distance and agitation
+            radius, spread = params[:, 0], params[:, 1]
+        else:  # the level scales the whole spread; the distance is uniform in the ball it gives
+            spread = init["spread_min"] + (1.0 - init["spread_min"]) * params[:, 0]
+            radius = init["pos_radius"] * spread * torch.rand(n, device=dev).pow(1.0 / 3.0)
         pos = self.goal_w[ids] + direction * radius.unsqueeze(-1)
         pos[:, 2] = pos[:, 2].clamp_min(e["ground_height"] + 0.2)
         vel = (2 * torch.rand(n, 3, device=dev) - 1) * (init["lin_vel"] * spread).unsqueeze(-1)
@@ -198,10 +221,10 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, VecEnv):
 
     # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
     def curriculum_state_dict(self) -> dict:
-        return {"levels": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict()}
+        return {"teacher": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict()}
 
     def load_curriculum_state_dict(self, state: dict) -> None:
-        self.curriculum.load_state_dict(state["levels"])
+        self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["levels"])
         self.penalty_schedule.load_state_dict(state["penalty_schedule"])
 
     def metadata(self) -> dict:

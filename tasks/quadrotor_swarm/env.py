@@ -27,6 +27,9 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
+from sim2real.curricula.base import EpisodeOutcome, TaskSpace
+from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
+from sim2real.curricula.levels import LEVEL_SPACE
 from sim2real.curricula.replay import StateReplayBuffer
 from sim2real.tasks.quadrotor_dr import HasQuadrotorDrones, QuadrotorDrones
 from sim2real.tasks.quadrotor_swarm import rewards as rew
@@ -43,7 +46,7 @@ REPLAY_KEYS = ("pos_w", "quat_w", "lin_vel_w", "ang_vel_b", "motor_thrust", "goa
                "num_visible")
 
 
-class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
+class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
     """Batched quadrotor swarm task (see the module docstring).
 
     Args:
@@ -105,9 +108,12 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
         self.ep_boundary = torch.zeros(n, device=device)  # floor / wall / ceiling contacts this episode
 
         ccfg = cfg["curriculum"]
-        self.curriculum = PerEnvLevelCurriculum(r, ccfg["level_initial"], ccfg["level_step_up"],
-                                                ccfg["level_step_down"], device,
-                                                fixed_level=1.0 if eval_mode else None)
+        self.curriculum = build_task_curriculum(
+            ccfg, self.task_spaces(), r, device, eval_mode=eval_mode,
+            trace_steps=int(cfg["train"]["num_steps_per_env"]),
+            hand_written=lambda: PerEnvLevelCurriculum(r, ccfg["level_initial"], ccfg["level_step_up"],
+                                                       ccfg["level_step_down"], device,
+                                                       fixed_level=1.0 if eval_mode else None))
         self.penalty_schedule = StepSchedule(ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"],
                                              ccfg["penalty_scale_factor"], ccfg["penalty_scale_interval"])
         if eval_mode:
@@ -177,6 +183,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
     # --- stepping ------------------------------------------------------------------------------------------
     def step(self, actions: torch.Tensor):
         ecfg, r, m = self.cfg["env"], self.num_rooms, self.drones_per_room
+        self.curriculum.record_step()
         command = self.drones.act(actions.to(self.device))
         pairs = torch.zeros(r, m, m, dtype=torch.bool, device=self.device)
         obstacle = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
@@ -266,7 +273,9 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
         ccfg = self.cfg["curriculum"]
         promote = (at_goal >= ccfg["promote_at_goal"]) & fresh & ~bad
         demote = ((collisions.mean(-1) >= ccfg["demote_collisions"]) | bad) & fresh
-        self.curriculum.update(rooms, promote, demote & ~promote)
+        # Replayed episodes restarted from a stored state, not from what the teacher chose: they do not count.
+        self.curriculum.episode_end(rooms[fresh], EpisodeOutcome(promote[fresh], (demote & ~promote)[fresh],
+                                                                 score=at_goal[fresh]))
 
     # --- resets, replay ------------------------------------------------------------------------------------
     def _room_levels(self, rooms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -278,7 +287,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
             return (torch.full((b,), float(ev["density"]), device=self.device),
                     torch.full((b,), k, dtype=torch.long, device=self.device),
                     torch.full((b,), float(ev["goal_fraction"]), device=self.device))
-        level = self.curriculum.sample(rooms)
+        level = self.curriculum.sample(rooms)[:, 0]
         density = ccfg["density_min"] + level * (ccfg["density_max"] - ccfg["density_min"])
         visible = torch.round(ccfg["neighbors_min"] + level * (k - ccfg["neighbors_min"])).long()
         fraction = ccfg["goal_fraction_min"] + level * (1.0 - ccfg["goal_fraction_min"])
@@ -409,12 +418,26 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, VecEnv):
             "score": success + 0.5 * float(outcome["at_goal"].mean()) - 0.01 * collisions,
         }
 
+    # --- curriculum ----------------------------------------------------------------------------------------
+    def task_spaces(self) -> dict[str, TaskSpace]:
+        """``difficulty``: each room's level in [0, 1] (density, visible neighbours and flight length)."""
+        return {"difficulty": LEVEL_SPACE}
+
+    def reset_all(self) -> None:
+        rooms = torch.arange(self.num_rooms, device=self.device)
+        self._reset_rooms(rooms, allow_replay=False)
+        self._take_snapshots(rooms, force=True)
+
+    def curriculum_learning_signal(self, signal: torch.Tensor) -> None:
+        """Per-transition signal ``[T, rooms * drones]``; a room's transitions count as one: their mean."""
+        self.curriculum.learning_signal(signal.reshape(signal.shape[0], self.num_rooms, -1).mean(-1))
+
     def curriculum_state_dict(self) -> dict:
-        return {"levels": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict(),
+        return {"teacher": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict(),
                 "replay": self.replay.state_dict()}
 
     def load_curriculum_state_dict(self, state: dict) -> None:
-        self.curriculum.load_state_dict(state["levels"])
+        self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["levels"])
         self.penalty_schedule.load_state_dict(state["penalty_schedule"])
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])

@@ -35,6 +35,15 @@ def sample_commands(stage: torch.Tensor, level: torch.Tensor, cfg: dict) -> torc
     return cmd
 
 
+def landing_commands(params: torch.Tensor) -> torch.Tensor:
+    """Commands ``[M, 5]`` of stage-2 jumps chosen directly: ``params`` ``[M, 2]`` = (distance [m], direction off
+    the heading [rad]); no yaw change, no obstacle."""
+    cmd = torch.zeros(params.shape[0], 5, device=params.device)
+    cmd[:, 0] = params[:, 0] * torch.cos(params[:, 1])
+    cmd[:, 1] = params[:, 0] * torch.sin(params[:, 1])
+    return cmd
+
+
 def target_world(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Landing target xy ``[M, 2]`` [m] and yaw ``[M]`` [rad] in the world frame of commands ``[M, 5]`` issued at

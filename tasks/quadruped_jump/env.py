@@ -22,6 +22,9 @@ from __future__ import annotations
 import torch
 
 from sim2real.curricula import StagedLevelCurriculum
+from sim2real.curricula.base import EpisodeOutcome, TaskSpace
+from sim2real.curricula.driver import build_task_curriculum
+from sim2real.curricula.stages import split_difficulty, stage_space
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.rotations import (
     quat_from_yaw, quat_mul, quat_rotate_inverse, tilt_from_quat, wrap_angle, yaw_from_quat,
@@ -90,9 +93,13 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.difficulty = torch.zeros(n, device=device)
 
         ccfg = cfg["curriculum"]
-        self.curriculum = StagedLevelCurriculum(
-            n, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"], ccfg["max_difficulty"],
-            ccfg["review_prob"], device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None)
+        self.curriculum = build_task_curriculum(
+            ccfg, self.task_spaces(), n, device, eval_mode=eval_mode,
+            trace_steps=int(cfg["train"]["num_steps_per_env"]),
+            hand_written=lambda: StagedLevelCurriculum(
+                n, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"], ccfg["max_difficulty"],
+                ccfg["review_prob"], device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
+        self.num_stages = int(ccfg["num_stages"])
         self.reward_weights = dict(cfg["rewards"])
         self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
         self.distance_bins = cmds.max_distance_bins(cfg["command"]).to(device)
@@ -187,7 +194,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
             sums[ids] = 0.0
         pos_err, yaw_err = self._landing_errors(state)
-        stage, _ = self.curriculum.split(self.difficulty[ids])
+        stage, _ = split_difficulty(self.difficulty[ids], self.num_stages)
         dist = torch.linalg.vector_norm(self.command[ids, :2], dim=-1)
         out = {"success": success.float(), "fall": fall.float(), "pos_error": pos_err[ids], "yaw_error": yaw_err[ids],
                "peak_height": self.peak_height[ids] - self.settled_height, "distance": dist, "stage": stage.float()}
@@ -197,7 +204,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/success_rate"] = success.float().mean()
         log["Metrics/peak_height"] = out["peak_height"].mean()
-        for s in range(self.curriculum.num_stages):
+        for s in range(self.num_stages):
             mask = stage == s
             if mask.any():
                 log[f"Metrics/stage{s + 1}_success"] = success[mask].float().mean()
@@ -214,7 +221,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             first = self.bin_count[seen] == 0
             self.bin_success[seen] = torch.where(first, rate, (1 - alpha) * self.bin_success[seen] + alpha * rate)
             self.bin_count += count
-        self.curriculum.update(ids, self.difficulty[ids], success, fall | ~success)
+        self.curriculum.episode_end(ids, EpisodeOutcome(success, fall | ~success))
 
     def max_successful_distance(self, threshold: float = 0.8) -> float:
         """Upper edge [m] of the longest commanded-distance bin whose success rate is >= ``threshold`` (0 if none)."""
@@ -225,10 +232,15 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
     def _reset_envs(self, ids: torch.Tensor) -> None:
         m, dev, e = len(ids), self.device, self.cfg["env"]
         self.dr.randomise(ids)
-        x = self.curriculum.sample(ids)
-        self.difficulty[ids] = x
-        stage, level = self.curriculum.split(x)
-        self.command[ids] = cmds.sample_commands(stage, level, self.cfg["command"])
+        params = self.curriculum.sample(ids)
+        if self.cfg["curriculum"]["space"] == "landing":  # the teacher chose distance and direction (stage 2)
+            self.command[ids] = cmds.landing_commands(params)
+            self.difficulty[ids] = 1.0 + (params[:, 0] / self.cfg["command"]["distance_max"]).clamp(1e-3, 1.0)
+        else:
+            x = params[:, 0]
+            self.difficulty[ids] = x
+            stage, level = split_difficulty(x, self.num_stages)
+            self.command[ids] = cmds.sample_commands(stage, level, self.cfg["command"])
         yaw = (2 * torch.rand(m, device=dev) - 1) * torch.pi
         start_xy = torch.zeros(m, 2, device=dev)
         self.start_xy[ids], self.start_yaw[ids] = start_xy, yaw
@@ -290,11 +302,23 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         return out
 
     # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
+    def task_spaces(self) -> dict[str, TaskSpace]:
+        """``difficulty``: x in [0, max_difficulty] of the staged curriculum (one region per stage);
+        ``landing``: a stage-2 jump's commanded distance [m] and direction off the heading [rad] (no yaw change, no
+        obstacle)."""
+        ccfg, c = self.cfg["curriculum"], self.cfg["command"]
+        return {"difficulty": stage_space(ccfg["num_stages"], ccfg["max_difficulty"]),
+                "landing": TaskSpace(("distance", "direction"), (c["distance_min"], -c["diagonal_max"]),
+                                     (c["distance_max"], c["diagonal_max"]), ("m", "rad"), ccfg["bins"])}
+
+    def reset_all(self) -> None:
+        self._reset_envs(torch.arange(self.num_envs, device=self.device))
+
     def curriculum_state_dict(self) -> dict:
-        return {"stages": self.curriculum.state_dict(), "bin_success": self.bin_success.clone(),
+        return {"teacher": self.curriculum.state_dict(), "bin_success": self.bin_success.clone(),
                 "bin_count": self.bin_count.clone()}
 
     def load_curriculum_state_dict(self, state: dict) -> None:
-        self.curriculum.load_state_dict(state["stages"])
+        self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["stages"])
         self.bin_success = state["bin_success"].to(self.device)
         self.bin_count = state["bin_count"].to(self.device)

@@ -30,6 +30,12 @@ def _env(task: str, n: int, overrides: list[str] | None = None):
     return make_env(cfg, num_envs=n)
 
 
+def _state(env) -> dict:
+    """The hand-written rule's state (under "teacher" since the port; "levels"/"stages" before)."""
+    state = env.curriculum_state_dict()
+    return next(state[k] for k in ("teacher", "levels", "stages") if k in state)
+
+
 def _ids(g: torch.Generator, n: int) -> torch.Tensor:
     k = int(torch.randint(1, n + 1, (1,), generator=g))
     return torch.randperm(n, generator=g)[:k].sort().values
@@ -50,7 +56,7 @@ def _hover() -> list[torch.Tensor]:
         env._reset_envs(ids)
         env.penalty_schedule.advance(env.num_envs * 1000)
         d = env.dyn
-        out += [env.curriculum_state_dict()["levels"]["levels"].clone(), d.pos_w[ids] - env.goal_w[ids],
+        out += [_state(env)["levels"].clone(), d.pos_w[ids] - env.goal_w[ids],
                 d.lin_vel_w[ids], d.quat_w[ids], d.ang_vel_b[ids], torch.tensor(env.penalty_schedule.value)]
     return out
 
@@ -69,7 +75,7 @@ def _swarm() -> list[torch.Tensor]:
         env._record_outcome(rooms, bad, torch.zeros(env.num_envs), {"log": {}})
         env._reset_rooms(rooms, allow_replay=False)
         env.penalty_schedule.advance(env.num_envs * 1000)
-        out += [env.curriculum_state_dict()["levels"]["levels"].clone(), env.density[rooms].clone(),
+        out += [_state(env)["levels"].clone(), env.density[rooms].clone(),
                 env.num_visible[rooms].clone(), env.occupied[rooms].clone(), env.goal_w[ids].clone(),
                 env.dyn.pos_w[ids].clone(), torch.tensor(env.penalty_schedule.value)]
     return out
@@ -85,7 +91,7 @@ def _jump() -> list[torch.Tensor]:
         fall = ~success & (torch.rand(len(ids), generator=g) < 0.5)
         env._record_outcome(ids, env.robot_state(), success, fall, {})
         env._reset_envs(ids)
-        out += [env.curriculum_state_dict()["stages"]["difficulty"].clone(), env.difficulty[ids].clone(),
+        out += [_state(env)["difficulty"].clone(), env.difficulty[ids].clone(),
                 env.command[ids].clone()]
     return out
 
@@ -101,7 +107,7 @@ def _humanoid() -> list[torch.Tensor]:
         fall = torch.rand(len(ids), generator=g) < 0.2
         env._record_outcome(ids, fall, {})
         env._reset_envs(ids)
-        out += [env.curriculum_state_dict()["stages"]["difficulty"].clone(), env.difficulty[ids].clone(),
+        out += [_state(env)["difficulty"].clone(), env.difficulty[ids].clone(),
                 env.mode[ids].clone(), env.is_stairs[ids].clone(), env.tracker.steps_w[ids].clone(),
                 env.box_half[ids].clone()]
     return out

@@ -7,17 +7,25 @@ import pytest
 import torch
 
 from sim2real.curricula import StagedLevelCurriculum
+from sim2real.curricula.base import EpisodeOutcome
 
 
 def _cur(n=4, initial=0.5, step_up=0.1, step_down=0.05, max_difficulty=3.0, review_prob=0.0, **kw):
     return StagedLevelCurriculum(n, 3, initial, step_up, step_down, max_difficulty, review_prob, **kw)
 
 
+def _update(cur, ids, sampled, success, failure):
+    """Episodes of envs ``ids`` played at difficulties ``sampled`` ``[M, 1]`` (or ``[M]``) ended."""
+    outcome = EpisodeOutcome(torch.as_tensor(success), torch.as_tensor(failure))
+    cur.update(torch.as_tensor(ids), torch.as_tensor(sampled).reshape(-1, 1), outcome)
+
+
 def _play(cur, ids, success, failure):
     """One episode per env of ``ids`` at the difficulty they were given at reset."""
     ids = torch.as_tensor(ids)
     sampled = cur.sample(ids)
-    cur.update(ids, sampled, torch.as_tensor(success), torch.as_tensor(failure))
+    assert sampled.shape == (len(ids), 1)
+    _update(cur, ids, sampled, success, failure)
     return sampled
 
 
@@ -55,7 +63,7 @@ def test_stage_and_level_split(x, stage, level):
 def test_without_review_a_reset_gets_the_env_s_own_difficulty():
     cur = _cur(n=3)
     cur.difficulty = torch.tensor([0.3, 1.2, 2.7])
-    torch.testing.assert_close(cur.sample(torch.tensor([2, 0])), torch.tensor([2.7, 0.3]))
+    torch.testing.assert_close(cur.sample(torch.tensor([2, 0])), torch.tensor([[2.7], [0.3]]))
 
 
 def test_review_resets_are_easier_and_do_not_move_the_difficulty():
@@ -64,9 +72,9 @@ def test_review_resets_are_easier_and_do_not_move_the_difficulty():
     sampled = cur.sample(torch.arange(256))
     assert (sampled < 1.6).all() and (sampled >= 0).all()
     assert sampled.min() < 0.4 and sampled.max() > 1.2  # uniform over [0, x]
-    cur.update(torch.arange(256), sampled, torch.ones(256, dtype=torch.bool), torch.zeros(256, dtype=torch.bool))
+    _update(cur, torch.arange(256), sampled, torch.ones(256, dtype=torch.bool), torch.zeros(256, dtype=torch.bool))
     assert (cur.difficulty == 1.6).all()
-    cur.update(torch.arange(256), sampled, torch.zeros(256, dtype=torch.bool), torch.ones(256, dtype=torch.bool))
+    _update(cur, torch.arange(256), sampled, torch.zeros(256, dtype=torch.bool), torch.ones(256, dtype=torch.bool))
     assert (cur.difficulty == 1.6).all()
 
 
@@ -77,16 +85,16 @@ def test_review_probability_is_the_fraction_of_reviews():
     sampled = cur.sample(torch.arange(n))
     reviewed = (sampled != 2.0).float().mean()
     assert float(reviewed) == pytest.approx(0.2, abs=0.015)  # 5 sigma is 0.014
-    cur.update(torch.arange(n), sampled, torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool))
+    _update(cur, torch.arange(n), sampled, torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool))
     promoted = (cur.difficulty > 2.0).float().mean()
     assert float(promoted) == pytest.approx(1.0 - float(reviewed), abs=1e-6)  # only own-difficulty episodes
 
 
 def test_fixed_mode_samples_the_fixed_difficulty_and_never_moves():
     cur = _cur(n=3, initial=0.0, review_prob=1.0, fixed=1.0)
-    torch.testing.assert_close(cur.sample(torch.tensor([0, 2])), torch.tensor([1.0, 1.0]))
-    cur.update(torch.arange(3), torch.zeros(3), torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))
-    cur.update(torch.arange(3), torch.ones(3), torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))
+    torch.testing.assert_close(cur.sample(torch.tensor([0, 2])), torch.tensor([[1.0], [1.0]]))
+    _update(cur, torch.arange(3), torch.zeros(3), torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))
+    _update(cur, torch.arange(3), torch.ones(3), torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))
     assert (cur.difficulty == 0.0).all()
 
 

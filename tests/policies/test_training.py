@@ -59,7 +59,7 @@ def test_resume_restores_learning_rate_curriculum_iteration_and_rng(tiny_run):
     data = load_checkpoint(path)
     cfg = data["infos"]["config"]
     # Make the saved curriculum state distinctive, then resume into a fresh runner.
-    data["infos"]["curriculum"]["levels"]["levels"] = torch.linspace(0, 1, cfg["env"]["num_envs"])
+    data["infos"]["curriculum"]["teacher"]["levels"] = torch.linspace(0, 1, cfg["env"]["num_envs"])
     data["infos"]["curriculum"]["penalty_schedule"]["steps"] = 12345678
     data["optimizer_state_dict"]["param_groups"][0]["lr"] = 3.21e-4
     torch.save(data, tiny_run.parent / "edited.pt")
@@ -69,7 +69,7 @@ def test_resume_restores_learning_rate_curriculum_iteration_and_rng(tiny_run):
     assert runner.current_learning_iteration == 3
     assert runner.alg.learning_rate == pytest.approx(3.21e-4)
     assert runner.alg.optimizer.param_groups[0]["lr"] == pytest.approx(3.21e-4)
-    assert torch.equal(env.curriculum.levels, torch.linspace(0, 1, cfg["env"]["num_envs"]))
+    assert torch.equal(env.curriculum.teacher.levels, torch.linspace(0, 1, cfg["env"]["num_envs"]))
     assert env.penalty_schedule.steps == 12345678
     assert torch.equal(torch.get_rng_state(), data["infos"]["rng"]["torch"])
     norm = runner.alg.get_policy().obs_normalizer

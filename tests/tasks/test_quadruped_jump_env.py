@@ -282,7 +282,7 @@ def test_success_and_failure_move_the_curriculum():
     assert dones.all() and extras["time_outs"].all()
     assert env.last_outcome["success"].tolist() == [1.0, 1.0, 0.0, 0.0]
     assert extras["log"]["Metrics/success_rate"] == pytest.approx(0.5)
-    torch.testing.assert_close(env.curriculum.difficulty, torch.tensor([0.55, 0.55, 0.45, 0.45]))
+    torch.testing.assert_close(env.curriculum.teacher.difficulty, torch.tensor([0.55, 0.55, 0.45, 0.45]))
     # The success bonus (20, paid once) is what separates env 0 from env 2 (same target, no flight).
     assert float(rew[0] - rew[2]) == pytest.approx(20.0, abs=0.2)
 

@@ -59,7 +59,7 @@ def test_starts_and_goals_are_in_their_zones():
 def test_curriculum_level_shortens_flights_keeping_goal_spacing_and_clear_of_columns():
     env = _env(rooms=6, **{"curriculum.goal_fraction_min": 0.25, "goals.scenario_weights": "{random: 1.0}",
                            "curriculum.density_max": 1.0})
-    env.curriculum.levels[:] = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    env.curriculum.teacher.levels[:] = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     torch.manual_seed(3)
     env._reset_rooms(torch.arange(6), allow_replay=False)
     start, goal = env.room_view(env.dyn.pos_w), env.room_view(env.goal_w)
@@ -79,7 +79,7 @@ def test_curriculum_level_sets_density_and_visible_neighbours():
     env = _env(rooms=4, **{"curriculum.neighbors_min": 1, "env.drones_per_env": 8,
                            "curriculum.goal_fraction_min": 1.0})  # full flights: goals far from every column
     k, cells = env.obs.num_neighbors, env.room.num_cells
-    env.curriculum.levels[:] = torch.tensor([0.0, 0.5, 1.0, 0.25])
+    env.curriculum.teacher.levels[:] = torch.tensor([0.0, 0.5, 1.0, 0.25])
     env._reset_rooms(torch.arange(4), allow_replay=False)
     dmax = env.cfg["curriculum"]["density_max"]
     assert env.occupied.sum(-1).tolist() == [0, round(0.5 * dmax * cells), round(dmax * cells),
@@ -93,19 +93,19 @@ def test_promotion_and_demotion_from_outcomes():
     env = _env(rooms=2, **{"env.episode_length_s": 0.1, "env.success_hold_s": 0.04, "env.success_pos_tol": 100.0})
     env.episode_length_buf[:] = 0
     env.ep_collisions.view(2, 4)[1] = 5.0  # room 1: 5 collisions per drone -> demoted; room 0 promoted
-    env.curriculum.levels[:] = 0.5
+    env.curriculum.teacher.levels[:] = 0.5
     env.replayed[:] = False
     for _ in range(5):
         env.step(_hover(env))
     step_up, step_down = env.cfg["curriculum"]["level_step_up"], env.cfg["curriculum"]["level_step_down"]
     # Room 1 had every drone "at its goal" too (tolerance 100 m), and promotion wins over demotion.
-    assert env.curriculum.levels.tolist() == pytest.approx([0.5 + step_up, 0.5 + step_up])
+    assert env.curriculum.teacher.levels.tolist() == pytest.approx([0.5 + step_up, 0.5 + step_up])
     env.episode_length_buf[:] = 0
     env.cfg["env"]["success_pos_tol"] = 1e-6  # nobody at goal now
     env.ep_collisions.view(2, 4)[1] = 5.0
     for _ in range(5):
         env.step(_hover(env))
-    assert env.curriculum.levels.tolist() == pytest.approx([0.5 + step_up, 0.5 + step_up - step_down])
+    assert env.curriculum.teacher.levels.tolist() == pytest.approx([0.5 + step_up, 0.5 + step_up - step_down])
 
 
 def test_eval_mode_fixes_density_and_drones_and_disables_replay():
@@ -157,11 +157,11 @@ def test_collision_pushes_the_state_from_before_it_and_replay_restores_it():
 def test_replay_state_round_trips_through_a_checkpoint_dict():
     env = _env(rooms=2)
     env.replay.push(env.room_state(torch.tensor([0, 1])))
-    env.curriculum.levels[:] = torch.tensor([0.3, 0.7])
+    env.curriculum.teacher.levels[:] = torch.tensor([0.3, 0.7])
     state = env.curriculum_state_dict()
     other = _env(rooms=2)
     other.load_curriculum_state_dict(state)
-    assert len(other.replay) == 2 and other.curriculum.levels.tolist() == pytest.approx([0.3, 0.7])
+    assert len(other.replay) == 2 and other.curriculum.teacher.levels.tolist() == pytest.approx([0.3, 0.7])
     torch.testing.assert_close(other.replay.data["pos_w"], env.replay.data["pos_w"])
 
 
