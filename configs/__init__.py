@@ -154,8 +154,8 @@ def resolve_task_config(
     """Task config = task YAML, merged with an optional user YAML file, then ``--set`` overrides.
 
     A task with a ``curriculum`` section gets ``configs/curricula.yaml`` as ``curriculum.teachers`` (the automatic
-    teachers' parameters). The ``robot`` key names a robot (or a path); it is replaced by the robot's full config, which overrides may
-    then address as ``robot.<key>``. Raises :class:`ConfigError` for unknown keys or bad values.
+    teachers' parameters). The ``robot`` key names a robot (or a path); it is replaced by the robot's full config,
+    which overrides may then address as ``robot.<key>``. Raises :class:`ConfigError` for unknown keys or bad values.
     """
     cfg = load_yaml(task_yaml)
     if isinstance(cfg.get("curriculum"), dict) and "teachers" not in cfg["curriculum"]:
