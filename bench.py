@@ -147,13 +147,18 @@ def run_bench(args) -> int:
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
     from sim2real.bench_legged import bench_footsteps_throughput, bench_jump_throughput
+    from sim2real.bench_curricula import bench_curricula
     from sim2real.bench_swarm import bench_swarm
 
     benches = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference,
                "jump-throughput": bench_jump_throughput, "footsteps-throughput": bench_footsteps_throughput,
                "swarm": bench_swarm}
-    overridable = ("jump-throughput", "footsteps-throughput")
+    overridable = ("jump-throughput", "footsteps-throughput", "curricula")
     names = list(benches) if args.name == "all" else [args.name]
+    if args.name == "curricula":
+        teachers = [t.strip() for t in args.teachers.split(",")] if getattr(args, "teachers", None) else None
+        benches["curricula"] = lambda quick, overrides: bench_curricula(
+            args.task, int(args.budget), teachers, args.seeds, args.grid, args.repeats, overrides, args.out)
     overrides = list(getattr(args, "overrides", []) or [])
     if overrides and any(name not in overridable for name in names):
         from sim2real.configs import ConfigError

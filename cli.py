@@ -68,7 +68,8 @@ def cmd_list(args) -> int:
 FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
                    "observations.policy", "observations.scales", "train.actor_hidden_dims", "train.critic_hidden_dims",
                    "train.activation", "train.obs_normalization", "device", "observations.num_neighbors",
-                   "observations.sdf_size", "train.embed_dim", "train.num_heads")  # keys a task lacks are skipped
+                   "observations.sdf_size", "train.embed_dim", "train.num_heads", "curriculum.teacher",
+                   "curriculum.space")  # keys a task lacks are skipped
 
 
 def cmd_train(args) -> int:
@@ -386,11 +387,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
     p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "footsteps-throughput",
-                                    "swarm", "all"])
+                                    "swarm", "curricula", "all"],
+                   help="all: every bench but curricula (which trains one policy per teacher)")
+    p.add_argument("--task", default="quadrotor-hover", help="curricula: quadrotor-hover or quadruped-jump")
+    p.add_argument("--budget", type=float, default=3e6, help="curricula: env steps of training per teacher and seed")
+    p.add_argument("--teachers", help="curricula: comma-separated teachers (default: all): " + ", ".join(
+        ("hand_written", "uniform", "alp_gmm", "lp_bandit", "variance", "success_band")))
+    p.add_argument("--seeds", type=int, default=1, help="curricula: training seeds per teacher")
+    p.add_argument("--grid", type=int, default=6, help="curricula: held-out grid points per task-space dimension")
+    p.add_argument("--repeats", type=int, default=2, help="curricula: held-out episodes per grid point")
+    p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png")
     p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="task config override for the legged throughput benches, e.g. robot.mjcf=PATH")
+                   help="task config override for the legged throughput and curricula benches, e.g. robot.mjcf=PATH")
     p.add_argument("--output", help="write the results as JSON here")
     p.set_defaults(func=cmd_bench)
     return parser

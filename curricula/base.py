@@ -197,6 +197,7 @@ class Curriculum:
     """
 
     name = "curriculum"
+    log_prefix = "Curriculum"  # TensorBoard group of :meth:`log`
 
     def __init__(self, space: TaskSpace, num_envs: int, device: str | torch.device = "cpu", history: int = 4096):
         self.space = space
@@ -223,11 +224,12 @@ class Curriculum:
     def log(self) -> dict[str, float]:
         """TensorBoard scalars (``Curriculum/...``) describing what the teacher samples now."""
         params, comp = self.history.recent()
-        out: dict[str, float] = {"Curriculum/episodes": float(self.episodes)}
+        g = self.log_prefix
+        out: dict[str, float] = {f"{g}/episodes": float(self.episodes)}
         if len(params):
             for d, name in enumerate(self.space.names):
-                out[f"Curriculum/sampled_{name}_mean"] = float(params[:, d].mean())
-            out["Curriculum/competence_mean"] = float(comp.mean())
+                out[f"{g}/sampled_{name}_mean"] = float(params[:, d].mean())
+            out[f"{g}/competence_mean"] = float(comp.mean())
         return out
 
     def plot(self, path: str | Path) -> Path | None:

@@ -20,6 +20,7 @@ import torch
 from sim2real.curricula.base import Curriculum, EpisodeOutcome, FixedTasks, TaskSpace
 
 HAND_WRITTEN = ("levels", "stages")
+AUTOMATIC = ("uniform", "alp_gmm", "lp_bandit", "variance", "success_band")
 
 
 class TaskCurriculum:

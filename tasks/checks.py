@@ -42,6 +42,33 @@ def check_quadrotor_dr(dr: dict) -> None:
     require(dr["mass_scale"][0] > 0 and dr["thrust_scale"][0] > 0 and dr["inertia_scale"][0] > 0
             and dr["motor_time_constant"][0] > 0, "domain_rand", "scales and time constants must be positive")
     require(dr["ext_force"] >= 0, "domain_rand.ext_force", f"must be >= 0, got {dr['ext_force']}")
+    if "adr" in dr:
+        a = dr["adr"]
+        for key, value in a["nominal"].items():
+            lo, hi = (0.0, dr[key]) if key == "ext_force" else dr[key]
+            require(lo <= value <= hi, f"domain_rand.adr.nominal.{key}",
+                    f"must lie in the range it grows within, [{lo}, {hi}], got {value}")
+        require(a["steps_to_limit"] >= 1, "domain_rand.adr.steps_to_limit", "must be >= 1")
+        require(0 <= a["boundary_prob"] <= 1, "domain_rand.adr.boundary_prob", "must lie in [0, 1]")
+        require(a["buffer_size"] >= 1, "domain_rand.adr.buffer_size", "must be >= 1")
+        require(0 <= a["threshold_low"] < a["threshold_high"] <= 1, "domain_rand.adr",
+                "need 0 <= threshold_low < threshold_high <= 1")
+
+
+def check_curriculum_choice(cfg: dict, spaces: tuple[str, ...]) -> None:
+    """``curriculum.teacher`` names a teacher and ``curriculum.space`` one of the task's ``spaces`` (the first is
+    the hand-written rule's own); ``curriculum.bins`` (if any) are >= 1."""
+    from sim2real.curricula.driver import AUTOMATIC, HAND_WRITTEN
+
+    cur = cfg["curriculum"]
+    require(cur["teacher"] in HAND_WRITTEN + AUTOMATIC, "curriculum.teacher",
+            f"unknown teacher {cur['teacher']!r} (choose from {', '.join(HAND_WRITTEN + AUTOMATIC)})")
+    require(cur["space"] in spaces, "curriculum.space",
+            f"unknown task space {cur['space']!r} (choose from {', '.join(spaces)})")
+    require(cur["teacher"] not in HAND_WRITTEN or cur["space"] == spaces[0], "curriculum.space",
+            f"the hand-written rule '{cur['teacher']}' works in the '{spaces[0]}' space; choose an automatic teacher "
+            f"for '{cur['space']}'")
+    require(all(b >= 1 for b in cur.get("bins", [1])), "curriculum.bins", "must be >= 1 per dimension")
 
 
 def check_train(cfg: dict) -> None:

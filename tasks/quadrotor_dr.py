@@ -46,14 +46,15 @@ class QuadrotorDrones:
         applied = self.action_history[torch.arange(actions.shape[0], device=actions.device), self.latency]
         return self.action_term.to_command(applied)
 
-    def reset(self, ids: torch.Tensor, dr: dict) -> torch.Tensor:
-        """Randomise drones ``ids`` (:func:`randomise_quadrotors`) and start their action history at hover (so the
-        first step's action-rate penalty is meaningful). Their state is set by the caller.
+    def reset(self, ids: torch.Tensor, dr: dict, values: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Randomise drones ``ids`` (:func:`randomise_quadrotors`, with per-drone ``values`` if given) and start
+        their action history at hover (so the first step's action-rate penalty is meaningful). Their state is set
+        by the caller.
 
         Returns:
             each drone's rotor thrust at hover ``[len(ids), 4]`` N (its randomised weight over four rotors).
         """
-        randomise_quadrotors(self.dyn, self.nominal, ids, dr, self.latency)
+        randomise_quadrotors(self.dyn, self.nominal, ids, dr, self.latency, values)
         p = self.dyn.params
         hover = self.action_term.hover_action(p.mass[ids], p.gravity, p.max_motor_thrust[ids])
         self.actions[ids] = hover
@@ -103,10 +104,15 @@ class HasQuadrotorDrones:
 PRIVILEGED_DIM = 14
 
 
+ADR_PARAMS = ("mass_scale", "inertia_scale", "thrust_scale", "motor_time_constant", "ext_force")
+
+
 def randomise_quadrotors(dyn: QuadrotorDynamics, nominal: QuadrotorParams, ids: torch.Tensor, dr: dict,
-                         latency: torch.Tensor) -> None:
+                         latency: torch.Tensor, values: dict[str, torch.Tensor] | None = None) -> None:
     """Sample per-episode parameters, latency (written into ``latency[ids]``) and disturbance for drones ``ids``.
 
+    ``values`` (e.g. from automatic domain randomisation) gives some of :data:`ADR_PARAMS` per drone (``[M]``
+    each) instead of drawing them from ``dr``'s ranges; ``ext_force`` is then the per-axis bound [N] of each drone.
     With ``dr["enabled"]`` false the disturbance and latency are zeroed and the parameters are left as they are.
     """
     n, dev = len(ids), dyn.device
@@ -116,17 +122,42 @@ def randomise_quadrotors(dyn: QuadrotorDynamics, nominal: QuadrotorParams, ids: 
         latency[ids] = 0
         return
 
-    def uniform(rng, shape=(n,)):
-        return rng[0] + (rng[1] - rng[0]) * torch.rand(shape, device=dev)
+    values = values or {}
 
-    p.mass[ids] = nominal.mass[ids] * uniform(dr["mass_scale"])
-    p.inertia[ids] = nominal.inertia[ids] * uniform(dr["inertia_scale"]).unsqueeze(-1)
-    p.max_motor_thrust[ids] = nominal.max_motor_thrust[ids] * uniform(dr["thrust_scale"])
-    p.motor_time_constant[ids] = uniform(dr["motor_time_constant"])
+    def uniform(key):
+        if key in values:
+            return values[key].to(dev)
+        rng = dr[key]
+        return rng[0] + (rng[1] - rng[0]) * torch.rand(n, device=dev)
+
+    p.mass[ids] = nominal.mass[ids] * uniform("mass_scale")
+    p.inertia[ids] = nominal.inertia[ids] * uniform("inertia_scale").unsqueeze(-1)
+    p.max_motor_thrust[ids] = nominal.max_motor_thrust[ids] * uniform("thrust_scale")
+    p.motor_time_constant[ids] = uniform("motor_time_constant")
     lat = dr["latency_steps"]
     latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (n,), device=dev)
-    dyn.ext_force_w[ids] = (2 * torch.rand(n, 3, device=dev) - 1) * dr["ext_force"]
+    force_bound = values["ext_force"].to(dev).unsqueeze(-1) if "ext_force" in values else dr["ext_force"]
+    dyn.ext_force_w[ids] = (2 * torch.rand(n, 3, device=dev) - 1) * force_bound
     dyn.refresh_params()
+
+
+def quadrotor_adr(dr: dict, num_envs: int, device: str | torch.device):
+    """Automatic domain randomisation (:class:`~sim2real.curricula.adr.AutomaticDomainRandomization`) over
+    :data:`ADR_PARAMS`, configured by ``dr["adr"]``: each range starts at ``adr.nominal`` and may grow, by steps of
+    ``1 / adr.steps_to_limit`` of the limit width, up to ``dr``'s configured range (``ext_force``: from 0 up to its
+    per-axis bound)."""
+    from sim2real.curricula.adr import AutomaticDomainRandomization
+    from sim2real.curricula.base import TaskSpace
+
+    a = dr["adr"]
+    lo = [dr[k][0] if k != "ext_force" else 0.0 for k in ADR_PARAMS]
+    hi = [dr[k][1] if k != "ext_force" else dr[k] for k in ADR_PARAMS]
+    space = TaskSpace(ADR_PARAMS, lo, hi, ("", "", "", "s", "N"))
+    step = [(h - low) / a["steps_to_limit"] if h > low else 1.0 for low, h in zip(lo, hi)]
+    return AutomaticDomainRandomization(
+        space, num_envs, device, nominal=[a["nominal"][k] for k in ADR_PARAMS], step=step,
+        boundary_prob=a["boundary_prob"], buffer_size=a["buffer_size"], threshold_low=a["threshold_low"],
+        threshold_high=a["threshold_high"])
 
 
 def privileged_state(dyn: QuadrotorDynamics, nominal: QuadrotorParams, latency: torch.Tensor) -> torch.Tensor:

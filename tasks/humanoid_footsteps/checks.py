@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from sim2real.configs import ConfigError
 from sim2real.tasks.checks import (
-    check_device, check_legged_robot, check_mujoco_sim, check_observations, check_staged_curriculum, check_train,
+    check_curriculum_choice, check_device, check_legged_robot, check_mujoco_sim, check_observations,
+    check_staged_curriculum, check_train,
     require,
 )
 from sim2real.tasks.legged_dr import check_domain_rand
@@ -15,6 +16,7 @@ from sim2real.tasks.legged_dr import check_domain_rand
 
 def check_config(cfg: dict) -> None:
     """Check the values of a resolved task config; raises ConfigError naming the key."""
+    check_curriculum_choice(cfg, ("difficulty",))
     from sim2real.tasks.humanoid_footsteps.plans import DEFAULT_PLAN_CFG, MODES, PlanGenerator
 
     legged = check_legged_robot(cfg, "humanoid-footsteps")

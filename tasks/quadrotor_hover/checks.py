@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from sim2real.tasks.actions import QUADROTOR_INTERFACES
 from sim2real.tasks.checks import (
-    check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
+    check_curriculum_choice, check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
 )
 
 
 def check_config(cfg: dict) -> None:
     """Check the values of a resolved task config; raises ConfigError naming the key."""
+    check_curriculum_choice(cfg, ("difficulty", "start"))
     env = cfg["env"]
     _require(env["num_envs"] >= 1, "env.num_envs", f"must be at least 1, got {env['num_envs']}")
     for key in ("episode_length_s", "sim_dt", "crash_distance", "success_pos_tol", "success_vel_tol"):

@@ -28,7 +28,7 @@ from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
 from sim2real.curricula.levels import LEVEL_SPACE
 from sim2real.sim.rotations import random_quat_within
 from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
-from sim2real.tasks.quadrotor_dr import HasQuadrotorDrones, QuadrotorDrones
+from sim2real.tasks.quadrotor_dr import ADR_PARAMS, HasQuadrotorDrones, QuadrotorDrones, quadrotor_adr
 from sim2real.tasks.quadrotor_hover import rewards as rew
 from sim2real.tasks.quadrotor_hover.checks import check_config
 from sim2real.tasks.reward_sum import weighted_reward_sum
@@ -85,6 +85,10 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
             hand_written=lambda: PerEnvLevelCurriculum(n, ccfg["level_initial"], ccfg["level_step_up"],
                                                        ccfg["level_step_down"], device,
                                                        fixed_level=1.0 if eval_mode else None))
+        # Automatic domain randomisation (training only: evaluation draws from the full configured ranges).
+        use_adr = cfg["domain_rand"]["enabled"] and cfg["domain_rand"]["adr"]["enabled"] and not eval_mode
+        self.adr = quadrotor_adr(cfg["domain_rand"], n, device) if use_adr else None
+        self.adr_values = torch.zeros(n, len(ADR_PARAMS), device=device)
         self.penalty_schedule = StepSchedule(
             ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"], ccfg["penalty_scale_factor"],
             ccfg["penalty_scale_interval"],
@@ -159,6 +163,8 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
             self._reset_envs(done_ids)
         extras["log"].update(self.curriculum.log())
         extras["log"].update(self.penalty_schedule.log())
+        if self.adr is not None:
+            extras["log"].update(self.adr.log())
         return self.get_observations(), reward, dones, extras
 
     def _record_outcome(self, ids, success, crash, pos_err, speed, extras) -> None:
@@ -176,7 +182,10 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         self.episodes_done[ids] += 1
         # Promote on "nearly there" rather than on strict success, so the spread can grow before precision does.
         promote = ~crash & (pos_err < self.cfg["curriculum"]["promote_pos_error"])
-        self.curriculum.episode_end(ids, EpisodeOutcome(promote, crash, score=success.float()))
+        outcome = EpisodeOutcome(promote, crash, score=success.float())
+        self.curriculum.episode_end(ids, outcome)
+        if self.adr is not None:
+            self.adr.update(ids, self.adr_values[ids], outcome)
 
     def _reset_envs(self, ids: torch.Tensor) -> None:
         n = len(ids)
@@ -199,7 +208,11 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         quat = random_quat_within(init["tilt"] * spread)
         angvel = (2 * torch.rand(n, 3, device=dev) - 1) * (init["ang_vel"] * spread).unsqueeze(-1)
 
-        hover = self.drones.reset(ids, dr)  # DR and a hover action history
+        values = None
+        if self.adr is not None:
+            self.adr_values[ids] = self.adr.sample(ids)
+            values = dict(zip(ADR_PARAMS, self.adr_values[ids].unbind(-1)))
+        hover = self.drones.reset(ids, dr, values)  # DR and a hover action history
         self.dyn.set_state(ids, pos, quat, vel, angvel, hover)
         self.in_tol_steps[ids] = 0
         self.episode_length_buf[ids] = 0
@@ -221,11 +234,16 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
 
     # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
     def curriculum_state_dict(self) -> dict:
-        return {"teacher": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict()}
+        state = {"teacher": self.curriculum.state_dict(), "penalty_schedule": self.penalty_schedule.state_dict()}
+        if self.adr is not None:
+            state["adr"] = self.adr.state_dict()
+        return state
 
     def load_curriculum_state_dict(self, state: dict) -> None:
         self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["levels"])
         self.penalty_schedule.load_state_dict(state["penalty_schedule"])
+        if self.adr is not None and "adr" in state:
+            self.adr.load_state_dict(state["adr"])
 
     def metadata(self) -> dict:
         """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from sim2real.tasks.actions import QUADROTOR_INTERFACES
 from sim2real.tasks.checks import (
-    check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
+    check_curriculum_choice, check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
 )
 from sim2real.tasks.quadrotor_swarm.goals import SCENARIOS
 
 
 def check_config(cfg: dict) -> None:
     """Check the values of a resolved task config; raises ConfigError naming the key."""
+    check_curriculum_choice(cfg, ("difficulty",))
     env, world, goals, obs = cfg["env"], cfg["world"], cfg["goals"], cfg["observations"]
     for key in ("num_envs", "drones_per_env"):
         _require(env[key] >= 1, f"env.{key}", f"must be at least 1, got {env[key]}")

@@ -6,7 +6,8 @@ Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, be
 from __future__ import annotations
 
 from sim2real.tasks.checks import (
-    check_device, check_legged_robot, check_mujoco_sim, check_observations, check_staged_curriculum, check_train,
+    check_curriculum_choice, check_device, check_legged_robot, check_mujoco_sim, check_observations,
+    check_staged_curriculum, check_train,
     require,
 )
 from sim2real.tasks.legged_dr import check_domain_rand
@@ -14,6 +15,7 @@ from sim2real.tasks.legged_dr import check_domain_rand
 
 def check_config(cfg: dict) -> None:
     """Check the values of a resolved task config; raises ConfigError naming the key."""
+    check_curriculum_choice(cfg, ("difficulty", "landing"))
     check_legged_robot(cfg, "quadruped-jump")
     e, c, s = cfg["env"], cfg["command"], cfg["success"]
     require(e["num_envs"] >= 1, "env.num_envs", f"must be at least 1, got {e['num_envs']}")
