@@ -15,6 +15,8 @@ evaluated on the same grid.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -45,13 +47,15 @@ def _config(task: str, teacher: str, seed: int, overrides: list[str]) -> dict:
     return task_config(task, [*overrides, *extra, f"seed={seed}", "train.eval_interval=0"])
 
 
-def held_out_grid(task: str, overrides: list[str], per_dim: int) -> tuple[torch.Tensor, list[str]]:
-    """The evaluation grid ``[P, D]`` of the task's benchmark space, and the space's dimension names."""
+def held_out_grid(task: str, overrides: list[str], per_dim: int) -> tuple[torch.Tensor, list[str], tuple]:
+    """The evaluation grid ``[P, D]`` of the task's benchmark space (cell centres), the space's dimension names
+    with units, and its first dimension's ``(low, high)``."""
     from sim2real.tasks import make_env
 
     cfg = _config(task, "uniform", 0, [*overrides, "env.num_envs=1"])
     space = make_env(cfg, num_envs=1, eval_mode=True).task_spaces()[BENCH_TASKS[task]["space"]]
-    return space.grid(per_dim), [f"{n} [{u}]" if u else n for n, u in zip(space.names, space.units)]
+    dims = [f"{n} [{u}]" if u else n for n, u in zip(space.names, space.units)]
+    return space.grid(per_dim), dims, (space.low[0], space.high[0])
 
 
 def evaluate_on_grid(cfg: dict, policy, grid: torch.Tensor, repeats: int) -> torch.Tensor:
@@ -85,7 +89,8 @@ def _train(cfg: dict, budget: int, run_dir: Path | None):
     iterations = max(1, math.ceil(budget / per_iteration))
     runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=False)
     t0 = time.perf_counter()
-    runner.learn(iterations)
+    with contextlib.redirect_stdout(io.StringIO()):  # (rsl-rl's logger prints where it stores the git state)
+        runner.learn(iterations)
     policy = runner.alg.get_policy()
     runner.alg.eval_mode()
     return (lambda o: policy({"policy": o})), iterations * per_iteration, time.perf_counter() - t0
@@ -113,13 +118,11 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
     if unknown:
         raise ConfigError(f"unknown teacher(s) {', '.join(unknown)} (choose from {', '.join(TEACHERS)})")
     overrides = list(overrides or [])
-    points, dims = held_out_grid(task, overrides, grid)
-    first = points[:, 0]
-    lo, hi = float(first.min()), float(first.max())
-    band = ((first - lo) / max(hi - lo, 1e-9) * BANDS).floor().clamp(0, BANDS - 1).long()
+    points, dims, (lo, hi) = held_out_grid(task, overrides, grid)
+    band = ((points[:, 0] - lo) / max(hi - lo, 1e-9) * BANDS).floor().clamp(0, BANDS - 1).long()
     out_dir = Path(out_dir) if out_dir is not None else None
     result = {"task": task, "budget": int(budget), "seeds": int(seeds), "grid": points.tolist(), "dims": dims,
-              "repeats": int(repeats), "teachers": {}}
+              "first_range": [lo, hi], "repeats": int(repeats), "overrides": overrides, "teachers": {}}
     for teacher in teachers:
         per_point, per_seed, wall = torch.zeros(points.shape[0]), [], 0.0
         for seed in range(1, seeds + 1):
@@ -150,8 +153,7 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
 def format_table(result: dict) -> str:
     """The Markdown table of a :func:`bench_curricula` result."""
     dim = result["dims"][0]
-    first = torch.tensor(result["grid"])[:, 0]
-    lo, hi = float(first.min()), float(first.max())
+    lo, hi = result["first_range"]
     edges = [lo + (hi - lo) * b / BANDS for b in range(BANDS + 1)]
     heads = [f"{dim} {edges[b]:.2g}-{edges[b + 1]:.2g}" for b in range(BANDS)]
     base = result["teachers"].get("uniform", {}).get("success")

@@ -108,3 +108,17 @@ def test_fixed_tasks_replace_the_teacher():
     torch.testing.assert_close(cur.sample(torch.arange(4)), tasks.repeat(2, 1))
     with pytest.raises(ValueError, match=r"\[P, 2\]"):
         cur.set_fixed_tasks(torch.zeros(3))
+
+
+def test_the_config_file_holds_every_teacher_parameter_at_its_library_default():
+    from sim2real.configs import CURRICULA_FILE, load_yaml
+    from sim2real.curricula.teachers import TEACHER_DEFAULTS
+
+    yaml_defaults = load_yaml(CURRICULA_FILE)
+    assert set(yaml_defaults) == set(TEACHER_DEFAULTS)
+    for name, defaults in TEACHER_DEFAULTS.items():
+        assert set(yaml_defaults[name]) == set(defaults), name
+        for key, value in defaults.items():
+            # None = derived from fit_interval in the library; the config spells the value out.
+            want = yaml_defaults[name]["fit_interval"] if value is None else value
+            assert yaml_defaults[name][key] == want, f"{name}.{key}"
