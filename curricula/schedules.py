@@ -19,7 +19,8 @@ class StepSchedule:
     def __init__(self, initial: float, final: float, factor: float, interval: int):
         if interval <= 0:
             raise ValueError("schedule interval must be positive")
-        self.initial, self.final, self.factor, self.interval = float(initial), float(final), float(factor), int(interval)
+        self.initial, self.final = float(initial), float(final)
+        self.factor, self.interval = float(factor), int(interval)
         self.steps = 0
 
     def advance(self, env_steps: int) -> None:

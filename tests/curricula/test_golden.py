@@ -65,7 +65,6 @@ def _swarm() -> list[torch.Tensor]:
     env = _env("quadrotor-swarm", 6, ["env.drones_per_env=4", "replay.enabled=false"])
     g = torch.Generator().manual_seed(1)
     out = []
-    m = env.drones_per_room
     for _ in range(ROUNDS):
         rooms = _ids(g, env.num_rooms)
         ids = env.drone_ids(rooms)
@@ -128,8 +127,9 @@ def test_hand_written_curriculum_matches_golden(task):
     want = torch.load(path)
     assert len(got) == len(want)
     for i, (a, b) in enumerate(zip(got, want)):
-        assert a.dtype == b.dtype and a.shape == b.shape, f"item {i}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=f"{task}: item {i} (round {i // 6}) differs")
+        assert a.dtype == b.dtype and a.shape == b.shape, (
+            f"item {i}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}")
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=f"{task}: item {i} differs")
     # The scenario moved the curriculum (promotions and demotions both happened): the golden can fail.
     levels = [t for t in want[::len(want) // ROUNDS]]
     assert len({round(float(t.float().mean()), 4) for t in levels}) > 3
