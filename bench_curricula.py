@@ -8,7 +8,8 @@ all random draws from ``eval.seed``). The table reports mean success over the gr
 thirds of the space's first dimension), averaged over seeds, with the difference to uniform sampling; the plot shows
 success along the first dimension per teacher.
 
-Everything but the teacher is the same in every run: config, seed, budget, evaluation set. The hand-written rule
+Everything but the teacher is the same in every run: config (with the benchmark's own settings of
+:data:`BENCH_TASKS`), seed, budget, evaluation set. The hand-written rule
 trains in its own ``difficulty`` space (for the jump, without its obstacle stage: ``max_difficulty = 2``) and is
 evaluated on the same grid.
 """
@@ -26,9 +27,13 @@ from pathlib import Path
 import torch
 
 # The task space each benchmarked task is evaluated in, and what its hand-written rule needs to be comparable.
+# The hover's success tolerance is widened to 10 cm and 0.2 m/s for every teacher: at the task's 5 cm the held-out
+# success of one policy swings between evaluations (see the README's hover-time figures), which would drown the
+# differences between teachers.
 BENCH_TASKS = {
-    "quadrotor-hover": {"space": "start", "hand_written": []},
-    "quadruped-jump": {"space": "landing", "hand_written": ["curriculum.max_difficulty=2.0"]},
+    "quadrotor-hover": {"space": "start", "hand_written": [],
+                        "overrides": ["env.success_pos_tol=0.1", "env.success_vel_tol=0.2"]},
+    "quadruped-jump": {"space": "landing", "hand_written": ["curriculum.max_difficulty=2.0"], "overrides": []},
 }
 TEACHERS = ("hand_written", "uniform", "alp_gmm", "lp_bandit", "variance", "success_band")
 BANDS = 3
@@ -44,7 +49,7 @@ def _config(task: str, teacher: str, seed: int, overrides: list[str]) -> dict:
     else:
         extra = [f"curriculum.teacher={teacher}", f"curriculum.space={spec['space']}"]
     # No periodic evaluation: every run spends its whole budget on training and the final policy is compared.
-    return task_config(task, [*overrides, *extra, f"seed={seed}", "train.eval_interval=0"])
+    return task_config(task, [*spec["overrides"], *overrides, *extra, f"seed={seed}", "train.eval_interval=0"])
 
 
 def held_out_grid(task: str, overrides: list[str], per_dim: int) -> tuple[torch.Tensor, list[str], tuple]:

@@ -182,7 +182,10 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         self.episodes_done[ids] += 1
         # Promote on "nearly there" rather than on strict success, so the spread can grow before precision does.
         promote = ~crash & (pos_err < self.cfg["curriculum"]["promote_pos_error"])
-        outcome = EpisodeOutcome(promote, crash, score=success.float())
+        # Graded competence for the teachers: 1 at the goal, 0.37 at twice the success tolerance, 0 on a crash.
+        score = torch.where(crash, 0.0, torch.exp(-torch.nan_to_num(pos_err, nan=10.0)
+                                                  / (2.0 * self.cfg["env"]["success_pos_tol"])))
+        outcome = EpisodeOutcome(promote, crash, score=score)
         self.curriculum.episode_end(ids, outcome)
         if self.adr is not None:
             self.adr.update(ids, self.adr_values[ids], outcome)
