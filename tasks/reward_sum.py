@@ -21,3 +21,10 @@ def weighted_reward_sum(terms: dict[str, torch.Tensor], weights: dict, episode_s
         episode_sums[name] += weighted
         reward += weighted
     return torch.nan_to_num(reward * weights["scale"], nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def episode_return(episode_sums: dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """Undiscounted return ``[M]`` of envs ``ids`` so far this episode: the sum of their weighted term sums
+    (before the overall ``scale``), NaN-free."""
+    total = sum(sums[ids] for sums in episode_sums.values())
+    return torch.nan_to_num(total, nan=0.0, posinf=0.0, neginf=0.0)

@@ -46,6 +46,7 @@ from sim2real.tasks.humanoid_footsteps.checks import check_config
 from sim2real.tasks.humanoid_footsteps.tracker import FootstepTracker, detect_touchdowns, score_touchdown
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
 from sim2real.tasks.legged_env import LeggedTaskEnv
+from sim2real.tasks.reward_sum import episode_return
 from sim2real.tasks.state import RobotState
 
 OUTCOME_KEYS = ("hits", "steps", "fall", "success", "mode", "difficulty", "stairs")
@@ -270,6 +271,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         return self.get_observations(), reward, dones, extras
 
     def _record_outcome(self, ids, fall, log) -> None:
+        ret = episode_return(self.episode_sums, ids)
         for name, sums in self.episode_sums.items():
             log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
             sums[ids] = 0.0
@@ -293,7 +295,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             mask = stage == s
             if mask.any():
                 log[f"Metrics/terrain_stage{s + 1}_hit_rate"] = hits[mask].sum() / steps[mask].sum().clamp_min(1.0)
-        self.curriculum.episode_end(ids, EpisodeOutcome(success, fall, score=rate.clamp(0.0, 1.0)))
+        self.curriculum.episode_end(ids, EpisodeOutcome(success, fall, score=rate.clamp(0.0, 1.0),
+                                                        episode_return=ret))
 
     # --- reset ---------------------------------------------------------------------------------------------
     def _set_fixed_plans(self, plans: list) -> None:

@@ -31,7 +31,7 @@ from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
 from sim2real.tasks.quadrotor_dr import ADR_PARAMS, HasQuadrotorDrones, QuadrotorDrones, quadrotor_adr
 from sim2real.tasks.quadrotor_hover import rewards as rew
 from sim2real.tasks.quadrotor_hover.checks import check_config
-from sim2real.tasks.reward_sum import weighted_reward_sum
+from sim2real.tasks.reward_sum import episode_return, weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 
@@ -169,6 +169,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
 
     def _record_outcome(self, ids, success, crash, pos_err, speed, extras) -> None:
         log = extras["log"]
+        ret = episode_return(self.episode_sums, ids)
         for name, sums in self.episode_sums.items():
             log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
             sums[ids] = 0.0
@@ -185,7 +186,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         # Graded competence for the teachers: 1 at the goal, 0.37 at twice the success tolerance, 0 on a crash.
         score = torch.where(crash, 0.0, torch.exp(-torch.nan_to_num(pos_err, nan=10.0)
                                                   / (2.0 * self.cfg["env"]["success_pos_tol"])))
-        outcome = EpisodeOutcome(promote, crash, score=score)
+        outcome = EpisodeOutcome(promote, crash, score=score, episode_return=ret)
         self.curriculum.episode_end(ids, outcome)
         if self.adr is not None:
             self.adr.update(ids, self.adr_values[ids], outcome)

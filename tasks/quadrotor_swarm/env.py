@@ -38,7 +38,7 @@ from sim2real.tasks.quadrotor_swarm.goals import sample_starts_and_goals
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
 from sim2real.tasks.quadrotor_swarm.world import RoomSpec, resolve_collisions, sample_occupancy
 from sim2real.tasks.observations import noise_std_vector
-from sim2real.tasks.reward_sum import weighted_reward_sum
+from sim2real.tasks.reward_sum import episode_return, weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 #: Room state saved for replay (``[B, M, ...]`` per room, plus room scalars).
@@ -245,6 +245,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         log = extras["log"]
         steps = self.room_view(self.episode_length_buf)[rooms, 0].float().clamp_min(1.0)
         duration = steps * self.control_dt  # [B] s
+        ret = episode_return(self.episode_sums, ids).view(-1, m).mean(-1)  # [B]: the room's mean drone return
         for name, sums in self.episode_sums.items():
             log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
             sums[ids] = 0.0
@@ -275,7 +276,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         demote = ((collisions.mean(-1) >= ccfg["demote_collisions"]) | bad) & fresh
         # Replayed episodes restarted from a stored state, not from what the teacher chose: they do not count.
         self.curriculum.episode_end(rooms[fresh], EpisodeOutcome(promote[fresh], (demote & ~promote)[fresh],
-                                                                 score=at_goal[fresh]))
+                                                                 score=at_goal[fresh], episode_return=ret[fresh]))
 
     # --- resets, replay ------------------------------------------------------------------------------------
     def _room_levels(self, rooms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -35,6 +35,7 @@ from sim2real.tasks.legged_env import LeggedTaskEnv
 from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
+from sim2real.tasks.reward_sum import episode_return
 from sim2real.tasks.state import RobotState
 
 
@@ -190,6 +191,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         return (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight & jumped
 
     def _record_outcome(self, ids, state: RobotState, success, fall, log) -> None:
+        ret = episode_return(self.episode_sums, ids)
         for name, sums in self.episode_sums.items():
             log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
             sums[ids] = 0.0
@@ -221,7 +223,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             first = self.bin_count[seen] == 0
             self.bin_success[seen] = torch.where(first, rate, (1 - alpha) * self.bin_success[seen] + alpha * rate)
             self.bin_count += count
-        self.curriculum.episode_end(ids, EpisodeOutcome(success, fall | ~success))
+        self.curriculum.episode_end(ids, EpisodeOutcome(success, fall | ~success, episode_return=ret))
 
     def max_successful_distance(self, threshold: float = 0.8) -> float:
         """Upper edge [m] of the longest commanded-distance bin whose success rate is >= ``threshold`` (0 if none)."""

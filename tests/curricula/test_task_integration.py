@@ -136,3 +136,19 @@ def test_swarm_rooms_take_an_automatic_teacher_and_average_the_signal_over_drone
     torch.testing.assert_close(room_signal, torch.tensor([1.5, 5.5, 9.5]))
     torch.testing.assert_close(params[:, 0], env.curriculum.params[:, 0])
     assert not math.isnan(float(params.sum()))
+
+
+def test_hover_outcomes_carry_success_a_graded_score_and_the_return():
+    env = _hover("curriculum.teacher=uniform", "curriculum.space=start", n=4)
+    seen = []
+    env.curriculum.teacher.update = lambda ids, params, outcome: seen.append(outcome)
+    for k, sums in env.episode_sums.items():
+        sums[:] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    tol = env.cfg["env"]["success_pos_tol"]
+    env._record_outcome(torch.tensor([0, 2, 3]), torch.tensor([True, False, False]), torch.tensor([False, False, True]),
+                        torch.tensor([0.0, 2 * tol, 0.01]), torch.zeros(3), {"log": {}})
+    (outcome,) = seen
+    terms = len(env.episode_sums)
+    torch.testing.assert_close(outcome.episode_return, torch.tensor([1.0, 3.0, 4.0]) * terms)
+    torch.testing.assert_close(outcome.score, torch.tensor([1.0, math.exp(-1.0), 0.0]))  # a crash scores 0
+    assert outcome.failure.tolist() == [False, False, True]
