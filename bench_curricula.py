@@ -108,8 +108,8 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
 
     Returns:
         ``{"task", "budget", "env_steps", "seeds", "grid": [[...], ...], "dims", "teachers": {teacher: {"success",
-        "bands": [BANDS], "per_point": [P], "per_seed": [seeds], "train_s"}}}``; ``success`` is the mean over the
-        grid and seeds.
+        "bands": [BANDS] (None for a band without grid points), "per_point": [P], "per_seed": [seeds], "train_s"}}}``;
+        ``success`` is the mean over the grid and seeds.
 
     Raises:
         ConfigError: an unknown task for this benchmark or teacher, or a bad override.
@@ -142,7 +142,8 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
             print(f"  {teacher:13s} seed {seed}: success {float(success.mean()):.3f} ({train_s:.0f} s)", flush=True)
         result["teachers"][teacher] = {
             "success": float(per_point.mean()),
-            "bands": [float(per_point[band == b].mean()) for b in range(BANDS)],
+            "bands": [float(per_point[band == b].mean()) if bool((band == b).any()) else None
+                      for b in range(BANDS)],
             "per_point": per_point.tolist(), "per_seed": per_seed, "train_s": wall}
     print(format_table(result))
     if out_dir is not None:
@@ -168,7 +169,8 @@ def format_table(result: dict) -> str:
              "|---|---|" + "---|" * BANDS + "---|---|"]
     for name, r in result["teachers"].items():
         diff = f"{r['success'] - base:+.3f}" if base is not None and name != "uniform" else ""
-        lines.append(f"| {name} | {r['success']:.3f} | " + " | ".join(f"{v:.3f}" for v in r["bands"])
+        lines.append(f"| {name} | {r['success']:.3f} | " + " | ".join("-" if v is None else f"{v:.3f}"
+                                                                    for v in r["bands"])
                      + f" | {diff} | {r['train_s']:.0f} |")
     return "\n".join(lines)
 
