@@ -99,11 +99,7 @@ class LearningProgressBandit(Curriculum):
 
     def sample(self, env_ids: torch.Tensor) -> torch.Tensor:
         """``[M, D]``: an arm per env drawn from :meth:`arm_probs`, then a point uniform inside its region."""
-        m = int(env_ids.shape[0])
-        if m == 0:
-            return torch.zeros(0, self.space.dim, device=self.device)
-        regions = torch.multinomial(self.arm_probs(), m, replacement=True)
-        return self.space.sample_in_regions(regions)
+        return self.space.sample_by_region(self.arm_probs(), int(env_ids.shape[0]))
 
     def update(self, env_ids: torch.Tensor, params: torch.Tensor, outcome: EpisodeOutcome) -> None:
         """Record the episodes and move each region's fast and slow competence averages."""

@@ -105,6 +105,13 @@ class TaskSpace:
         width = 1.0 / torch.tensor(self.bins, dtype=torch.float32, device=device)
         return self.denormalise(cell * width), self.denormalise((cell + 1.0) * width)
 
+    def sample_by_region(self, probs: torch.Tensor, m: int) -> torch.Tensor:
+        """``m`` points ``[m, D]``: a region each drawn with probabilities ``probs`` ``[num_regions]``, then a
+        point uniform inside it."""
+        if m == 0:
+            return torch.zeros(0, self.dim, device=probs.device)
+        return self.sample_in_regions(torch.multinomial(probs, m, replacement=True))
+
     def sample_in_regions(self, regions: torch.Tensor) -> torch.Tensor:
         """One point ``[M, D]`` drawn uniformly inside each region of ``regions`` ``[M]``."""
         lo, hi = self.region_bounds(regions.device)

@@ -32,6 +32,13 @@ class PerEnvLevelCurriculum(Curriculum):
         self.step_down = float(step_down)
         self.fixed_level = fixed_level
 
+    @classmethod
+    def from_config(cls, ccfg: dict, num_envs: int, device: str | torch.device = "cpu",
+                    fixed_level: float | None = None) -> "PerEnvLevelCurriculum":
+        """From a task's ``curriculum`` section (``level_initial``, ``level_step_up``, ``level_step_down``)."""
+        return cls(num_envs, ccfg["level_initial"], ccfg["level_step_up"], ccfg["level_step_down"], device,
+                   fixed_level=fixed_level)
+
     def sample(self, env_ids: torch.Tensor) -> torch.Tensor:
         """Levels ``[M, 1]`` in [0, 1] of the envs being reset."""
         if self.fixed_level is not None:

@@ -66,6 +66,14 @@ class StagedLevelCurriculum(Curriculum):
         self.review_prob = float(review_prob)
         self.fixed = fixed
 
+    @classmethod
+    def from_config(cls, ccfg: dict, num_envs: int, device: str | torch.device = "cpu",
+                    fixed: float | None = None) -> "StagedLevelCurriculum":
+        """From a task's ``curriculum`` section (``num_stages``, ``initial``, ``step_up``, ``step_down``,
+        ``max_difficulty``, ``review_prob``)."""
+        return cls(num_envs, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"],
+                   ccfg["max_difficulty"], ccfg["review_prob"], device, fixed=fixed)
+
     def split(self, difficulty: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(stage [M] long, level [M] float in [0, 1])`` of difficulties ``[M]``."""
         return split_difficulty(difficulty, self.num_stages)

@@ -80,11 +80,7 @@ class _RegionSuccess(Curriculum):
 
     def sample(self, env_ids: torch.Tensor) -> torch.Tensor:
         """``[M, D]``: a region per env drawn by :meth:`region_probs`, then a point uniform inside it."""
-        m = int(env_ids.shape[0])
-        if m == 0:
-            return torch.zeros(0, self.space.dim, device=self.device)
-        regions = torch.multinomial(self.region_probs(), m, replacement=True)
-        return self.space.sample_in_regions(regions)
+        return self.space.sample_by_region(self.region_probs(), int(env_ids.shape[0]))
 
     def update(self, env_ids: torch.Tensor, params: torch.Tensor, outcome: EpisodeOutcome) -> None:
         super().update(env_ids, params, outcome)

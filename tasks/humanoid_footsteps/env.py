@@ -138,9 +138,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.curriculum = build_task_curriculum(
             ccfg, self.task_spaces(), n, device, eval_mode=eval_mode,
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
-            hand_written=lambda: StagedLevelCurriculum(
-                n, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"], ccfg["max_difficulty"],
-                ccfg["review_prob"], device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
+            hand_written=lambda: StagedLevelCurriculum.from_config(
+                ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
         self.reward_weights = dict(cfg["rewards"])
         self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
         self.last_outcome = {k: torch.zeros(n, device=device) for k in OUTCOME_KEYS}

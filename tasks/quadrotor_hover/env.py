@@ -82,9 +82,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         self.curriculum = build_task_curriculum(
             ccfg, self.task_spaces(), n, device, eval_mode=eval_mode,
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
-            hand_written=lambda: PerEnvLevelCurriculum(n, ccfg["level_initial"], ccfg["level_step_up"],
-                                                       ccfg["level_step_down"], device,
-                                                       fixed_level=1.0 if eval_mode else None))
+            hand_written=lambda: PerEnvLevelCurriculum.from_config(ccfg, n, device, 1.0 if eval_mode else None))
         # Automatic domain randomisation (training only: evaluation draws from the full configured ranges).
         use_adr = cfg["domain_rand"]["enabled"] and cfg["domain_rand"]["adr"]["enabled"] and not eval_mode
         self.adr = quadrotor_adr(cfg["domain_rand"], n, device) if use_adr else None

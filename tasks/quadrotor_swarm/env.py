@@ -111,9 +111,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         self.curriculum = build_task_curriculum(
             ccfg, self.task_spaces(), r, device, eval_mode=eval_mode,
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
-            hand_written=lambda: PerEnvLevelCurriculum(r, ccfg["level_initial"], ccfg["level_step_up"],
-                                                       ccfg["level_step_down"], device,
-                                                       fixed_level=1.0 if eval_mode else None))
+            hand_written=lambda: PerEnvLevelCurriculum.from_config(ccfg, r, device, 1.0 if eval_mode else None))
         self.penalty_schedule = StepSchedule(ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"],
                                              ccfg["penalty_scale_factor"], ccfg["penalty_scale_interval"])
         if eval_mode:

@@ -4,9 +4,6 @@ unlearnable half, and more learned than the uniform teacher on the same episode 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,17 +15,9 @@ from sim2real.curricula.alp_gmm import ALPGMMCurriculum
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.uniform import UniformCurriculum
 
-
-def _synthetic():
-    name = "sim2real_tests_curricula_synthetic"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("synthetic.py"))
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+import curricula_synthetic as syn  # the synthetic learner (see conftest.py)
 
 
-syn = _synthetic()
 SQUARE = TaskSpace(("a", "b"), (0.0, -1.0), (1.0, 1.0))
 
 

@@ -3,8 +3,6 @@ None before any episode, and no figure left behind."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,17 +13,9 @@ from sim2real.curricula.base import TaskSpace
 from sim2real.curricula.plots import plot_task_space
 from sim2real.curricula.teachers import TEACHERS, build_teacher
 
-
-def _synthetic():
-    name = "sim2real_tests_curricula_synthetic"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("synthetic.py"))
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+import curricula_synthetic as syn  # the synthetic learner (see conftest.py)
 
 
-syn = _synthetic()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

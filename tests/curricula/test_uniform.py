@@ -4,11 +4,8 @@ state that survives ``torch.load(weights_only=True)`` and resumes the exact same
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,17 +15,9 @@ from sim2real.curricula.base import TaskSpace
 from sim2real.curricula.teachers import ADR_DEFAULTS, TEACHER_DEFAULTS, TEACHERS, build_teacher
 from sim2real.curricula.uniform import UniformCurriculum
 
-
-def _synthetic():
-    name = "sim2real_tests_curricula_synthetic"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("synthetic.py"))
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
+import curricula_synthetic as syn  # the synthetic learner (see conftest.py)
 
 
-syn = _synthetic()
 
 #: Small settings so every teacher's state is non-trivial after a short drive (ALP-GMM fits, ADR decides).
 QUICK = {"alp_gmm": {"fit_interval": 100, "max_history": 500}}
