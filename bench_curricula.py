@@ -165,13 +165,13 @@ def format_table(result: dict) -> str:
     base = result["teachers"].get("uniform", {}).get("success")
     lines = [f"{result['task']}: {result['env_steps']} env steps per run, {result['seeds']} seed(s), "
              f"{len(result['grid'])} held-out tasks x {result['repeats']} episodes",
-             "| Teacher | Success | " + " | ".join(heads) + " | vs uniform | Train s |",
-             "|---|---|" + "---|" * BANDS + "---|---|"]
+             "| Teacher | Success | " + " | ".join(heads) + " | vs uniform | Per seed | Train s |",
+             "|---|---|" + "---|" * BANDS + "---|---|---|"]
     for name, r in result["teachers"].items():
         diff = f"{r['success'] - base:+.3f}" if base is not None and name != "uniform" else ""
         lines.append(f"| {name} | {r['success']:.3f} | " + " | ".join("-" if v is None else f"{v:.3f}"
                                                                     for v in r["bands"])
-                     + f" | {diff} | {r['train_s']:.0f} |")
+                     + f" | {diff} | {' / '.join(f'{v:.2f}' for v in r['per_seed'])} | {r['train_s']:.0f} |")
     return "\n".join(lines)
 
 

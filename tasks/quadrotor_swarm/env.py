@@ -281,7 +281,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         """Obstacle density ``[B]``, visible neighbour slots ``[B]`` and goal-distance fraction ``[B]`` of rooms
         being reset."""
         ccfg, k, b = self.cfg["curriculum"], self.obs.num_neighbors, len(rooms)
-        if self.eval_mode:
+        if self.eval_mode and self.curriculum.teacher.name != "fixed":  # (set_fixed_tasks: the levels given)
             ev = self.cfg["eval"]
             return (torch.full((b,), float(ev["density"]), device=self.device),
                     torch.full((b,), k, dtype=torch.long, device=self.device),
