@@ -152,3 +152,16 @@ def test_hover_outcomes_carry_success_a_graded_score_and_the_return():
     torch.testing.assert_close(outcome.episode_return, torch.tensor([1.0, 3.0, 4.0]) * terms)
     torch.testing.assert_close(outcome.score, torch.tensor([1.0, math.exp(-1.0), 0.0]))  # a crash scores 0
     assert outcome.failure.tolist() == [False, False, True]
+
+
+def test_checkpoints_written_before_the_curriculum_interface_still_load():
+    env = _hover(n=4)
+    old = {"levels": {"levels": torch.tensor([0.1, 0.2, 0.3, 0.4])}, "penalty_schedule": {"steps": 123}}
+    env.load_curriculum_state_dict(old)
+    torch.testing.assert_close(env.curriculum.teacher.levels, torch.tensor([0.1, 0.2, 0.3, 0.4]))
+    assert env.penalty_schedule.steps == 123
+    torch.manual_seed(0)
+    jump = make_env(task_config("quadruped-jump", []), num_envs=2)
+    jump.load_curriculum_state_dict({"stages": {"difficulty": torch.tensor([1.5, 2.5])},
+                                     "bin_success": jump.bin_success, "bin_count": jump.bin_count})
+    torch.testing.assert_close(jump.curriculum.teacher.difficulty, torch.tensor([1.5, 2.5]))
