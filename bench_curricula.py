@@ -122,7 +122,12 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
     unknown = [t for t in teachers if t not in TEACHERS]
     if unknown:
         raise ConfigError(f"unknown teacher(s) {', '.join(unknown)} (choose from {', '.join(TEACHERS)})")
+    if min(int(budget), int(seeds), int(grid), int(repeats)) < 1:
+        raise ConfigError(f"budget, seeds, grid and repeats must be >= 1, got {budget}, {seeds}, {grid}, {repeats}")
     overrides = list(overrides or [])
+    fixed = [o for o in overrides if o.split("=", 1)[0].strip() in ("seed", "curriculum.teacher", "curriculum.space")]
+    if fixed:
+        raise ConfigError(f"bench curricula sets the seed, teacher and space of every run itself; drop {fixed}")
     points, dims, (lo, hi) = held_out_grid(task, overrides, grid)
     band = ((points[:, 0] - lo) / max(hi - lo, 1e-9) * BANDS).floor().clamp(0, BANDS - 1).long()
     out_dir = Path(out_dir) if out_dir is not None else None

@@ -8,12 +8,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import sys
 from pathlib import Path
 
 EXIT_USER_ERROR = 2
+
+
+def positive_steps(text: str) -> int:
+    """argparse type: a number of steps >= 1, written as an integer or like 5e6."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 1, got {text!r}")
+    return int(value)
 
 
 def positive_int(text: str) -> int:
@@ -69,7 +81,7 @@ FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.d
                    "observations.policy", "observations.scales", "train.actor_hidden_dims", "train.critic_hidden_dims",
                    "train.activation", "train.obs_normalization", "device", "observations.num_neighbors",
                    "observations.sdf_size", "train.embed_dim", "train.num_heads", "curriculum.teacher",
-                   "curriculum.space")  # keys a task lacks are skipped
+                   "curriculum.space", "curriculum.bins")  # keys a task lacks are skipped
 
 
 def cmd_train(args) -> int:
@@ -115,13 +127,13 @@ def cmd_train(args) -> int:
         if later:  # resuming from an earlier point: branch, never overwrite the run's later checkpoints
             run_dir = ck.new_run_dir(args.task, f"{run_dir.name}_from{int(data['iter']) - 1}", args.runs_root)
             print(f"{resume_path.parent} has checkpoints after {resume_path.name}: continuing in {run_dir}")
-        ck.write_run_files(run_dir, cfg, sys.argv, resumed_from=resume_path)
     else:
         run_dir = ck.new_run_dir(args.task, args.run_name, args.runs_root)
         ck.write_run_files(run_dir, cfg, sys.argv)
     runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=not args.no_progress)
     if resume_path is not None:
-        runner.load(str(resume_path))
+        runner.load(str(resume_path))  # (a checkpoint it refuses leaves the run's files as they were)
+        ck.write_run_files(run_dir, cfg, sys.argv, resumed_from=resume_path)
         if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in args.overrides):
             runner.alg.learning_rate = float(cfg["train"]["learning_rate"])  # explicit: replaces the saved one
             for group in runner.alg.optimizer.param_groups:
@@ -390,12 +402,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "swarm", "curricula", "all"],
                    help="all: every bench but curricula (which trains one policy per teacher)")
     p.add_argument("--task", default="quadrotor-hover", help="curricula: quadrotor-hover or quadruped-jump")
-    p.add_argument("--budget", type=float, default=3e6, help="curricula: env steps of training per teacher and seed")
-    p.add_argument("--teachers", help="curricula: comma-separated teachers (default: all): " + ", ".join(
-        ("hand_written", "uniform", "alp_gmm", "lp_bandit", "variance", "success_band")))
-    p.add_argument("--seeds", type=int, default=1, help="curricula: training seeds per teacher")
-    p.add_argument("--grid", type=int, default=6, help="curricula: held-out grid points per task-space dimension")
-    p.add_argument("--repeats", type=int, default=2, help="curricula: held-out episodes per grid point")
+    p.add_argument("--budget", type=positive_steps, default=3e6,
+                   help="curricula: env steps of training per teacher and seed")
+    p.add_argument("--teachers", help="curricula: comma-separated teachers (default: all): hand_written (the "
+                   "task's own rule), uniform, alp_gmm, lp_bandit, variance, success_band")
+    p.add_argument("--seeds", type=positive_int, default=1, help="curricula: training seeds per teacher")
+    p.add_argument("--grid", type=positive_int, default=6,
+                   help="curricula: held-out grid points per task-space dimension")
+    p.add_argument("--repeats", type=positive_int, default=2, help="curricula: held-out episodes per grid point")
     p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png")
     p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")

@@ -73,6 +73,11 @@ def _kind(value: Any) -> str:
 
 
 def _check_value(key: str, default: Any, value: Any) -> Any:
+    if isinstance(value, str) and _kind(default) == "number":
+        try:  # YAML 1.1 reads exponent notation without a dot (1e-3) as a string
+            value = float(value) if any(c in value.lower() for c in ".en") else int(value)
+        except ValueError:
+            pass
     kd, kv = _kind(default), _kind(value)
     if kd == "null":
         return value

@@ -136,7 +136,7 @@ def build_task_curriculum(ccfg: dict, spaces: dict[str, TaskSpace], num_envs: in
         try:
             teacher = build_teacher(name, space, num_envs, device, dict(ccfg.get("teachers", {}).get(name) or {}))
         except ValueError as exc:
-            raise ConfigError(f"curriculum.teacher={name}: {exc}") from None
+            raise ConfigError(f"config key 'curriculum.teachers.{name}': {exc}") from None
     return TaskCurriculum(teacher, num_envs, device, trace_steps)
 
 

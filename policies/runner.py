@@ -18,6 +18,7 @@ import numpy as np
 from rsl_rl.runners import OnPolicyRunner
 
 from sim2real.policies.checkpoints import (
+    CheckpointError,
     atomic_torch_save, atomic_write_bytes, load_checkpoint, prune_checkpoints, rng_state, set_rng_state,
 )
 from sim2real.policies.evaluation import evaluate
@@ -185,7 +186,11 @@ class Sim2RealRunner(OnPolicyRunner):
         self.alg.load(data, load_cfg, strict)
         self.current_learning_iteration = int(data["iter"])
         infos = data["infos"]
-        self.env.load_curriculum_state_dict(infos["curriculum"])
+        try:
+            self.env.load_curriculum_state_dict(infos["curriculum"])
+        except (KeyError, ValueError, RuntimeError, TypeError, IndexError) as exc:
+            reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise CheckpointError(f"{path}: its curriculum state does not fit this run ({reason})") from None
         set_rng_state(infos["rng"])
         self.best_score = float(infos.get("best_score", -float("inf")))
         self.last_eval = infos.get("last_eval")

@@ -5,6 +5,8 @@ Each function raises :class:`~sim2real.configs.ConfigError` naming the first off
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from sim2real.configs import ConfigError
@@ -49,10 +51,16 @@ def check_quadrotor_dr(dr: dict) -> None:
             require(lo <= value <= hi, f"domain_rand.adr.nominal.{key}",
                     f"must lie in the range it grows within, [{lo}, {hi}], got {value}")
         require(a["steps_to_limit"] >= 1, "domain_rand.adr.steps_to_limit", "must be >= 1")
-        require(0 <= a["boundary_prob"] <= 1, "domain_rand.adr.boundary_prob", "must lie in [0, 1]")
+        require(0 < a["boundary_prob"] <= 1, "domain_rand.adr.boundary_prob",
+                "must lie in (0, 1] (at 0 no episode evaluates a bound and the ranges never move)")
+        require(not a["enabled"] or dr["enabled"], "domain_rand.adr.enabled",
+                "needs domain_rand.enabled=true (ADR widens the domain randomisation ranges)")
         require(a["buffer_size"] >= 1, "domain_rand.adr.buffer_size", "must be >= 1")
         require(0 <= a["threshold_low"] < a["threshold_high"] <= 1, "domain_rand.adr",
                 "need 0 <= threshold_low < threshold_high <= 1")
+
+
+MAX_REGIONS = 4096  # task-space regions (bandit arms): beyond, per-region statistics stop being estimable
 
 
 def check_curriculum_choice(cfg: dict, spaces: tuple[str, ...]) -> None:
@@ -68,7 +76,20 @@ def check_curriculum_choice(cfg: dict, spaces: tuple[str, ...]) -> None:
     require(cur["teacher"] not in HAND_WRITTEN or cur["space"] == spaces[0], "curriculum.space",
             f"the hand-written rule '{cur['teacher']}' works in the '{spaces[0]}' space; choose an automatic teacher "
             f"for '{cur['space']}'")
-    require(all(b >= 1 for b in cur.get("bins", [1])), "curriculum.bins", "must be >= 1 per dimension")
+    bins = cur.get("bins", [1])
+    require(all(float(b).is_integer() and b >= 1 for b in bins), "curriculum.bins",
+            f"must be whole numbers >= 1 per dimension, got {bins}")
+    require(math.prod(int(b) for b in bins) <= MAX_REGIONS, "curriculum.bins",
+            f"at most {MAX_REGIONS} regions in all, got {bins}")
+    from sim2real.curricula.base import TaskSpace
+    from sim2real.curricula.teachers import build_teacher
+
+    probe = TaskSpace(("x",), (0.0,), (1.0,))  # every teacher's parameters, chosen or not, must be valid
+    for name, params in cur.get("teachers", {}).items():
+        try:
+            build_teacher(name, probe, 1, "cpu", dict(params or {}))
+        except ValueError as exc:
+            raise ConfigError(f"config key 'curriculum.teachers.{name}': {exc}") from None
 
 
 def check_train(cfg: dict) -> None:
@@ -77,7 +98,9 @@ def check_train(cfg: dict) -> None:
     for key in ("max_iterations", "num_steps_per_env", "save_interval", "num_learning_epochs", "num_mini_batches",
                 "eval_episodes"):
         require(train[key] >= 1, f"train.{key}", f"must be at least 1, got {train[key]}")
-    for key in ("keep_last", "eval_interval"):
+    for key in ("keep_last", "eval_interval", "curriculum_plot_interval"):
+        if key not in train:
+            continue
         require(train[key] >= 0, f"train.{key}", f"must be >= 0, got {train[key]}")
     for key in ("actor_hidden_dims", "critic_hidden_dims"):
         require(len(train[key]) >= 1 and all(int(h) == h and h >= 1 for h in train[key]), f"train.{key}",

@@ -183,6 +183,37 @@ def test_resume_refuses_structural_changes(cli_run):
     _assert_clean_error(proc, "env.action_interface", "cannot change on --resume")
 
 
+def test_resume_refuses_another_teacher_and_a_damaged_curriculum_state_without_touching_the_run(cli_run, tmp_path):
+    import torch
+
+    root, run = cli_run
+    config_before = (run / "config.yaml").read_bytes()
+    for key, value in (("curriculum.teacher", "alp_gmm"), ("curriculum.bins", "[2,2]")):
+        proc = sim2real("train", "--task", "quadrotor-hover", "--resume", run / "model_1.pt", "--runs-root",
+                        root / "runs", "--set", f"{key}={value}", check=False)
+        _assert_clean_error(proc, key, "cannot change on --resume")
+    damaged = torch.load(run / "model_1.pt", weights_only=False)
+    del damaged["infos"]["curriculum"]["teacher"]
+    copy = tmp_path / "run"
+    copy.mkdir()
+    (copy / "config.yaml").write_bytes(config_before)
+    torch.save(damaged, copy / "model_1.pt")
+    proc = sim2real("train", "--task", "quadrotor-hover", "--resume", copy / "model_1.pt", "--max-iterations", 1,
+                    check=False)
+    _assert_clean_error(proc, "curriculum state does not fit")
+    assert (copy / "config.yaml").read_bytes() == config_before and not (copy / "run.json").exists()
+    assert (run / "config.yaml").read_bytes() == config_before
+
+
+def test_bench_curricula_refuses_bad_numbers_before_training():
+    for flag, value in (("--seeds", "0"), ("--grid", "0"), ("--repeats", "-1"), ("--budget", "nan"),
+                        ("--budget", "0")):
+        proc = sim2real("bench", "curricula", flag, value, check=False)
+        assert proc.returncode == 2 and flag in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    _assert_clean_error(sim2real("bench", "curricula", "--set", "curriculum.teacher=uniform", check=False),
+                        "curriculum.teacher")
+
+
 def test_eval_of_an_export_uses_the_policy_own_interface_and_rate(tmp_path):
     sim2real("train", "--task", "quadrotor-hover", "--num-envs", 32, "--max-iterations", 1, "--seed", 5,
              "--runs-root", tmp_path / "runs", "--export", "--set", "env.action_interface=ctbr",

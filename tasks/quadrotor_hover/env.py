@@ -110,6 +110,15 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
     def reset_all(self) -> None:
         self._reset_envs(torch.arange(self.num_envs, device=self.device))
 
+    def curriculum_plot(self, path):
+        """The teacher's task-space plot at ``path``, and with ADR on, its ranges beside it (``<stem>_adr.png``)."""
+        from pathlib import Path
+
+        out = self.curriculum.plot(path)
+        if self.adr is not None:
+            self.adr.plot(Path(path).with_name(f"{Path(path).stem}_adr.png"))
+        return out
+
     # --- state ---------------------------------------------------------------------------------------------
     def robot_state(self) -> RobotState:
         """The current :class:`RobotState` of every env (views, not copies)."""

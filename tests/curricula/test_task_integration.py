@@ -165,3 +165,12 @@ def test_checkpoints_written_before_the_curriculum_interface_still_load():
     jump.load_curriculum_state_dict({"stages": {"difficulty": torch.tensor([1.5, 2.5])},
                                      "bin_success": jump.bin_success, "bin_count": jump.bin_count})
     torch.testing.assert_close(jump.curriculum.teacher.difficulty, torch.tensor([1.5, 2.5]))
+
+
+def test_hover_with_adr_plots_its_ranges_beside_the_teacher(tmp_path):
+    env = _hover("domain_rand.adr.enabled=true", n=8)
+    ids = torch.arange(8)
+    env._record_outcome(ids, torch.ones(8, dtype=torch.bool), torch.zeros(8, dtype=torch.bool), torch.zeros(8),
+                        torch.zeros(8), {"log": {}})
+    assert env.curriculum_plot(tmp_path / "task_space_00001.png") == tmp_path / "task_space_00001.png"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["task_space_00001.png", "task_space_00001_adr.png"]
