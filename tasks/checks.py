@@ -46,7 +46,7 @@ def check_quadrotor_dr(dr: dict) -> None:
     require(dr["ext_force"] >= 0, "domain_rand.ext_force", f"must be >= 0, got {dr['ext_force']}")
     if "adr" in dr:
         a = dr["adr"]
-        for key, value in a["nominal"].items():
+        for key, value in (a["nominal"].items() if a["enabled"] else ()):  # (ranges may be pinned when off)
             lo, hi = (0.0, dr[key]) if key == "ext_force" else dr[key]
             require(lo <= value <= hi, f"domain_rand.adr.nominal.{key}",
                     f"must lie in the range it grows within, [{lo}, {hi}], got {value}")

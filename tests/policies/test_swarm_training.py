@@ -38,7 +38,7 @@ def test_runner_uses_the_attention_model_for_actor_and_critic(swarm_run):
     assert (swarm_run / "best.pt").is_file()
     # The curriculum and replay state travel in the checkpoint.
     data = torch.load(list_checkpoints(swarm_run)[-1], weights_only=False)
-    assert set(data["infos"]["curriculum"]) == {"levels", "penalty_schedule", "replay"}
+    assert set(data["infos"]["curriculum"]) == {"teacher", "penalty_schedule", "replay"}
 
 
 def test_export_matches_torch_with_masked_slots_and_junk(swarm_run, tmp_path):
