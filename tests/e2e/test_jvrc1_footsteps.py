@@ -66,7 +66,9 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
         with ros_context() as ctx:
             rec = TopicRecorder("e2e_jvrc1_probe", topics, context=ctx)
             with BackgroundSpin(ctx, rec):
-                assert wait_until(lambda: rec.count(odom_t) > 0, STARTUP_TIMEOUT_S), "no stand-in\n" + logs()
+                # Odometry and joint states are separate topics: either may arrive first.
+                assert wait_until(lambda: rec.count(odom_t) > 0 and rec.count(joints_t) > 0, STARTUP_TIMEOUT_S), \
+                    "no stand-in\n" + logs()
                 odom0 = rec.last(odom_t)[1]
                 assert (odom0.header.frame_id, odom0.child_frame_id) == ("odom", "base")
                 names = list(rec.last(joints_t)[1].name)
