@@ -326,6 +326,12 @@ def cmd_standin(args) -> int:
     return standin_main(args)
 
 
+def cmd_finetune(args) -> int:
+    from sim2real.policies.finetune_cli import finetune_main
+
+    return finetune_main(args)
+
+
 def cmd_bench(args) -> int:
     from sim2real.bench import run_bench
 
@@ -397,16 +403,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_standin_arguments(p)
     p.set_defaults(func=cmd_standin)
 
+    from sim2real.policies.finetune_cli import add_finetune_arguments
+
+    p = sub.add_parser("finetune", help="on-robot fine-tuning sessions: an edge actor and a learner (residual SAC, "
+                                        "RLPD)")
+    add_finetune_arguments(p)
+    p.set_defaults(func=cmd_finetune)
+
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
     p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "footsteps-throughput",
-                                    "swarm", "curricula", "all"],
-                   help="all: every bench but curricula (which trains one policy per teacher)")
+                                    "swarm", "curricula", "finetune", "all"],
+                   help="all: every bench but curricula and finetune (which train)")
     p.add_argument("--task", default="quadrotor-hover", help="curricula: quadrotor-hover or quadruped-jump")
     p.add_argument("--budget", type=positive_steps, default=3e6,
                    help="curricula: env steps of training per teacher and seed")
     p.add_argument("--teachers", help="curricula: comma-separated teachers (default: all): hand_written (the "
                    "task's own rule), uniform, alp_gmm, lp_bandit, variance, success_band")
-    p.add_argument("--seeds", type=positive_int, default=1, help="curricula: training seeds per teacher")
+    p.add_argument("--seeds", type=positive_int, default=1,
+                   help="curricula: training seeds per teacher; finetune: sessions per arm")
+    p.add_argument("--minutes", type=positive_float, default=10.0,
+                   help="finetune: robot time per session [min] (real time on the stand-in)")
     p.add_argument("--grid", type=positive_int, default=6,
                    help="curricula: held-out grid points per task-space dimension")
     p.add_argument("--repeats", type=positive_int, default=2, help="curricula: held-out episodes per grid point")

@@ -1,0 +1,222 @@
+"""The edge actor of a fine-tuning session: the policy that runs on the robot, records and streams every transition,
+and takes new policy versions from the learner only when they are verified and only between episodes.
+
+Each control step (:meth:`EdgeActor.act`, then :meth:`EdgeActor.record`):
+
+* the base policy (the session's ``base/policy.onnx``, frozen, normaliser baked in) maps the observation ``o``
+  ``[1, D]`` (built by the task's ObservationBuilder, as in training) to ``a_base`` ``[1, A]``;
+* every ``hold_steps`` control steps (from each episode's start), the current residual version maps
+  ``[o, a_base]`` to ``r`` ``[1, A]`` in (-1, 1), sampled from its squashed Gaussian while fine-tuning (SAC's
+  behaviour policy), its mean otherwise; ``r`` is held in between (see :mod:`sim2real.policies.residual_sac`);
+  version 0 is the zero residual;
+* the robot executes ``a = clip(a_base + residual_scale * r, -1, 1)``;
+* the control-step transition is appended to the session's MCAP recording (durable at every flush, see
+  :mod:`sim2real.deploy.recording`) with the version that chose it; each completed hold (``hold_steps`` steps or
+  an episode end) becomes one learner transition (:func:`~sim2real.policies.residual_sac.macro_transitions`),
+  queued for the learner.
+
+At an episode end (:meth:`EdgeActor.end_episode`) the recording is flushed, the queue sent, and the newest package
+the learner published is verified (:func:`sim2real.deploy.policy_channel.verify_policy`: session key, newer
+version, metadata, parameter names/shapes, finite weights). Only then is it stored in the session and swapped in;
+a rejected package is logged in ``versions/actor.jsonl`` with its reason, and the robot keeps its current policy.
+When the learner stops answering, the actor keeps running its last good version and keeps recording.
+
+On resume the actor restarts on the last version it had accepted (``versions/actor.jsonl``), re-verified from its
+stored package.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+
+from sim2real.deploy.policy_channel import PolicyRejected, read_header, verify_policy
+from sim2real.deploy.session import sha256_bytes
+from sim2real.policies.residual_sac import (
+    ResidualActor, ResidualSpec, actor_template, compose_action, macro_transitions, residual_input,
+)
+
+log = logging.getLogger("sim2real.finetune.actor")
+
+#: Fields of one recorded transition besides the vectors sized by the policy (see :func:`transition_sizes`).
+SCALAR_FIELDS = ("episode", "step", "version", "reward", "terminated", "truncated", "intervention")
+
+
+def transition_sizes(spec: ResidualSpec) -> dict[str, int]:
+    """Field name -> size of one recorded transition (the MCAP layout; ``seq`` is the MCAP sequence number).
+
+    ``obs``/``next_obs`` ``[D]`` the policy observation before/after the step (units of the observation layout in
+    the base policy's metadata); ``base_action``/``next_base_action`` ``[A]`` the base policy's action at each;
+    ``residual`` ``[A]`` in [-1, 1]; ``action`` ``[A]`` the executed normalised action; ``reward`` the task's
+    reward of the step; ``terminated`` (a true end: crash, safety stop), ``truncated`` (time limit),
+    ``intervention`` (the action came from the operator) as 0/1; ``episode``, ``step``, ``version`` integers.
+    """
+    d, a = spec.obs_dim, spec.action_dim
+    return {"episode": 1, "step": 1, "version": 1, "obs": d, "next_obs": d, "base_action": a,
+            "next_base_action": a, "residual": a, "action": a, "reward": 1, "terminated": 1, "truncated": 1,
+            "intervention": 1}
+
+
+def expected_metadata(session, spec: ResidualSpec) -> dict:
+    """What every pushed version must carry: the residual's sizes and bound, the session's base policy hash and the
+    base policy's observation names (a version trained on another base or layout is refused)."""
+    meta = session.base_metadata()
+    names = [t["name"] for t in meta["observation"]["policy"]]
+    return {**spec.metadata(), "base_sha256": session.base_sha256, "obs_names": names}
+
+
+class EdgeActor:
+    """See the module docstring.
+
+    Args:
+        session: the :class:`~sim2real.deploy.session.FinetuneSession`.
+        base: callable ``obs [1, D] tensor -> a_base [1, A] tensor`` (the base ONNX policy).
+        spec: the residual's sizes and bound.
+        recorder: a :class:`~sim2real.deploy.recording.TransitionRecorder` on ``session.recordings_dir`` (or None:
+            nothing recorded, for evaluation).
+        link: an :class:`~sim2real.deploy.policy_channel.ActorLink` (None: no learner, the control session).
+        explore: sample the residual (fine-tuning) instead of its mean (evaluation).
+        hold_steps: control steps a residual is held.
+        send_every: learner transitions per batch sent (also sent at every episode end).
+        seed: seeds the exploration noise.
+    """
+
+    def __init__(self, session, base, spec: ResidualSpec, *, recorder=None, link=None, explore: bool = True,
+                 hold_steps: int = 5, send_every: int = 20, seed: int = 0):
+        if int(hold_steps) < 1:
+            raise ValueError(f"hold_steps must be >= 1, got {hold_steps}")
+        self.hold_steps = int(hold_steps)
+        self._held: torch.Tensor | None = None
+        self._macro_rows: list[dict] = []
+        self.session, self.base, self.spec = session, base, spec
+        self.recorder, self.link, self.explore = recorder, link, bool(explore)
+        self.send_every = int(send_every)
+        self.key = session.load_key()
+        self.expected = expected_metadata(session, spec)
+        self.template = actor_template(spec)
+        self.generator = torch.Generator().manual_seed(int(seed))
+        self.policy = ResidualActor(spec).zero_()
+        self.version, self.version_sha = 0, session.base_sha256
+        self.episode, self.step_in_episode = 0, 0
+        self._pending: dict[str, list] = {}
+        # Learner transitions are numbered from the recording's next seq at start: increasing across resumes.
+        self._macro_seq = int(recorder.next_seq) if recorder is not None else 0
+        self.rejections: list[tuple[int, str]] = []
+        self._learner_was_alive = False
+        resumed = session.current_actor_version()
+        if resumed > 0:
+            blob = session.read_version(resumed)
+            _, state = verify_policy(blob, self.key, expected_metadata=self.expected, template=self.template,
+                                     current_version=resumed - 1)
+            self.policy.load_state_dict(state)
+            self.version, self.version_sha = resumed, sha256_bytes(blob)
+            log.info("resumed on policy version %d", resumed)
+        decisions = session.actor_decisions()
+        if decisions:
+            self.episode = int(max(d.get("episode") or 0 for d in decisions))
+
+    # --- control -----------------------------------------------------------------------------------------------
+    def act(self, obs: torch.Tensor):
+        """``(a [1, A], a_base [1, A], r [1, A])`` for the observation ``obs`` ``[1, D]``."""
+        obs = torch.as_tensor(obs, dtype=torch.float32).reshape(1, -1)
+        base_action = torch.as_tensor(self.base(obs), dtype=torch.float32).reshape(1, -1)
+        if self._held is None or self.step_in_episode % self.hold_steps == 0:
+            self._held = self.policy(residual_input(obs, base_action), deterministic=not self.explore,
+                                     generator=self.generator)
+        r = self._held
+        return compose_action(base_action, r, self.spec.residual_scale), base_action, r
+
+    def record(self, obs, base_action, residual, action, reward: float, next_obs, next_base_action, *,
+               terminated: bool, truncated: bool, intervention: bool = False) -> int | None:
+        """Record one transition (and queue it for the learner); returns its seq (None without a recorder)."""
+        values = {"episode": float(self.episode), "step": float(self.step_in_episode), "version": float(self.version),
+                  "obs": obs, "next_obs": next_obs, "base_action": base_action, "next_base_action": next_base_action,
+                  "residual": residual, "action": action, "reward": float(reward),
+                  "terminated": float(terminated), "truncated": float(truncated), "intervention": float(intervention)}
+        values = {k: np.asarray(torch.as_tensor(v).detach().cpu(), dtype=np.float32).reshape(-1)
+                  for k, v in values.items()}
+        self.step_in_episode += 1
+        seq = self.recorder.append(values) if self.recorder is not None else None
+        if self.link is None:
+            return seq
+        self._macro_rows.append(values)
+        if len(self._macro_rows) == self.hold_steps or terminated or truncated:
+            rows = {k: np.stack([r[k] for r in self._macro_rows]) for k in values}
+            self._macro_rows = []
+            for k, v in macro_transitions(rows, self.hold_steps).items():
+                self._pending.setdefault(k, []).extend(v)
+            if len(self._pending.get("reward", ())) >= self.send_every:
+                self._send()
+        return seq
+
+    def _send(self) -> None:
+        if not self._pending.get("reward"):
+            return
+        arrays = {k: np.stack(v) for k, v in self._pending.items()}
+        # Dropped when no learner listens: the recording on disk stays the source of truth.
+        self.link.send(self._macro_seq, arrays)
+        self._macro_seq += len(arrays["reward"])
+        self._pending = {}
+
+    # --- episode boundaries: the only place a version changes ------------------------------------------------------
+    def end_episode(self, outcome: dict | None = None) -> int:
+        """Close the current episode: flush the recording, send the queue, take the newest verified version.
+        ``outcome`` (e.g. success, pos_error) is logged to the session metrics. Returns the version now running."""
+        if self.recorder is not None:
+            self.recorder.flush()
+        if self.link is not None:
+            self._send()
+            alive = self.link.learner_alive()
+            if self._learner_was_alive and not alive:
+                log.warning("the learner stopped answering: keeping policy version %d", self.version)
+            self._learner_was_alive = alive
+            blobs = self.link.poll()
+            if blobs:
+                self.offer(blobs)
+        self.session.log_metrics({"event": "episode", "episode": self.episode, "version": self.version,
+                                  "steps": self.step_in_episode, **(outcome or {})})
+        self.episode += 1
+        self.step_in_episode = 0
+        self._held, self._macro_rows = None, []
+        return self.version
+
+    def offer(self, blobs: list[bytes]) -> bool:
+        """Try the offered packages, newest version first; swap to the first that verifies. Returns whether the
+        policy changed. Every rejection except a stale version is recorded in ``versions/actor.jsonl``."""
+        def version_of(blob):
+            try:
+                return int(read_header(blob)["version"])
+            except Exception:  # malformed: tried (and rejected) last
+                return -1
+
+        for blob in sorted(blobs, key=version_of, reverse=True):
+            try:
+                header, state = verify_policy(blob, self.key, expected_metadata=self.expected,
+                                              template=self.template, current_version=self.version)
+            except PolicyRejected as exc:
+                if exc.reason != "stale_version":
+                    log.warning("policy package rejected (%s): %s", exc.reason, exc)
+                    self.rejections.append((version_of(blob), exc.reason))
+                    self.session.record_actor_decision(max(version_of(blob), 0), sha256_bytes(bytes(blob)),
+                                                       accepted=False, reason=f"{exc.reason}: {exc}"[:500],
+                                                       episode=self.episode, time_s=time.time())
+                continue
+            version = int(header["version"])
+            if self.session.version_record(version) is None:  # a remote learner: the actor stores what it runs
+                self.session.publish_version(bytes(blob), version=version, learner_step=header["learner_step"])
+            self.session.record_actor_decision(version, sha256_bytes(bytes(blob)), accepted=True,
+                                               episode=self.episode, time_s=time.time())
+            self.policy.load_state_dict(state)
+            self.version, self.version_sha = version, sha256_bytes(bytes(blob))
+            log.info("policy version %d in control from episode %d", version, self.episode + 1)
+            return True
+        return False
+
+    def close(self) -> None:
+        if self.link is not None:
+            self._send()
+        if self.recorder is not None:
+            self.recorder.close()

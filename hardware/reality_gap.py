@@ -1,0 +1,174 @@
+"""Stand-in "real" robots with a reality gap: the training simulator, shifted outside its domain-randomisation ranges.
+
+A fine-tuning session (``sim2real finetune``) is measured against a robot that is *not* the simulator the policy
+was trained in. :data:`REALITY_GAPS` names, per robot kind, config overrides that pin the task's DR to values
+outside the training ranges (the shifts of the fine-tuning issue):
+
+* quadrotor: mass x1.2, thrust coefficient (max motor thrust) x0.8, and 20 ms of extra action latency (training
+  draws 0-1 control steps of 10 ms; the stand-in 2-3 steps). Thrust-to-weight falls from 2.2 to 1.47 (Crazyflie
+  2.x): it still hovers, at 68 % of full thrust instead of 45 %; :func:`check_thrust_to_weight` refuses a gap that
+  would leave less than :data:`MIN_THRUST_TO_WEIGHT`;
+* legged: friction 0.25 (training 0.4-1.2), motor strength x0.8 (training 0.9-1.1), latency 2-3 control steps.
+
+:class:`SimulatedRobot` is one such robot (the task's env with one instance and the shifted config), stepped one
+control period at a time; with ``realtime=True`` each step takes the control period of wall-clock time, so "N
+minutes of robot time" are N minutes on the clock. Episodes start as the task's evaluation episodes do (random
+start around a random goal); on a real robot this is the autonomous reset behaviour or the operator.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from sim2real.tasks import make_env
+
+#: Dotted config overrides of each robot kind's reality gap (values outside the training DR ranges).
+REALITY_GAPS: dict[str, dict[str, list]] = {
+    "quadrotor": {"domain_rand.mass_scale": [1.2, 1.2], "domain_rand.thrust_scale": [0.8, 0.8],
+                  "domain_rand.latency_steps": [2, 3]},
+    "legged": {"domain_rand.friction": [0.25, 0.25], "domain_rand.motor_strength": [0.8, 0.8],
+               "domain_rand.latency_steps": [2, 3]},
+}
+#: A quadrotor stand-in must keep at least this thrust-to-weight ratio (hover plus a margin to manoeuvre).
+MIN_THRUST_TO_WEIGHT = 1.3
+
+
+def robot_kind(robot: dict) -> str:
+    """``quadrotor`` or ``legged`` (the key of :data:`REALITY_GAPS`)."""
+    return "quadrotor" if robot.get("kind") == "quadrotor" else "legged"
+
+
+def _get(cfg: dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _set(cfg: dict, dotted: str, value) -> None:
+    *head, last = dotted.split(".")
+    node = cfg
+    for part in head:
+        node = node[part]
+    node[last] = value
+
+
+def thrust_to_weight(robot: dict, mass_scale: float = 1.0, thrust_scale: float = 1.0) -> float:
+    """Total maximum thrust over weight of a quadrotor robot config with its mass and max motor thrust scaled."""
+    gravity = float(robot.get("gravity", 9.81))
+    return 4.0 * float(robot["max_motor_thrust"]) * thrust_scale / (float(robot["mass"]) * mass_scale * gravity)
+
+
+def check_thrust_to_weight(robot: dict, gap: dict) -> float:
+    """Thrust-to-weight of the shifted quadrotor; ValueError if below :data:`MIN_THRUST_TO_WEIGHT`."""
+    ratio = thrust_to_weight(robot, gap.get("domain_rand.mass_scale", [1.0])[0],
+                             gap.get("domain_rand.thrust_scale", [1.0])[0])
+    if ratio < MIN_THRUST_TO_WEIGHT:
+        raise ValueError(f"the stand-in's thrust-to-weight would be {ratio:.2f} (< {MIN_THRUST_TO_WEIGHT}): it could "
+                         "not hover with a margin; use a smaller mass or thrust shift")
+    return ratio
+
+
+def shifted_config(cfg: dict, gap: dict | None = None, *, check_outside: bool = True) -> dict:
+    """A copy of the task config ``cfg`` with the robot's reality gap applied (``gap``: dotted overrides, default
+    the robot kind's :data:`REALITY_GAPS` entry). DR stays enabled (observation noise and the per-episode draws of
+    the keys the gap does not pin).
+
+    Raises:
+        ValueError: a gap key the config lacks; with ``check_outside``, a shifted range that overlaps the
+            training range (the gap would not be a gap); a quadrotor that could not hover.
+    """
+    gap = REALITY_GAPS[robot_kind(cfg["robot"])] if gap is None else gap
+    out = copy.deepcopy(cfg)
+    for key, value in gap.items():
+        try:
+            train_range = _get(cfg, key)
+        except (KeyError, TypeError):
+            raise ValueError(f"reality gap key '{key}' is not in the task config") from None
+        lo, hi = (float(v) for v in value)
+        if check_outside and isinstance(train_range, list) and len(train_range) == 2:
+            t_lo, t_hi = (float(v) for v in train_range)
+            if not (hi < t_lo or lo > t_hi):
+                raise ValueError(f"reality gap {key}={value} overlaps the training range {train_range}")
+        _set(out, key, [type(train_range[0])(v) if isinstance(train_range, list) else v for v in value])
+    out["domain_rand"]["enabled"] = True
+    if "adr" in out["domain_rand"]:
+        out["domain_rand"]["adr"]["enabled"] = False
+    if robot_kind(cfg["robot"]) == "quadrotor":
+        check_thrust_to_weight(cfg["robot"], gap)
+    return out
+
+
+class SimulatedRobot:
+    """One stand-in robot: the task env (batch 1, evaluation mode) on a shifted config, one control step per call.
+
+    Args:
+        cfg: the shifted task config (:func:`shifted_config`).
+        seed: seeds the robot's own torch generator state (starts, goals, noise) at construction.
+        realtime: pace :meth:`step` to the control period on the wall clock (``time.monotonic``).
+
+    Attributes:
+        control_dt: control period [s]; ``steps``: control steps taken; ``robot_time_s``: ``steps * control_dt``.
+        episode: index of the current episode; ``last_outcome``: dict of the last finished episode
+        (``success``, ``crash``, ``pos_error``... as the task env reports them).
+    """
+
+    def __init__(self, cfg: dict, seed: int = 0, realtime: bool = False):
+        torch.manual_seed(seed)
+        self.env = make_env(cfg, num_envs=1, eval_mode=True)
+        self.control_dt = float(self.env.control_dt)
+        self.realtime = bool(realtime)
+        self.steps = 0
+        self.episode = 0
+        self.last_outcome: dict | None = None
+        self._obs = self.env.get_observations()["policy"]
+        # The env resets an ended episode inside step(); keep the observation of the state it ended in (the
+        # transition's next state, which a time-out bootstraps from).
+        self._terminal_obs: torch.Tensor | None = None
+        reset = self.env._reset_envs
+
+        def reset_keeping_terminal(ids):
+            self._terminal_obs = self.env.get_observations()["policy"].clone()
+            reset(ids)
+
+        self.env._reset_envs = reset_keeping_terminal
+        self._next_tick = time.monotonic()
+
+    @property
+    def robot_time_s(self) -> float:
+        return self.steps * self.control_dt
+
+    def observation(self) -> torch.Tensor:
+        """The policy observation ``[1, D]`` of the current state (built by the task's ObservationBuilder)."""
+        return self._obs
+
+    def step(self, action: torch.Tensor):
+        """Apply ``action`` ``[1, A]`` (normalised) for one control period.
+
+        Returns:
+            ``(next_obs [1, D], reward float, terminated bool, truncated bool, next_episode_obs [1, D] | None)``:
+            ``next_obs`` is the observation after the step (the transition's next state, also at an episode end);
+            at an episode end ``next_episode_obs`` is the first observation of the next episode (the stand-in
+            resets itself; a real robot runs its reset behaviour here).
+        """
+        if self.realtime:
+            now = time.monotonic()
+            if self._next_tick > now:
+                time.sleep(self._next_tick - now)
+            self._next_tick = max(self._next_tick + self.control_dt, time.monotonic() - self.control_dt)
+        env = self.env
+        obs, reward, done, extras = env.step(action.reshape(1, -1))
+        self.steps += 1
+        obs = obs["policy"]
+        if bool(done[0]):
+            truncated = bool(extras["time_outs"][0])
+            next_obs = self._terminal_obs
+            self.last_outcome = {k: float(v[0]) for k, v in env.last_outcome.items()}
+            self.episode += 1
+            self._obs = obs
+            return next_obs, float(reward[0]), not truncated, truncated, obs
+        self._obs = obs
+        return obs, float(reward[0]), False, False, None

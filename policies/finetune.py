@@ -1,0 +1,389 @@
+"""``sim2real finetune``: on-robot fine-tuning sessions, end to end.
+
+A session (:class:`~sim2real.deploy.session.FinetuneSession`) pairs two processes:
+
+* the **learner** (:func:`run_learner`, ``sim2real finetune learner``): residual SAC with RLPD's changes
+  (:mod:`sim2real.policies.finetune_learner`), bound to two ZeroMQ ports, publishing signed policy versions;
+* the **edge actor** (:func:`run_actor`, inside ``sim2real finetune run``): the base policy plus the current
+  residual on the robot, recording every control step to MCAP and streaming learner transitions
+  (:mod:`sim2real.deploy.finetune_actor`). Here the robot is the stand-in of :mod:`sim2real.hardware.reality_gap`
+  (the training simulator shifted outside its DR ranges), paced to the wall clock.
+
+``sim2real finetune run --policy DIR --session DIR --minutes N`` creates (or with ``--resume`` reopens) the session,
+starts the learner as a child process (``--learner off``: none, the control session), runs the actor for N
+minutes of robot time and stops the learner. ``sim2real finetune eval --session DIR`` scores the base policy on
+the nominal simulator and on the stand-in, and the session's current version on the stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sim2real.configs import CONFIG_DIR, ConfigError, apply_overrides, load_yaml, merge_checked
+from sim2real.policies.residual_sac import ResidualActor, ResidualSpec, compose_action, residual_input
+
+log = logging.getLogger("sim2real.finetune")
+
+FINETUNE_FILE = CONFIG_DIR / "finetune.yaml"
+ENDPOINTS_FILE = "endpoints.json"
+LEARNER_STATE = "learner.pt"
+
+
+# --- configuration ----------------------------------------------------------------------------------
+def finetune_config(overrides: list[str] | None = None, user_file: str | Path | None = None) -> dict:
+    """The fine-tuning config: ``configs/finetune.yaml``, a user YAML merged over it, then ``--set`` overrides.
+    Raises :class:`ConfigError` naming an unknown key or a bad value."""
+    cfg = load_yaml(FINETUNE_FILE)
+    if user_file is not None:
+        cfg = _merge_deep(cfg, load_yaml(user_file))
+    cfg = apply_overrides(cfg, overrides or [])
+    check_finetune_config(cfg)
+    return cfg
+
+
+def _merge_deep(base: dict, update: dict, prefix: str = "") -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and isinstance(base.get(key), dict) and key != "gap":
+            out[key] = _merge_deep(base[key], value, full)
+        else:
+            out.update(merge_checked({key: base[key]} if key in base else {}, {key: value}, prefix))
+    return out
+
+
+def check_finetune_config(cfg: dict) -> None:
+    """Value checks beyond the schema; ConfigError names the key."""
+    checks = [
+        ("residual_scale", 0.0 < cfg["residual_scale"] <= 2.0, "must be in (0, 2]"),
+        ("hold_steps", cfg["hold_steps"] >= 1, "must be >= 1"),
+        ("actor.send_every", cfg["actor"]["send_every"] >= 1, "must be >= 1"),
+        ("actor.flush_every", cfg["actor"]["flush_every"] >= 1, "must be >= 1"),
+        ("learner.n_critics", cfg["learner"]["n_critics"] >= 2, "must be >= 2"),
+        ("learner.target_subset", 1 <= cfg["learner"]["target_subset"] <= cfg["learner"]["n_critics"],
+         "must be in [1, n_critics]"),
+        ("learner.prior_fraction", 0.0 <= cfg["learner"]["prior_fraction"] <= 1.0, "must be in [0, 1]"),
+        ("learner.utd", cfg["learner"]["utd"] > 0, "must be > 0"),
+        ("learner.gamma", 0.0 < cfg["learner"]["gamma"] < 1.0, "must be in (0, 1)"),
+        ("learner.batch_size", cfg["learner"]["batch_size"] >= 1, "must be >= 1"),
+        ("learner.publish_every", cfg["learner"]["publish_every"] >= 1, "must be >= 1"),
+        ("learner.max_updates_per_s", cfg["learner"]["max_updates_per_s"] > 0, "must be > 0"),
+        ("eval.episodes", cfg["eval"]["episodes"] >= 1, "must be >= 1"),
+    ]
+    for key, ok, why in checks:
+        if not ok:
+            raise ConfigError(f"config key '{key}' {why}")
+    gap = cfg["standin"]["gap"]
+    if not (gap in ("default", "none") or isinstance(gap, dict)):
+        raise ConfigError("config key 'standin.gap' must be 'default', 'none' or a mapping of dotted task keys")
+
+
+def residual_spec(session, cfg: dict) -> ResidualSpec:
+    """The residual of a session: sizes from the base policy's metadata, bound and widths from the config."""
+    meta = session.base_metadata()
+    return ResidualSpec(obs_dim=int(meta["observation"]["dim"]), action_dim=int(meta["action"]["size"]),
+                        residual_scale=float(cfg["residual_scale"]), hidden=tuple(cfg["learner"]["hidden"]))
+
+
+def base_policy(session):
+    """``(obs [N, D] -> a_base [N, A], training task config)`` of the session's base policy."""
+    from sim2real.policies.onnx_policy import load_exported
+
+    return load_exported(session.base_dir)
+
+
+def standin_task_config(task_cfg: dict, cfg: dict) -> dict:
+    """The stand-in robot's task config: the training config shifted by ``standin.gap``."""
+    from sim2real.hardware.reality_gap import shifted_config
+
+    gap = cfg["standin"]["gap"]
+    if gap == "none":
+        return shifted_config(task_cfg, {}, check_outside=False)
+    return shifted_config(task_cfg, None if gap == "default" else gap)
+
+
+# --- sessions ----------------------------------------------------------------------------------
+def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, user_file=None):
+    """Create a session from ``policy_dir`` or (``resume``) reopen it; returns ``(session, config)``.
+
+    Raises:
+        FileExistsError: creating over an existing session (use ``--resume``).
+        FileNotFoundError / ValueError: missing base files, not a session, a changed base policy.
+        ConfigError: bad config keys/values; on resume, any ``--set``/``--config`` (the session's config is fixed).
+    """
+    from sim2real.deploy.session import FinetuneSession
+
+    if resume:
+        if overrides or user_file:
+            raise ConfigError("a resumed session keeps its config: drop --set/--config")
+        session = FinetuneSession.open(session_dir)
+        return session, session.read_config()
+    if policy_dir is None:
+        raise ConfigError("a new session needs --policy (the exported base policy folder)")
+    cfg = finetune_config(overrides, user_file)
+    meta = json.loads((Path(policy_dir) / "metadata.json").read_text()) \
+        if (Path(policy_dir) / "metadata.json").is_file() else {}
+    session = FinetuneSession.create(session_dir, policy_dir, task=meta.get("task", "?"),
+                                     robot_name=meta.get("robot", {}).get("name", "?"), config=cfg)
+    session.write_config(cfg)
+    return session, cfg
+
+
+# --- the learner process ----------------------------------------------------------------------------------
+def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: int = 0, policy_port: int = 0,
+                duration_s: float | None = None, seed: int | None = None) -> dict:
+    """The learner loop (see :mod:`sim2real.policies.finetune_learner`) until SIGTERM/SIGINT or ``duration_s``.
+
+    Binds ``tcp://bind_host:port`` (0: an ephemeral port) and writes the bound endpoints to
+    ``<session>/learner/endpoints.json`` (atomically) for a local actor. Resumes from ``learner/learner.pt`` and the
+    ``online``/``prior`` buffer snapshots when present (prior data are generated once, at the first start).
+    Returns counters.
+    """
+    from sim2real.deploy.finetune_actor import expected_metadata
+    from sim2real.deploy.policy_channel import LearnerLink, pack_policy
+    from sim2real.deploy.session import FinetuneSession, atomic_write_bytes, atomic_write_json, sha256_bytes
+    from sim2real.policies.finetune_learner import Learner, prior_rollouts
+
+    session = FinetuneSession.open(session_dir)
+    cfg = session.read_config()
+    lcfg = cfg["learner"]
+    seed = int(cfg["seed"] if seed is None else seed)
+    spec = residual_spec(session, cfg)
+    key = session.load_key()
+    meta = expected_metadata(session, spec)
+    torch.manual_seed(seed)
+    learner = Learner(spec, lcfg, seed=seed)
+    state_path = session.learner_dir / LEARNER_STATE
+    if "prior" in session.buffer_names():
+        learner.add_prior(session.load_buffer("prior"))
+    elif int(lcfg["prior_transitions"]) > 0:
+        base, task_cfg = base_policy(session)
+        prior = prior_rollouts(task_cfg, base, spec, int(lcfg["prior_transitions"]), int(lcfg["prior_envs"]),
+                               float(lcfg["prior_noise"]), int(cfg["hold_steps"]), seed=seed)
+        session.save_buffer("prior", prior)
+        learner.add_prior(prior)
+    if state_path.is_file():
+        learner.load_state_bytes(state_path.read_bytes())
+        if "online" in session.buffer_names():
+            learner.load_online_arrays(session.load_buffer("online"))
+        log.info("learner resumed at %d updates", learner.updates)
+
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    link = LearnerLink(f"tcp://{bind_host}:{transitions_port}", f"tcp://{bind_host}:{policy_port}", key=key)
+    atomic_write_json(session.learner_dir / ENDPOINTS_FILE, {**link.bound_endpoints, "pid": os.getpid()})
+    started = time.monotonic()
+    updates_at_start = learner.updates
+    last_publish = learner.updates
+    last_beat = last_ckpt = 0.0
+    published = 0
+
+    def checkpoint():
+        atomic_write_bytes(state_path, learner.state_bytes())
+        session.save_buffer("online", learner.online_arrays())
+
+    try:
+        while not stop["flag"] and (duration_s is None or time.monotonic() - started < duration_s):
+            for batch in link.recv(timeout_s=0.02):
+                learner.add_online(batch.arrays, batch.first_seq)
+            allowed = int((time.monotonic() - started) * float(lcfg["max_updates_per_s"])) \
+                - (learner.updates - updates_at_start)
+            learner.train(max_updates=min(max(allowed, 0), 25))
+            if learner.updates - last_publish >= int(lcfg["publish_every"]):
+                version = session.next_version()
+                blob = pack_policy(version, learner.actor_state(), meta, key, learner_step=learner.updates)
+                session.publish_version(blob, version=version, sha256=sha256_bytes(blob),
+                                        learner_step=learner.updates)
+                link.publish_policy(blob)
+                last_publish = learner.updates
+                published += 1
+                log.info("published version %d at %d updates", version, learner.updates)
+            now = time.monotonic()
+            if now - last_beat > 0.5:
+                link.heartbeat()
+                last_beat = now
+            if now - last_ckpt > float(lcfg["checkpoint_every_s"]):
+                checkpoint()
+                last_ckpt = now
+        checkpoint()
+    finally:
+        link.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+    return {"updates": learner.updates, "published": published, **learner.stats()}
+
+
+def start_learner_process(session_dir, log_path) -> subprocess.Popen:
+    """``sim2real finetune learner --session DIR`` as a child process (ephemeral local ports), its output in
+    ``log_path``; waits until it has written fresh endpoints. Raises RuntimeError if it exits first."""
+    endpoints = Path(session_dir) / "learner" / ENDPOINTS_FILE
+    if endpoints.exists():
+        endpoints.unlink()
+    logf = open(log_path, "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real", "finetune", "learner", "--session", str(session_dir)],
+                            stdout=logf, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    logf.close()
+    deadline = time.monotonic() + 300.0
+    while not endpoints.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the learner exited with code {proc.returncode} before binding; see {log_path}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the learner did not bind within 300 s; see {log_path}")
+        time.sleep(0.1)
+    return proc
+
+
+def stop_learner_process(proc: subprocess.Popen, timeout_s: float = 60.0) -> int:
+    """SIGTERM (the learner checkpoints and exits), then SIGKILL after ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+# --- the actor on the stand-in ----------------------------------------------------------------------------------
+def run_actor(session, cfg: dict, *, minutes: float, learner: bool, realtime: bool | None = None,
+              seed: int | None = None, endpoints: dict | None = None, progress=None) -> dict:
+    """The edge actor on the stand-in robot for ``minutes`` of robot time (``robot steps x control period``).
+
+    ``learner``: connect to the learner at ``endpoints`` (``{"transitions", "policy"}``; default
+    ``learner/endpoints.json``, else the config's host and ports); False: no learner (the control session: the
+    residual stays at the version the session already had). Returns counters and the version in control.
+    """
+    from sim2real.deploy.finetune_actor import EdgeActor, transition_sizes
+    from sim2real.deploy.policy_channel import ActorLink
+    from sim2real.deploy.recording import TransitionLayout, TransitionRecorder
+    from sim2real.hardware.reality_gap import SimulatedRobot
+
+    seed = int(cfg["seed"] if seed is None else seed)
+    spec = residual_spec(session, cfg)
+    base, task_cfg = base_policy(session)
+    robot_cfg = standin_task_config(task_cfg, cfg)
+    # A resumed session continues with a different draw of starts and goals (the robot moved on).
+    robot = SimulatedRobot(robot_cfg, seed=seed + 1000 * session.current_actor_version() + len(session.metrics()),
+                           realtime=cfg["standin"]["realtime"] if realtime is None else realtime)
+    recorder = TransitionRecorder(session.recordings_dir, TransitionLayout.from_sizes(transition_sizes(spec)),
+                                  flush_every=int(cfg["actor"]["flush_every"]))
+    link = None
+    if learner:
+        if endpoints is None:
+            path = session.learner_dir / ENDPOINTS_FILE
+            if path.is_file():
+                endpoints = json.loads(path.read_text())
+            else:
+                host, lk = cfg["link"]["learner_host"], cfg["link"]
+                endpoints = {"transitions": f"tcp://{host}:{lk['transitions_port']}",
+                             "policy": f"tcp://{host}:{lk['policy_port']}"}
+        link = ActorLink(endpoints["transitions"], endpoints["policy"], key=session.load_key(),
+                         heartbeat_timeout_s=float(cfg["actor"]["heartbeat_timeout_s"]))
+    actor = EdgeActor(session, base, spec, recorder=recorder, link=link, explore=bool(cfg["actor"]["explore"]),
+                      hold_steps=int(cfg["hold_steps"]), send_every=int(cfg["actor"]["send_every"]), seed=seed)
+    total_steps = int(round(minutes * 60.0 / robot.control_dt))
+    returns, ep_return = [], 0.0
+    try:
+        obs = robot.observation()
+        for step in range(total_steps):
+            action, base_action, residual = actor.act(obs)
+            next_obs, reward, terminated, truncated, new_obs = robot.step(action)
+            actor.record(obs, base_action, residual, action, reward, next_obs, base(next_obs),
+                         terminated=terminated, truncated=truncated)
+            ep_return += reward
+            if terminated or truncated:
+                actor.end_episode({"return": ep_return, **(robot.last_outcome or {})})
+                returns.append(ep_return)
+                ep_return = 0.0
+                obs = new_obs
+            else:
+                obs = next_obs
+            if progress is not None and step % 500 == 0:
+                progress(step, total_steps, actor)
+    finally:
+        actor.close()
+        if link is not None:
+            link.close()
+    return {"steps": total_steps, "robot_time_s": total_steps * robot.control_dt, "episodes": len(returns),
+            "version": actor.version, "rejections": len(actor.rejections), "acked": recorder.acked,
+            "mean_return": float(np.mean(returns)) if returns else float("nan")}
+
+
+# --- scoring ----------------------------------------------------------------------------------
+def held_residual_policy(base, spec: ResidualSpec, state: dict | None, hold: int):
+    """A deterministic evaluation policy ``obs [N, D] -> a [N, A]``: base plus the residual ``state`` (None: zero)
+    held for ``hold`` steps, for an evaluation whose envs all start their first episode together."""
+    actor = ResidualActor(spec)
+    if state is None:
+        actor.zero_()
+    else:
+        actor.load_state_dict(state)
+    held = {"r": None, "t": 0}
+
+    def policy(obs):
+        b = base(obs)
+        if held["t"] % hold == 0 or held["r"] is None or held["r"].shape[0] != b.shape[0]:
+            held["r"] = actor(residual_input(obs, b))
+        held["t"] += 1
+        return compose_action(b, held["r"], spec.residual_scale)
+
+    return policy
+
+
+def version_state(session, spec: ResidualSpec, version: int):
+    """The residual weights of a stored version (verified), or None for version 0."""
+    if version <= 0:
+        return None
+    from sim2real.deploy.finetune_actor import expected_metadata
+    from sim2real.deploy.policy_channel import verify_policy
+    from sim2real.policies.residual_sac import actor_template
+
+    _, state = verify_policy(session.read_version(version), session.load_key(),
+                             expected_metadata=expected_metadata(session, spec), template=actor_template(spec),
+                             current_version=version - 1)
+    return state
+
+
+def score_session(session, cfg: dict, version: int | None = None, episodes: int | None = None) -> dict:
+    """Held-out scores (the task's evaluation set, ``eval.seed``): the base policy on the nominal simulator and on
+    the stand-in, and ``version`` (default: the one the actor runs now) on the stand-in. The gap is measured on the
+    mean final position error [m] (``pos_error_mean``): ``recovered = (before - after) / (before - nominal)``."""
+    from sim2real.policies.evaluation import evaluate
+
+    spec = residual_spec(session, cfg)
+    base, task_cfg = base_policy(session)
+    shifted = standin_task_config(task_cfg, cfg)
+    n, seed = int(episodes or cfg["eval"]["episodes"]), int(cfg["eval"]["seed"])
+    version = session.current_actor_version() if version is None else int(version)
+    hold = int(cfg["hold_steps"])
+    out = {
+        "nominal": evaluate(task_cfg, held_residual_policy(base, spec, None, hold), n, seed),
+        "before": evaluate(shifted, held_residual_policy(base, spec, None, hold), n, seed),
+        "after": evaluate(shifted, held_residual_policy(base, spec, version_state(session, spec, version), hold),
+                          n, seed),
+        "version": version,
+    }
+    out["recovered"] = gap_recovered(out)
+    return out
+
+
+def gap_recovered(scores: dict, key: str = "pos_error_mean") -> float:
+    """``(before - after) / (before - nominal)`` of an error metric (1: the whole gap closed; NaN: no gap)."""
+    before, after, nominal = (float(scores[k][key]) for k in ("before", "after", "nominal"))
+    return (before - after) / (before - nominal) if before - nominal > 1e-9 else float("nan")

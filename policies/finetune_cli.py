@@ -1,0 +1,107 @@
+"""Arguments and entry point of ``sim2real finetune {run, learner, eval}`` (see :mod:`sim2real.policies.finetune`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in [0, 65535], got {text}")
+    return value
+
+
+def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="finetune_command", required=True)
+    r = sub.add_parser("run", help="run a session: the edge actor on the stand-in robot, the learner beside it")
+    r.add_argument("--session", required=True, help="session folder (created unless --resume)")
+    r.add_argument("--policy", help="exported base policy folder (policy.onnx + metadata.json), for a new session")
+    r.add_argument("--resume", action="store_true", help="continue an existing session (after a stop or a crash)")
+    r.add_argument("--minutes", type=_positive_float, default=10.0, help="robot time to run now [min] (default 10)")
+    r.add_argument("--learner", choices=["local", "remote", "off"], default="local",
+                   help="local: start the learner as a child process (default); remote: connect to one started "
+                        "with 'finetune learner' at link.learner_host; off: no learner (the control session)")
+    r.add_argument("--no-realtime", action="store_true", help="step the stand-in as fast as possible")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="fine-tuning config override (configs/finetune.yaml), new sessions only")
+    r.add_argument("--config", help="YAML file merged over configs/finetune.yaml, new sessions only")
+
+    ln = sub.add_parser("learner", help="the learner process of a session (binds two ZeroMQ ports)")
+    ln.add_argument("--session", required=True)
+    ln.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; * for all interfaces)")
+    ln.add_argument("--transitions-port", type=_port, default=0, help="default 0: an ephemeral port")
+    ln.add_argument("--policy-port", type=_port, default=0, help="default 0: an ephemeral port")
+    ln.add_argument("--duration", type=_positive_float, help="stop after this many seconds (default: on SIGTERM)")
+
+    e = sub.add_parser("eval", help="score the base policy (nominal and stand-in) and a session version (stand-in)")
+    e.add_argument("--session", required=True)
+    e.add_argument("--version", type=int, help="default: the version the actor runs now")
+    e.add_argument("--episodes", type=int, help="default: eval.episodes")
+    e.add_argument("--output", help="also write the scores as JSON here")
+
+
+def finetune_main(args) -> int:
+    import logging
+
+    from sim2real.policies import finetune as ft
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.finetune_command == "learner":
+        out = ft.run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
+                             policy_port=args.policy_port, duration_s=args.duration)
+        print(json.dumps(out))
+        return 0
+    if args.finetune_command == "eval":
+        from sim2real.deploy.session import FinetuneSession
+
+        session = FinetuneSession.open(args.session)
+        scores = ft.score_session(session, session.read_config(), args.version, args.episodes)
+        print_scores(scores)
+        if args.output:
+            from sim2real.deploy.session import atomic_write_json
+
+            atomic_write_json(Path(args.output), scores)
+        return 0
+
+    session, cfg = ft.open_session(args.session, args.policy, resume=args.resume, overrides=args.overrides,
+                                   user_file=args.config)
+    proc = None
+    if args.learner == "local":
+        proc = ft.start_learner_process(session.path, session.learner_dir / "learner.log")
+    try:
+        def progress(step, total, actor):
+            alive = actor.link.learner_alive() if actor.link is not None else False
+            print(f"robot time {step * 0.01 / 60:5.2f}/{total * 0.01 / 60:.2f} min, episode {actor.episode}, "
+                  f"policy version {actor.version}, learner {'up' if alive else 'down'}", file=sys.stderr)
+
+        out = ft.run_actor(session, cfg, minutes=args.minutes, learner=args.learner != "off",
+                           realtime=False if args.no_realtime else None, progress=progress)
+    finally:
+        if proc is not None:
+            ft.stop_learner_process(proc)
+    session.set_status("stopped")
+    print(json.dumps(out))
+    return 0
+
+
+def print_scores(scores: dict) -> None:
+    rows = [("base, nominal simulator", scores["nominal"]), ("base, stand-in", scores["before"]),
+            (f"version {scores['version']}, stand-in", scores["after"])]
+    print(f"{'policy':32s} {'pos error [m]':>14s} {'success':>8s} {'crash':>6s}")
+    for name, m in rows:
+        print(f"{name:32s} {m['pos_error_mean']:14.3f} {m['success_rate']:8.3f} {m['crash_rate']:6.3f}")
+    print(f"gap recovered (position error): {scores['recovered']:.2f}")
