@@ -153,12 +153,17 @@ def run_bench(args) -> int:
     benches = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference,
                "jump-throughput": bench_jump_throughput, "footsteps-throughput": bench_footsteps_throughput,
                "swarm": bench_swarm}
-    overridable = ("jump-throughput", "footsteps-throughput", "curricula")
+    overridable = ("jump-throughput", "footsteps-throughput", "curricula", "finetune")
     names = list(benches) if args.name == "all" else [args.name]
     if args.name == "curricula":
         teachers = [t.strip() for t in args.teachers.split(",")] if getattr(args, "teachers", None) else None
         benches["curricula"] = lambda quick, overrides: bench_curricula(
             args.task, int(args.budget), teachers, args.seeds, args.grid, args.repeats, overrides, args.out)
+    if args.name == "finetune":
+        from sim2real.bench_finetune import bench_finetune
+
+        benches["finetune"] = lambda quick, overrides: bench_finetune(
+            getattr(args, "policy", None), 1.0 if quick else args.minutes, args.seeds, args.out, overrides)
     overrides = list(getattr(args, "overrides", []) or [])
     if overrides and any(name not in overridable for name in names):
         from sim2real.configs import ConfigError

@@ -310,6 +310,9 @@ def cmd_standin(args) -> int:
     if kind == "legged":
         if args.drones is not None:
             raise ConfigError(f"--drones simulates a quadrotor swarm; robot '{robot.get('name')}' is {kind!r}")
+        if args.gap is not None or args.latency_s is not None:
+            raise ConfigError(f"--gap and --latency-s apply to the quadrotor stand-in; robot '{robot.get('name')}' "
+                              f"is {kind!r}")
         from sim2real.hardware.sim_legged import standin_main as legged_standin_main
 
         return legged_standin_main(args, robot)
@@ -318,7 +321,12 @@ def cmd_standin(args) -> int:
     args.sensor_rate_hz = 100.0 if args.sensor_rate_hz is None else args.sensor_rate_hz
     args.command_timeout = 0.2 if args.command_timeout is None else args.command_timeout
     if args.drones is not None:
+        if args.gap is not None or args.latency_s is not None:
+            raise ConfigError("--gap and --latency-s apply to the single quadrotor stand-in, not to --drones")
+        from sim2real.hardware.sim_quadrotor import resolve_standin_options
         from sim2real.hardware.sim_swarm import swarm_standin_main
+
+        resolve_standin_options(args)  # the defaults of the scales
 
         return swarm_standin_main(args, robot)
     from sim2real.hardware.sim_quadrotor import standin_main
@@ -426,11 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", type=positive_int, default=6,
                    help="curricula: held-out grid points per task-space dimension")
     p.add_argument("--repeats", type=positive_int, default=2, help="curricula: held-out episodes per grid point")
-    p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png")
-    p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one)")
+    p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png; finetune: "
+                   "folder for the sessions and finetune.json")
+    p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one); "
+                   "finetune: the base policy (default: the shipped quadrotor-hover one)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="task config override for the legged throughput and curricula benches, e.g. robot.mjcf=PATH")
+                   help="task config override for the legged throughput and curricula benches, e.g. robot.mjcf=PATH; "
+                        "finetune: a fine-tuning config override (configs/finetune.yaml)")
     p.add_argument("--output", help="write the results as JSON here")
     p.set_defaults(func=cmd_bench)
     return parser

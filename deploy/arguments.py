@@ -84,7 +84,8 @@ def check_swarm_names(swarm_ns: str, names: list[str]) -> None:
             raise ValueError(f"drone name {name!r} under {swarm_ns!r}: {str(exc).splitlines()[0]}") from None
 
 def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", required=True, help="folder of an exported policy (policy.onnx + metadata.json)")
+    p.add_argument("--policy", default=None,
+                   help="folder of an exported policy (policy.onnx + metadata.json); required unless --finetune")
     p.add_argument("--robot", required=True, help="robot config name or YAML path of the robot this runs on")
     p.add_argument("--namespace", default=None,
                    help="ROS namespace of the topics (quadrotor: odom, goal, estop, cmd/motors|cmd/ctbr, default "
@@ -112,7 +113,9 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                         "deactivation (N m s/rad, default 2)")
     p.add_argument("--max-tilt", type=positive_float, default=1.0, metavar="RAD",
                    help="legged robot: a base tilt beyond this (from the IMU) during the ramp or the policy means a "
-                        "fall: damping mode until the node is activated again (rad, default 1.0)")
+                        "fall: damping mode until the node is activated again; --finetune: a tilt beyond this ends "
+                        "the episode (safety envelope) (rad, default 1.0)")
+    add_finetune_deploy_arguments(p)
     g = p.add_argument_group("quadrotor swarm (a quadrotor-swarm policy; see sim2real.deploy.swarm_node)")
     g.add_argument("--drones", default=None, metavar="NAMES",
                    help="comma-separated names of the drones this process flies (or a count N: cf0..cf{N-1}); "
@@ -140,6 +143,67 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                         "--expect-swarm sdf.size=3 (repeatable)")
 
 
+def port(text: str) -> int:
+    """argparse type: a TCP port number in [1, 65535]."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in [1, 65535], got {text!r}")
+    return value
+
+
+def add_finetune_deploy_arguments(p: argparse.ArgumentParser) -> None:
+    """``sim2real deploy --finetune SESSION`` options (see :mod:`sim2real.deploy.finetune_node`)."""
+    g = p.add_argument_group("fine-tuning (a quadrotor-hover session; see sim2real.deploy.finetune_node)")
+    g.add_argument("--finetune", default=None, metavar="SESSION",
+                   help="run the node in fine-tuning mode for this session folder: its base policy plus the current "
+                        "residual version, episodes with resets, transitions and topics recorded to "
+                        "<SESSION>/recordings, transitions streamed to the learner; topics <ns>/finetune/episode "
+                        "(std_msgs/String start|stop), <ns>/finetune/teleop (std_msgs/Float32MultiArray, normalised "
+                        "actions), <ns>/finetune/status, <ns>/finetune/goal")
+    g.add_argument("--episodes", choices=["auto", "operator"], default="auto",
+                   help="auto: episodes follow each other (stop on finetune/episode pauses, start resumes); "
+                        "operator: each episode waits for a start (default auto)")
+    g.add_argument("--episode-s", type=positive_float, default=None, metavar="S",
+                   help="episode length (s; default: the task's env.episode_length_s)")
+    g.add_argument("--reset-to", choices=["sample", "start"], default="sample",
+                   help="reset point between episodes: a point drawn in the goal box, or the last episode's start "
+                        "(default sample)")
+    g.add_argument("--reset-hold-s", type=positive_float, default=1.0, metavar="S",
+                   help="the reset point must be held this long before the next episode (s, default 1)")
+    g.add_argument("--reset-tolerance", type=positive_float, default=0.5, metavar="M",
+                   help="the reset is done when the drone has been this close to the reset point, and slower than "
+                        "0.3 m/s, for --reset-hold-s (m, default 0.5: the base policy may hold with an offset under "
+                        "a reality gap)")
+    g.add_argument("--safe-stop-s", type=positive_float, default=2.0, metavar="S",
+                   help="after a safety-envelope breach the base policy holds the position this long, then resets "
+                        "(s, default 2)")
+    g.add_argument("--goal-box", type=finite_float, nargs=6, default=None,
+                   metavar=("XMIN", "YMIN", "ZMIN", "XMAX", "YMAX", "ZMAX"),
+                   help="goals and reset points are drawn in this box (m, world frame; default: the task's "
+                        "env.goal_min/goal_max)")
+    g.add_argument("--geofence", type=finite_float, nargs=6, default=None,
+                   metavar=("XMIN", "YMIN", "ZMIN", "XMAX", "YMAX", "ZMAX"),
+                   help="leaving this box ends the episode (m, world frame; default: the goal box grown by "
+                        "--geofence-margin); must contain the goal box")
+    g.add_argument("--geofence-margin", type=non_negative_float, default=1.0, metavar="M",
+                   help="default geofence = goal box +- this (m, default 1)")
+    g.add_argument("--min-height", type=finite_float, default=0.3, metavar="M",
+                   help="flying below this height ends the episode (m, world z, default 0.3)")
+    g.add_argument("--teleop-timeout", type=positive_float, default=0.2, metavar="S",
+                   help="a teleop action overrides the policy while younger than this (s, default 0.2)")
+    g.add_argument("--learner", choices=["auto", "off"], default="auto",
+                   help="auto: stream to the learner at <SESSION>/learner/endpoints.json, else at the session "
+                        "config's link host/ports (or --learner-host/--learner-ports); off: no learner (default auto)")
+    g.add_argument("--learner-host", default=None, metavar="HOST", help="the learner's host (default: see --learner)")
+    g.add_argument("--learner-ports", type=port, nargs=2, default=None, metavar=("TRANSITIONS", "POLICY"),
+                   help="the learner's transitions and policy ports (default: see --learner)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="seed of the goals and reset points (default: the session config's seed)")
+
+
 def add_standin_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robot", default="crazyflie2",
                    help="robot config name or YAML path (a quadrotor or a legged robot, e.g. go2)")
@@ -150,14 +214,23 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--initial-position", type=finite_float, nargs=3, default=[0.0, 0.0, 1.0],
                    metavar=("X", "Y", "Z"),
                    help="quadrotor: where the drone is held until the first command (m, world frame; default 0 0 1)")
-    p.add_argument("--mass-scale", type=positive_float, default=1.05,
-                   help="quadrotor: true mass / nominal mass (default 1.05: the stand-in differs from the config)")
-    p.add_argument("--thrust-scale", type=positive_float, default=0.97,
-                   help="quadrotor: true max motor thrust / nominal (default 0.97)")
-    p.add_argument("--inertia-scale", type=positive_float, default=1.03,
-                   help="quadrotor: true inertia / nominal (default 1.03)")
+    p.add_argument("--mass-scale", type=positive_float, default=None,
+                   help="quadrotor: true mass / nominal mass (default 1.05: the stand-in differs from the config; "
+                        "or --gap's)")
+    p.add_argument("--thrust-scale", type=positive_float, default=None,
+                   help="quadrotor: true max motor thrust / nominal (default 0.97, or --gap's)")
+    p.add_argument("--inertia-scale", type=positive_float, default=None,
+                   help="quadrotor: true inertia / nominal (default 1.03, or --gap's)")
+    p.add_argument("--latency-s", type=non_negative_float, default=None, metavar="S",
+                   help="quadrotor: extra command latency: each command takes effect this long after it arrives "
+                        "(s, default 0, or --gap's)")
+    p.add_argument("--gap", default=None, metavar="NAME",
+                   help="quadrotor: a reality gap of sim2real.hardware.reality_gap.REALITY_GAPS (e.g. quadrotor: "
+                        "mass x1.2, thrust x0.8, latency 2-3 control steps -> 0.025 s, the middle at 10 ms); "
+                        "each range gives its middle; explicit --mass-scale/--thrust-scale/--inertia-scale/"
+                        "--motor-time-constant/--latency-s win")
     p.add_argument("--motor-time-constant", type=positive_float, default=None, metavar="S",
-                   help="quadrotor: true motor time constant (s; default: the robot config's)")
+                   help="quadrotor: true motor time constant (s; default: the robot config's, or --gap's)")
     p.add_argument("--ext-force", type=finite_float, nargs=3, default=[0.0, 0.0, 0.0], metavar=("FX", "FY", "FZ"),
                    help="quadrotor: constant external force in the world frame, e.g. wind (N, default 0 0 0)")
     p.add_argument("--sensor-rate-hz", type=positive_float, default=None,

@@ -1,5 +1,6 @@
 """The edge actor of a fine-tuning session: the policy that runs on the robot, records and streams every transition,
-and takes new policy versions from the learner only when they are verified and only between episodes.
+and takes new policy versions from the learner only when they are verified and only at a safe boundary: between
+episodes, or (``swap_at="hold"``) where the held residual is redrawn anyway.
 
 Each control step (:meth:`EdgeActor.act`, then :meth:`EdgeActor.record`):
 
@@ -18,11 +19,15 @@ Each control step (:meth:`EdgeActor.act`, then :meth:`EdgeActor.record`):
 At an episode end (:meth:`EdgeActor.end_episode`) the recording is flushed, the queue sent, and the newest package
 the learner published is verified (:func:`sim2real.deploy.policy_channel.verify_policy`: session key, newer
 version, metadata, parameter names/shapes, finite weights). Only then is it stored in the session and swapped in;
+with ``swap_at="hold"`` the newest package is also taken at every hold boundary inside an episode (there the residual
+is redrawn anyway, and any version's residual is bounded by the same ``residual_scale`` around the frozen base: a
+swap changes the action no more than a redraw does), which keeps the behaviour policy close to the learner's;
 a rejected package is logged in ``versions/actor.jsonl`` with its reason, and the robot keeps its current policy.
 When the learner stops answering, the actor keeps running its last good version and keeps recording.
 
 On resume the actor restarts on the last version it had accepted (``versions/actor.jsonl``), re-verified from its
-stored package.
+stored package, and numbers its episodes after the highest one the session used (recording, metrics, decisions).
+Each episode's line in ``metrics.jsonl`` carries ``acked``: every recorded seq below it was durable before the line.
 """
 
 from __future__ import annotations
@@ -82,12 +87,18 @@ class EdgeActor:
         hold_steps: control steps a residual is held.
         send_every: learner transitions per batch sent (also sent at every episode end).
         seed: seeds the exploration noise.
+        init_log_std: version 0's exploration log std (the config's ``learner.init_log_std``, as the learner's).
+        swap_at: ``"episode"``: new versions only between episodes; ``"hold"``: also at every hold boundary.
     """
 
     def __init__(self, session, base, spec: ResidualSpec, *, recorder=None, link=None, explore: bool = True,
-                 hold_steps: int = 5, send_every: int = 20, seed: int = 0):
+                 hold_steps: int = 5, send_every: int = 20, seed: int = 0, init_log_std: float = -1.5,
+                 swap_at: str = "episode"):
         if int(hold_steps) < 1:
             raise ValueError(f"hold_steps must be >= 1, got {hold_steps}")
+        if swap_at not in ("episode", "hold"):
+            raise ValueError(f"swap_at must be 'episode' or 'hold', got {swap_at!r}")
+        self.swap_at = swap_at
         self.hold_steps = int(hold_steps)
         self._held: torch.Tensor | None = None
         self._macro_rows: list[dict] = []
@@ -98,7 +109,7 @@ class EdgeActor:
         self.expected = expected_metadata(session, spec)
         self.template = actor_template(spec)
         self.generator = torch.Generator().manual_seed(int(seed))
-        self.policy = ResidualActor(spec).zero_()
+        self.policy = ResidualActor(spec).zero_(init_log_std)
         self.version, self.version_sha = 0, session.base_sha256
         self.episode, self.step_in_episode = 0, 0
         self._pending: dict[str, list] = {}
@@ -114,9 +125,20 @@ class EdgeActor:
             self.policy.load_state_dict(state)
             self.version, self.version_sha = resumed, sha256_bytes(blob)
             log.info("resumed on policy version %d", resumed)
-        decisions = session.actor_decisions()
-        if decisions:
-            self.episode = int(max(d.get("episode") or 0 for d in decisions))
+        # Episode numbers continue after every episode the session has already used, so a resumed session never
+        # reuses one (a reused number would mix two runs, and versions, in one "episode" of the recording). The
+        # decisions alone lag: a decision carries the episode it ENDED (the new version runs from the next one),
+        # and the last episodes of a stopped or killed run are recorded without a decision or a metrics line.
+        seen = [int(d.get("episode") or 0) for d in session.actor_decisions()]
+        seen += [int(m["episode"]) for m in session.metrics() if m.get("event") == "episode" and "episode" in m]
+        if recorder is not None and recorder.next_seq > 0:
+            from sim2real.deploy.recording import read_transitions
+
+            recorded = read_transitions(recorder.directory).get("episode")  # ~10 ms per 1000 control steps
+            if recorded is not None and len(recorded):
+                seen.append(int(recorded.max()))
+        if seen:
+            self.episode = max(seen) + 1
 
     # --- control -----------------------------------------------------------------------------------------------
     def act(self, obs: torch.Tensor):
@@ -124,6 +146,10 @@ class EdgeActor:
         obs = torch.as_tensor(obs, dtype=torch.float32).reshape(1, -1)
         base_action = torch.as_tensor(self.base(obs), dtype=torch.float32).reshape(1, -1)
         if self._held is None or self.step_in_episode % self.hold_steps == 0:
+            if self.swap_at == "hold" and self.link is not None and self.step_in_episode > 0:
+                blobs = self.link.poll()
+                if blobs:
+                    self.offer(blobs, between_episodes=False)
             self._held = self.policy(residual_input(obs, base_action), deterministic=not self.explore,
                                      generator=self.generator)
         r = self._held
@@ -176,14 +202,16 @@ class EdgeActor:
             blobs = self.link.poll()
             if blobs:
                 self.offer(blobs)
+        # ``acked``: the recording's seqs below it were durable (flushed, fsynced) before this line was written.
+        acked = {"acked": self.recorder.acked} if self.recorder is not None else {}
         self.session.log_metrics({"event": "episode", "episode": self.episode, "version": self.version,
-                                  "steps": self.step_in_episode, **(outcome or {})})
+                                  "steps": self.step_in_episode, **acked, **(outcome or {})})
         self.episode += 1
         self.step_in_episode = 0
         self._held, self._macro_rows = None, []
         return self.version
 
-    def offer(self, blobs: list[bytes]) -> bool:
+    def offer(self, blobs: list[bytes], between_episodes: bool = True) -> bool:
         """Try the offered packages, newest version first; swap to the first that verifies. Returns whether the
         policy changed. Every rejection except a stale version is recorded in ``versions/actor.jsonl``."""
         def version_of(blob):
@@ -206,12 +234,34 @@ class EdgeActor:
                 continue
             version = int(header["version"])
             if self.session.version_record(version) is None:  # a remote learner: the actor stores what it runs
-                self.session.publish_version(bytes(blob), version=version, learner_step=header["learner_step"])
+                try:
+                    self.session.publish_version(bytes(blob), version=version, learner_step=header["learner_step"])
+                except ValueError as exc:  # e.g. another package already stored under this number: never run it
+                    log.warning("policy package version %d not stored, so not run: %s", version, exc)
+                    self.rejections.append((version, "not_stored"))
+                    self.session.record_actor_decision(version, sha256_bytes(bytes(blob)), accepted=False,
+                                                       reason=f"not_stored: {exc}"[:500], episode=self.episode,
+                                                       time_s=time.time())
+                    continue
+            elif self.session.version_record(version)["sha256"] != sha256_bytes(bytes(blob)):
+                log.warning("policy package version %d differs from the one stored under that number: not run",
+                            version)
+                self.rejections.append((version, "not_stored"))
+                self.session.record_actor_decision(version, sha256_bytes(bytes(blob)), accepted=False,
+                                                   reason="not_stored: another package is stored as this version",
+                                                   episode=self.episode, time_s=time.time())
+                continue
             self.session.record_actor_decision(version, sha256_bytes(bytes(blob)), accepted=True,
-                                               episode=self.episode, time_s=time.time())
+                                               episode=self.episode,
+                                               step=None if between_episodes else self.step_in_episode,
+                                               time_s=time.time())
             self.policy.load_state_dict(state)
             self.version, self.version_sha = version, sha256_bytes(bytes(blob))
-            log.info("policy version %d in control from episode %d", version, self.episode + 1)
+            if between_episodes:
+                log.info("policy version %d in control from episode %d", version, self.episode + 1)
+            else:
+                log.info("policy version %d in control from step %d of episode %d", version, self.step_in_episode,
+                         self.episode)
             return True
         return False
 

@@ -298,14 +298,18 @@ class PolicyNode(LifecycleNode):
         record_fault(self, fault, now, self.get_logger())
         self._publish(command)
 
-    def _publish(self, command: torch.Tensor) -> None:
+    def _publish(self, command: torch.Tensor) -> Float32MultiArray:
+        """Publish ``command`` ``[1, 4]`` on the command topic; returns the message (subclasses record it)."""
         self.last_command = command.reshape(-1).clone()
-        self._pub.publish(command_to_message(command, self.action_term.command_names))
+        msg = command_to_message(command, self.action_term.command_names)
+        self._pub.publish(msg)
+        return msg
 
 
 def deploy_main(args) -> int:
     """``sim2real deploy``: validate the policy against the robot, start the node, spin until ``--duration``
-    or Ctrl-C / SIGTERM (then publish the safe command once and shut down). A ``kind: legged`` robot runs
+    or Ctrl-C / SIGTERM (then publish the safe command once and shut down). ``--finetune SESSION`` runs
+    :class:`~sim2real.deploy.finetune_node.FinetuneNode` (``finetune_deploy_main``). A ``kind: legged`` robot runs
     :class:`~sim2real.deploy.legged_node.LeggedPolicyNode` instead (``legged_deploy_main``); ``--drones`` or a
     ``quadrotor-swarm`` policy the swarm nodes (:func:`~sim2real.deploy.swarm_node.swarm_deploy_main`).
 
@@ -318,6 +322,14 @@ def deploy_main(args) -> int:
     from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
 
     robot = load_robot(args.robot)
+    if getattr(args, "finetune", None) is not None:
+        from sim2real.deploy.finetune_node import finetune_deploy_main
+
+        return finetune_deploy_main(args, robot)
+    if args.policy is None:
+        from sim2real.configs import ConfigError
+
+        raise ConfigError("sim2real deploy needs --policy DIR (or --finetune SESSION)")
     if robot.get("kind") == "legged":
         from sim2real.deploy.legged_node import legged_deploy_main
 

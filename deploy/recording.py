@@ -480,6 +480,18 @@ def _finish_report(out, report: RecoveryReport, emit_warnings: bool):
     return out, report
 
 
+def _summary_message_count(path: Path) -> int | None:
+    """The message count in a closed MCAP file's summary Statistics record (None: no readable summary)."""
+    from mcap.reader import make_reader
+
+    try:
+        with open(path, "rb") as f:
+            summary = make_reader(f).get_summary()
+        return None if summary is None or summary.statistics is None else int(summary.statistics.message_count)
+    except Exception:  # noqa: BLE001 - a damaged summary: the caller warns
+        return None
+
+
 def _looks_closed(path: Path) -> bool:
     """The file starts with the magic and ends with a Footer + magic whose summary CRC (if any) checks out."""
     try:
@@ -781,12 +793,24 @@ class _SessionWriter:
         indexes = [i for i, _ in segments] + [int(m.group(1)) for e in self.directory.iterdir()
                                               if (m := damaged.match(e.name))]
         self._next_index = max(indexes) + 1 if indexes else 0
-        next_seq, found = 0, False
+        next_seq, found, lost = 0, False, 0
         for _, path in reversed(segments):  # sequences grow with the segment index: the newest non-empty has the max
             closed = _looks_closed(path)
             if closed and found:
                 continue
             messages, report = recover_mcap(path)
+            if closed and report.chunks_skipped:
+                # A damaged chunk of a closed segment may have held its highest seqs. A segment's seqs are
+                # consecutive, so the lost messages (its summary counts them) that are not gaps between the kept
+                # ones may lie after them: skip that many seqs, so that no seq is ever reused (a gap in the
+                # numbering is harmless, a reuse is not).
+                total = _summary_message_count(path)
+                if total is None:
+                    logger.warning("%s: damaged chunks and no readable summary: seqs may be reused", path)
+                else:
+                    seqs = [m.sequence for _, _, m in messages]
+                    gaps = (max(seqs) - min(seqs) + 1 - len(seqs)) if seqs else 0
+                    lost += max(0, total - len(seqs) - gaps)
             if messages:
                 next_seq = max(next_seq, 1 + max(m.sequence for _, _, m in messages))
                 found = True
@@ -798,6 +822,7 @@ class _SessionWriter:
                                report.chunks_kept, report.chunks_skipped, report.bytes_truncated,
                                report.damaged_path)
         self.recovery_reports.reverse()
+        next_seq += lost
         self.next_seq = next_seq
         self.acked = next_seq
 

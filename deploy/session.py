@@ -514,10 +514,13 @@ class FinetuneSession:
 
     # --------------------------------------------------------------------------------------------- actor log
     def record_actor_decision(self, version: int, sha256: str, *, accepted: bool, reason: str = "",
-                              episode: int | None = None, time_s: float | None = None) -> dict:
+                              episode: int | None = None, step: int | None = None,
+                              time_s: float | None = None) -> dict:
         """Append an actor decision to versions/actor.jsonl; returns the record. An accepted version >= 1 must be a
         stored version with that sha256 (ValueError otherwise: store it with :meth:`publish_version` first);
-        version 0 is the base policy (sha256 :attr:`base_sha256`)."""
+        version 0 is the base policy (sha256 :attr:`base_sha256`). ``episode`` is the actor's episode when it
+        decided; ``step`` the control step of that episode from which an accepted version runs (None: it was
+        decided at the end of ``episode`` and runs from the next one)."""
         version, accepted = int(version), bool(accepted)
         if accepted:
             if version == 0:
@@ -529,7 +532,8 @@ class FinetuneSession:
                     raise ValueError(f"version {version} (sha256 {sha256}) is not a stored version of this session: "
                                      "store the package before recording its acceptance")
         record = {"version": version, "sha256": sha256, "accepted": accepted, "reason": str(reason),
-                  "episode": episode, "time_s": time.time() if time_s is None else float(time_s)}
+                  "episode": episode, "step": None if step is None else int(step),
+                  "time_s": time.time() if time_s is None else float(time_s)}
         append_jsonl(self.versions_dir / ACTOR_FILE, record)
         return record
 

@@ -14,9 +14,14 @@ Topics, relative to the namespace (default ``/crazyflie``):
     command is held. Commands of the wrong length or with NaN/Inf are ignored.
 
 Behaviour:
-  * hand launch: the drone is held still at ``initial_position`` (level) until the first command arrives,
+  * command latency (``latency_s``, default 0): each valid command is queued (FIFO, with its arrival time on the
+    monotonic clock) and takes effect ``latency_s`` after it arrived, at the first physics step at or after that
+    time (so at the 10 ms physics step the effective delay is ``latency_s`` rounded up to the step); with 0 a
+    command takes effect on arrival, as before;
+  * hand launch: the drone is held still at ``initial_position`` (level) until the first command takes effect,
     then let go with its motors already at that command's thrust (spun up in the hand);
-  * firmware watchdog: no command for more than ``command_timeout_s`` -> motors idle (the safe command);
+  * firmware watchdog: no command (taking effect) for more than ``command_timeout_s`` -> motors idle (the safe
+    command);
   * ground plane at z = 0: inelastic contact with full friction (no penetration, no sliding, no spin);
   * timing: a steady wall-clock timer at the physics step ``dt`` (0.01 s); late callbacks catch up
     (:class:`RealTimeStepper`), so simulated time tracks the wall clock instead of drifting.
@@ -24,6 +29,8 @@ Behaviour:
 
 from __future__ import annotations
 
+import collections
+import math
 import time
 
 import numpy as np
@@ -43,6 +50,55 @@ from sim2real.tasks.actions import QuadrotorAction
 
 COMMAND_TOPICS = {"motor_thrust": "cmd/motors", "ctbr": "cmd/ctbr"}
 WORLD_FRAME, BODY_FRAME = "world", "base_link"
+#: Control period [s] a reality gap's ``latency_steps`` are counted in (quadrotor-hover's: 100 Hz).
+GAP_CONTROL_PERIOD_S = 0.01
+#: Stand-in defaults (``sim2real standin`` and :class:`SimQuadrotorNode`): deliberately off the robot config.
+STANDIN_DEFAULTS = {"mass_scale": 1.05, "thrust_scale": 0.97, "inertia_scale": 1.03, "latency_s": 0.0,
+                    "motor_time_constant": None}
+# Reality-gap keys the stand-in can reproduce -> its option.
+_GAP_KEYS = {"domain_rand.mass_scale": "mass_scale", "domain_rand.thrust_scale": "thrust_scale",
+             "domain_rand.inertia_scale": "inertia_scale", "domain_rand.motor_time_constant": "motor_time_constant",
+             "domain_rand.latency_steps": "latency_s"}
+
+
+def gap_standin_settings(name: str) -> dict:
+    """Stand-in options of a named reality gap (:data:`sim2real.hardware.reality_gap.REALITY_GAPS`): each of the
+    preset's ranges gives its middle, e.g. ``quadrotor``: mass_scale 1.2, thrust_scale 0.8, and latency_steps
+    [2, 3] -> 2.5 steps x :data:`GAP_CONTROL_PERIOD_S` (10 ms) = ``latency_s`` 0.025.
+
+    Raises:
+        ValueError: an unknown name, or a preset with a key the quadrotor stand-in cannot reproduce (e.g. a legged
+            robot's friction).
+    """
+    from sim2real.hardware.reality_gap import REALITY_GAPS
+
+    if name not in REALITY_GAPS:
+        raise ValueError(f"unknown reality gap {name!r} (known: {', '.join(REALITY_GAPS)})")
+    out = {}
+    for key, value in REALITY_GAPS[name].items():
+        if key not in _GAP_KEYS:
+            raise ValueError(f"reality gap {name!r} sets {key}, which the quadrotor stand-in cannot reproduce")
+        middle = (float(value[0]) + float(value[-1])) / 2.0
+        option = _GAP_KEYS[key]
+        out[option] = middle * GAP_CONTROL_PERIOD_S if option == "latency_s" else middle
+    return out
+
+
+def resolve_standin_options(args) -> dict:
+    """The quadrotor stand-in's ``mass_scale``, ``thrust_scale``, ``inertia_scale``, ``motor_time_constant`` and
+    ``latency_s`` from ``sim2real standin`` arguments: an explicit flag wins, then ``--gap NAME``
+    (:func:`gap_standin_settings`), then :data:`STANDIN_DEFAULTS`. Also writes them back into ``args``.
+
+    Raises:
+        ValueError: see :func:`gap_standin_settings`.
+    """
+    gap = gap_standin_settings(args.gap) if getattr(args, "gap", None) else {}
+    out = {}
+    for key, default in STANDIN_DEFAULTS.items():
+        explicit = getattr(args, key, None)
+        out[key] = explicit if explicit is not None else gap.get(key, default)
+        setattr(args, key, out[key])
+    return out
 
 
 def standin_params(robot: dict, num: int, mass_scale: float = 1.0, thrust_scale: float = 1.0,
@@ -85,20 +141,28 @@ class SimQuadrotorNode(Node):
         motor_time_constant: true motor time constant [s] (None: the config's).
         ext_force: constant external force [N], world frame.
         sensor_rate_hz: odometry/IMU rate [Hz]; rounded to publish every ``round(1 / (dt rate))`` physics steps.
-        command_timeout_s: commands older than this idle the motors [s].
+        command_timeout_s: commands older than this idle the motors [s] (age counted from when they take
+            effect).
         dt: physics timestep [s].
+        latency_s: extra command latency [s]: a command takes effect this long after it arrives (FIFO).
         context: rclpy context.
 
     Raises:
-        ValueError: robot not a quadrotor, or ``sensor_rate_hz`` above the physics rate.
+        ValueError: robot not a quadrotor, ``sensor_rate_hz`` above the physics rate, or a negative latency.
     """
 
     def __init__(self, robot: dict, *, namespace: str = "/crazyflie", node_name: str = "standin",
                  initial_position=(0.0, 0.0, 1.0), mass_scale: float = 1.05, thrust_scale: float = 0.97,
                  inertia_scale: float = 1.03, motor_time_constant: float | None = None, ext_force=(0.0, 0.0, 0.0),
-                 sensor_rate_hz: float = 100.0, command_timeout_s: float = 0.2, dt: float = 0.01, context=None):
+                 sensor_rate_hz: float = 100.0, command_timeout_s: float = 0.2, dt: float = 0.01,
+                 latency_s: float = 0.0, context=None):
         check_standin_args(robot, sensor_rate_hz, dt, "the stand-in")
+        if not (math.isfinite(latency_s) and latency_s >= 0.0):
+            raise ValueError(f"latency_s must be a finite number >= 0, got {latency_s}")
         super().__init__(node_name, namespace=namespace, context=context)
+        self.latency_s = float(latency_s)
+        # (time it takes effect [s, monotonic], command [1, 4], interface), oldest first.
+        self._queue: collections.deque = collections.deque(maxlen=100_000)
         self.robot = robot
         p = standin_params(robot, 1, mass_scale, thrust_scale, inertia_scale, motor_time_constant)
         self.dyn = QuadrotorDynamics(p, dt)
@@ -129,7 +193,8 @@ class SimQuadrotorNode(Node):
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
         self.get_logger().info(
-            f"stand-in {robot['name']}: mass x{mass_scale}, thrust x{thrust_scale}, inertia x{inertia_scale}; "
+            f"stand-in {robot['name']}: mass x{mass_scale}, thrust x{thrust_scale}, inertia x{inertia_scale}, "
+            f"latency {self.latency_s * 1000:g} ms; "
             f"held at {[round(float(x), 3) for x in initial_position]} until the first command")
 
     # --- commands -------------------------------------------------------------------------------------------
@@ -139,10 +204,29 @@ class SimQuadrotorNode(Node):
             self.get_logger().warning(f"{COMMAND_TOPICS[interface]}: command ignored (need 4 finite values)",
                                       throttle_duration_sec=1.0)
             return
-        self.command = torch.as_tensor(values, dtype=torch.float32).reshape(1, 4)
-        self.interface = interface
-        self.command_time = time.monotonic()
+        self.receive_command(values, interface, time.monotonic())
+
+    def receive_command(self, values, interface: str, now: float) -> None:
+        """A valid command (4 finite values of ``interface``) arrived at ``now`` [s, monotonic]: it takes effect
+        now, or with ``latency_s`` > 0 at the first physics step at or after ``now + latency_s``."""
         self.commands_received += 1
+        command = torch.as_tensor(values, dtype=torch.float32).reshape(1, 4)
+        if self.latency_s > 0.0:
+            self._queue.append((now + self.latency_s, command, interface))
+        else:
+            self._take_command(command, interface, now)
+
+    def _apply_due(self, now: float) -> None:
+        """Take every queued command whose time has come by ``now`` (in arrival order)."""
+        while self._queue and self._queue[0][0] <= now:
+            t, command, interface = self._queue.popleft()
+            self._take_command(command, interface, t)
+
+    def _take_command(self, command: torch.Tensor, interface: str, t: float) -> None:
+        """``command`` ``[1, 4]`` of ``interface`` acts from ``t`` [s] on (held; the first one releases)."""
+        self.command = command
+        self.interface = interface
+        self.command_time = t
         if not self.released:  # hand launch: the motors spun up to this command in the hand, then let go
             self.dyn.motor_thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
             self.released = True
@@ -162,7 +246,9 @@ class SimQuadrotorNode(Node):
 
     # --- physics --------------------------------------------------------------------------------------------
     def physics_step(self, now: float) -> None:
-        """One ``dt`` step at wall time ``now`` [s] (nothing moves while held before the first command)."""
+        """One ``dt`` step at wall time ``now`` [s] (nothing moves while held before the first command); first
+        takes the queued commands due by ``now``."""
+        self._apply_due(now)
         if not self.released:
             return
         dyn = self.dyn
@@ -217,6 +303,10 @@ def standin_main(args) -> int:
 
     force_localhost_discovery()
     robot = load_robot(args.robot)
+    try:
+        resolve_standin_options(args)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if args.initial_position[2] < 0.0:
         raise ConfigError(f"--initial-position z = {args.initial_position[2]:g} m is below the floor (z = 0)")
     torch.set_num_threads(1)
@@ -229,7 +319,8 @@ def standin_main(args) -> int:
                 robot, namespace=args.namespace, node_name=args.node_name, initial_position=args.initial_position,
                 mass_scale=args.mass_scale, thrust_scale=args.thrust_scale, inertia_scale=args.inertia_scale,
                 motor_time_constant=args.motor_time_constant, ext_force=args.ext_force,
-                sensor_rate_hz=args.sensor_rate_hz, command_timeout_s=args.command_timeout, context=ctx)
+                sensor_rate_hz=args.sensor_rate_hz, command_timeout_s=args.command_timeout,
+                latency_s=args.latency_s, context=ctx)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         spin_node(node, ctx, args.duration)

@@ -55,11 +55,43 @@ def _merge_deep(base: dict, update: dict, prefix: str = "") -> dict:
     out = dict(base)
     for key, value in update.items():
         full = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and isinstance(base.get(key), dict) and key != "gap":
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
             out[key] = _merge_deep(base[key], value, full)
         else:
             out.update(merge_checked({key: base[key]} if key in base else {}, {key: value}, prefix))
     return out
+
+
+def session_config(session) -> dict:
+    """The resolved config a session was created with (``<session>/config.yaml``), completed with the current
+    defaults of keys added to ``configs/finetune.yaml`` since (a note on stderr names them), so that an older
+    session resumes. Raises :class:`ConfigError` for keys the current version does not know or bad values."""
+    saved = session.read_config()
+    added: list[str] = []
+
+    def fill(defaults: dict, value: dict, prefix: str) -> dict:
+        out = {}
+        for key, default in defaults.items():
+            full = f"{prefix}{key}"
+            if key not in value:
+                added.append(full)
+                out[key] = default
+            elif isinstance(default, dict) and isinstance(value[key], dict):
+                out[key] = fill(default, value[key], f"{full}.")
+            else:
+                out[key] = value[key]
+        unknown = sorted(set(value) - set(defaults))
+        if unknown:
+            raise ConfigError(f"{session.path}: config.yaml has keys this version does not know: "
+                              f"{', '.join(prefix + k for k in unknown)}")
+        return out
+
+    cfg = fill(load_yaml(FINETUNE_FILE), saved, "")
+    if added:
+        print(f"note: the session was created before these config keys existed; using their defaults: "
+              f"{', '.join(added)}", file=sys.stderr)
+    check_finetune_config(cfg)
+    return cfg
 
 
 def check_finetune_config(cfg: dict) -> None:
@@ -69,23 +101,30 @@ def check_finetune_config(cfg: dict) -> None:
         ("hold_steps", cfg["hold_steps"] >= 1, "must be >= 1"),
         ("actor.send_every", cfg["actor"]["send_every"] >= 1, "must be >= 1"),
         ("actor.flush_every", cfg["actor"]["flush_every"] >= 1, "must be >= 1"),
+        ("actor.swap_at", cfg["actor"]["swap_at"] in ("episode", "hold"), "must be episode or hold"),
         ("learner.n_critics", cfg["learner"]["n_critics"] >= 2, "must be >= 2"),
         ("learner.target_subset", 1 <= cfg["learner"]["target_subset"] <= cfg["learner"]["n_critics"],
          "must be in [1, n_critics]"),
         ("learner.prior_fraction", 0.0 <= cfg["learner"]["prior_fraction"] <= 1.0, "must be in [0, 1]"),
         ("learner.utd", cfg["learner"]["utd"] > 0, "must be > 0"),
         ("learner.gamma", 0.0 < cfg["learner"]["gamma"] < 1.0, "must be in (0, 1)"),
+        ("learner.actor_ema", 0.0 <= cfg["learner"]["actor_ema"] < 1.0, "must be in [0, 1)"),
         ("learner.batch_size", cfg["learner"]["batch_size"] >= 1, "must be >= 1"),
         ("learner.publish_every", cfg["learner"]["publish_every"] >= 1, "must be >= 1"),
         ("learner.max_updates_per_s", cfg["learner"]["max_updates_per_s"] > 0, "must be > 0"),
         ("eval.episodes", cfg["eval"]["episodes"] >= 1, "must be >= 1"),
+        ("start.tilt", cfg["start"]["tilt"] >= 0, "must be >= 0"),
+        ("start.lin_vel", cfg["start"]["lin_vel"] >= 0, "must be >= 0"),
+        ("start.ang_vel", cfg["start"]["ang_vel"] >= 0, "must be >= 0"),
     ]
     for key, ok, why in checks:
         if not ok:
             raise ConfigError(f"config key '{key}' {why}")
+    from sim2real.hardware.reality_gap import REALITY_GAPS
+
     gap = cfg["standin"]["gap"]
-    if not (gap in ("default", "none") or isinstance(gap, dict)):
-        raise ConfigError("config key 'standin.gap' must be 'default', 'none' or a mapping of dotted task keys")
+    if gap not in ("default", "none", *REALITY_GAPS):
+        raise ConfigError(f"config key 'standin.gap' must be default, none or one of {', '.join(REALITY_GAPS)}")
 
 
 def residual_spec(session, cfg: dict) -> ResidualSpec:
@@ -95,21 +134,36 @@ def residual_spec(session, cfg: dict) -> ResidualSpec:
                         residual_scale=float(cfg["residual_scale"]), hidden=tuple(cfg["learner"]["hidden"]))
 
 
-def base_policy(session):
-    """``(obs [N, D] -> a_base [N, A], training task config)`` of the session's base policy."""
+def base_policy(session, cfg: dict | None = None):
+    """``(obs [N, D] -> a_base [N, A], task config)`` of the session's base policy: its training config, with the
+    session's episode starts (``start``, quadrotor tasks) when ``cfg`` is given."""
     from sim2real.policies.onnx_policy import load_exported
 
-    return load_exported(session.base_dir)
+    base, task_cfg = load_exported(session.base_dir)
+    return base, (episode_task_config(task_cfg, cfg) if cfg is not None else task_cfg)
+
+
+def episode_task_config(task_cfg: dict, cfg: dict) -> dict:
+    """``task_cfg`` with the session's episode starts: ``start.{tilt, lin_vel, ang_vel}`` replace ``init.*`` of a
+    task that has them (the quadrotor tasks); other tasks are returned unchanged."""
+    import copy
+
+    out = copy.deepcopy(task_cfg)
+    init = out.get("init", {})
+    for key, value in cfg["start"].items():
+        if key in init:
+            init[key] = type(init[key])(value)
+    return out
 
 
 def standin_task_config(task_cfg: dict, cfg: dict) -> dict:
     """The stand-in robot's task config: the training config shifted by ``standin.gap``."""
-    from sim2real.hardware.reality_gap import shifted_config
+    from sim2real.hardware.reality_gap import REALITY_GAPS, shifted_config
 
     gap = cfg["standin"]["gap"]
     if gap == "none":
         return shifted_config(task_cfg, {}, check_outside=False)
-    return shifted_config(task_cfg, None if gap == "default" else gap)
+    return shifted_config(task_cfg, None if gap == "default" else REALITY_GAPS[gap])
 
 
 # --- sessions ----------------------------------------------------------------------------------
@@ -127,7 +181,7 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
         if overrides or user_file:
             raise ConfigError("a resumed session keeps its config: drop --set/--config")
         session = FinetuneSession.open(session_dir)
-        return session, session.read_config()
+        return session, session_config(session)
     if policy_dir is None:
         raise ConfigError("a new session needs --policy (the exported base policy folder)")
     cfg = finetune_config(overrides, user_file)
@@ -141,8 +195,10 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
 
 # --- the learner process ----------------------------------------------------------------------------------
 def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: int = 0, policy_port: int = 0,
-                duration_s: float | None = None, seed: int | None = None) -> dict:
-    """The learner loop (see :mod:`sim2real.policies.finetune_learner`) until SIGTERM/SIGINT or ``duration_s``.
+                duration_s: float | None = None, seed: int | None = None, parent_pid: int | None = None) -> dict:
+    """The learner loop (see :mod:`sim2real.policies.finetune_learner`) until SIGTERM/SIGINT or ``duration_s``,
+    or, with ``parent_pid`` (the local learner of ``finetune run``), until that process is gone (e.g. the actor was
+    killed: an orphaned learner would otherwise run forever and later write the session beside a resumed one).
 
     Binds ``tcp://bind_host:port`` (0: an ephemeral port) and writes the bound endpoints to
     ``<session>/learner/endpoints.json`` (atomically) for a local actor. Resumes from ``learner/learner.pt`` and the
@@ -151,32 +207,15 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
     """
     from sim2real.deploy.finetune_actor import expected_metadata
     from sim2real.deploy.policy_channel import LearnerLink, pack_policy
-    from sim2real.deploy.session import FinetuneSession, atomic_write_bytes, atomic_write_json, sha256_bytes
-    from sim2real.policies.finetune_learner import Learner, prior_rollouts
+    from sim2real.deploy.session import FinetuneSession, atomic_write_json, sha256_bytes
 
     session = FinetuneSession.open(session_dir)
-    cfg = session.read_config()
+    cfg = session_config(session)
     lcfg = cfg["learner"]
-    seed = int(cfg["seed"] if seed is None else seed)
     spec = residual_spec(session, cfg)
     key = session.load_key()
     meta = expected_metadata(session, spec)
-    torch.manual_seed(seed)
-    learner = Learner(spec, lcfg, seed=seed)
-    state_path = session.learner_dir / LEARNER_STATE
-    if "prior" in session.buffer_names():
-        learner.add_prior(session.load_buffer("prior"))
-    elif int(lcfg["prior_transitions"]) > 0:
-        base, task_cfg = base_policy(session)
-        prior = prior_rollouts(task_cfg, base, spec, int(lcfg["prior_transitions"]), int(lcfg["prior_envs"]),
-                               float(lcfg["prior_noise"]), int(cfg["hold_steps"]), seed=seed)
-        session.save_buffer("prior", prior)
-        learner.add_prior(prior)
-    if state_path.is_file():
-        learner.load_state_bytes(state_path.read_bytes())
-        if "online" in session.buffer_names():
-            learner.load_online_arrays(session.load_buffer("online"))
-        log.info("learner resumed at %d updates", learner.updates)
+    learner = make_learner(session, cfg, seed)
 
     stop = {"flag": False}
 
@@ -193,11 +232,13 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
     published = 0
 
     def checkpoint():
-        atomic_write_bytes(state_path, learner.state_bytes())
-        session.save_buffer("online", learner.online_arrays())
+        checkpoint_learner(session, learner)
 
     try:
         while not stop["flag"] and (duration_s is None or time.monotonic() - started < duration_s):
+            if parent_pid is not None and os.getppid() != parent_pid:  # reparented: the actor process died
+                log.warning("the actor process %d is gone: checkpointing and stopping", parent_pid)
+                break
             for batch in link.recv(timeout_s=0.02):
                 learner.add_online(batch.arrays, batch.first_seq)
             allowed = int((time.monotonic() - started) * float(lcfg["max_updates_per_s"])) \
@@ -227,14 +268,100 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
     return {"updates": learner.updates, "published": published, **learner.stats()}
 
 
+def make_learner(session, cfg: dict, seed: int | None = None):
+    """The session's :class:`~sim2real.policies.finetune_learner.Learner`: prior data (generated once by
+    :func:`~sim2real.policies.finetune_learner.prior_rollouts` and kept as the ``prior`` buffer), then, when the
+    session has one, the learner checkpoint ``learner/learner.pt`` and the ``online`` buffer snapshot."""
+    from sim2real.policies.finetune_learner import Learner, prior_rollouts
+
+    lcfg = cfg["learner"]
+    seed = int(cfg["seed"] if seed is None else seed)
+    spec = residual_spec(session, cfg)
+    torch.manual_seed(seed)
+    learner = Learner(spec, lcfg, seed=seed)
+    if "prior" in session.buffer_names():
+        learner.add_prior(session.load_buffer("prior"))
+    elif int(lcfg["prior_transitions"]) > 0:
+        base, task_cfg = base_policy(session, cfg)
+        prior = prior_rollouts(task_cfg, base, spec, int(lcfg["prior_transitions"]), int(lcfg["prior_envs"]),
+                               float(lcfg["prior_noise"]), int(cfg["hold_steps"]), seed=seed)
+        session.save_buffer("prior", prior)
+        learner.add_prior(prior)
+    state_path = session.learner_dir / LEARNER_STATE
+    if state_path.is_file():
+        learner.load_state_bytes(state_path.read_bytes())
+        if "online" in session.buffer_names():
+            learner.load_online_arrays(session.load_buffer("online"))
+        log.info("learner resumed at %d updates", learner.updates)
+    return learner
+
+
+def checkpoint_learner(session, learner) -> None:
+    """Write ``learner/learner.pt`` and the ``online`` buffer snapshot (each atomically)."""
+    from sim2real.deploy.session import atomic_write_bytes
+
+    atomic_write_bytes(session.learner_dir / LEARNER_STATE, learner.state_bytes())
+    session.save_buffer("online", learner.online_arrays())
+
+
+class SyncLearner:
+    """The learner in the actor's process, in turn with it (``finetune run --learner sync``): the same learner,
+    packages and verification, without the network. It has the actor-link interface the edge actor uses: each
+    :meth:`send` adds the batch, runs the gradient steps it earns (``utd``) and publishes a version every
+    ``publish_every`` steps; :meth:`poll` hands the new packages to the actor. Deterministic for a given seed (one
+    thread), which is what the learning tests need; on a robot it stalls control while it trains."""
+
+    def __init__(self, session, cfg: dict, seed: int | None = None):
+        from sim2real.deploy.finetune_actor import expected_metadata
+
+        self.session, self.cfg = session, cfg
+        self.learner = make_learner(session, cfg, seed)
+        self.spec = residual_spec(session, cfg)
+        self.key = session.load_key()
+        self.meta = expected_metadata(session, self.spec)
+        self.last_publish = self.learner.updates
+        self._outbox: list[bytes] = []
+        self.sent_batches = 0
+
+    def send(self, first_seq: int, arrays: dict) -> bool:
+        from sim2real.deploy.policy_channel import pack_policy
+        from sim2real.deploy.session import sha256_bytes
+
+        self.learner.add_online(arrays, first_seq)
+        self.learner.train()
+        self.sent_batches += 1
+        if self.learner.updates - self.last_publish >= int(self.cfg["learner"]["publish_every"]):
+            version = self.session.next_version()
+            blob = pack_policy(version, self.learner.actor_state(), self.meta, self.key,
+                               learner_step=self.learner.updates)
+            self.session.publish_version(blob, version=version, sha256=sha256_bytes(blob),
+                                         learner_step=self.learner.updates)
+            self._outbox.append(blob)
+            self.last_publish = self.learner.updates
+        return True
+
+    def poll(self) -> list[bytes]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def learner_alive(self, now=None) -> bool:
+        return True
+
+    def close(self) -> None:
+        checkpoint_learner(self.session, self.learner)
+
+
 def start_learner_process(session_dir, log_path) -> subprocess.Popen:
     """``sim2real finetune learner --session DIR`` as a child process (ephemeral local ports), its output in
     ``log_path``; waits until it has written fresh endpoints. Raises RuntimeError if it exits first."""
     endpoints = Path(session_dir) / "learner" / ENDPOINTS_FILE
     if endpoints.exists():
+        _stop_stale_learner(endpoints)
         endpoints.unlink()
     logf = open(log_path, "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "sim2real", "finetune", "learner", "--session", str(session_dir)],
+    # --parent-pid: the learner stops (after a checkpoint) when this process is gone, e.g. killed with -9.
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real", "finetune", "learner", "--session", str(session_dir),
+                             "--parent-pid", str(os.getpid())],
                             stdout=logf, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     logf.close()
     deadline = time.monotonic() + 300.0
@@ -246,6 +373,42 @@ def start_learner_process(session_dir, log_path) -> subprocess.Popen:
             raise RuntimeError(f"the learner did not bind within 300 s; see {log_path}")
         time.sleep(0.1)
     return proc
+
+
+def _stop_stale_learner(endpoints: Path, timeout_s: float = 60.0) -> None:
+    """Before a new local learner starts: if the learner that wrote ``endpoints`` (its ``pid``) still runs (an
+    actor killed while its learner was busy, or a learner started by hand), SIGTERM it and wait until it has
+    checkpointed and exited, so that two learners never write one session (versions, checkpoints). Linux only
+    (the process is recognised by its /proc command line: a ``finetune learner`` of this session)."""
+    try:
+        pid = int(json.loads(endpoints.read_text())["pid"])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))  # its --session may be relative to its own folder
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    session_dir = endpoints.parent.parent.resolve()
+    if b"learner" not in cmdline or not any((cwd / os.fsdecode(a)).resolve() == session_dir for a in cmdline if a):
+        return  # not (any more) a learner of this session: the pid was reused
+    log.warning("a learner of this session is still running (pid %d): stopping it first", pid)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while _pid_running(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.1)
+
+
+def _pid_running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not reaped by its parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def stop_learner_process(proc: subprocess.Popen, timeout_s: float = 60.0) -> int:
@@ -261,13 +424,16 @@ def stop_learner_process(proc: subprocess.Popen, timeout_s: float = 60.0) -> int
 
 
 # --- the actor on the stand-in ----------------------------------------------------------------------------------
-def run_actor(session, cfg: dict, *, minutes: float, learner: bool, realtime: bool | None = None,
-              seed: int | None = None, endpoints: dict | None = None, progress=None) -> dict:
+def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realtime: bool | None = None,
+              seed: int | None = None, endpoints: dict | None = None, progress=None, should_stop=None) -> dict:
     """The edge actor on the stand-in robot for ``minutes`` of robot time (``robot steps x control period``).
 
-    ``learner``: connect to the learner at ``endpoints`` (``{"transitions", "policy"}``; default
-    ``learner/endpoints.json``, else the config's host and ports); False: no learner (the control session: the
-    residual stays at the version the session already had). Returns counters and the version in control.
+    ``learner``: True connects to the learner at ``endpoints`` (``{"transitions", "policy"}``; default
+    ``learner/endpoints.json``, else the config's host and ports); ``"sync"`` runs a :class:`SyncLearner` in this
+    process; False: no learner (the control session: the residual stays at the version the session already had).
+    ``progress(step, total_steps, actor, control_dt)`` is called every 500 control steps; ``should_stop()`` (e.g.
+    set by a SIGTERM handler) is checked every step and ends the run early, closing the recording cleanly.
+    Returns counters and the version in control.
     """
     from sim2real.deploy.finetune_actor import EdgeActor, transition_sizes
     from sim2real.deploy.policy_channel import ActorLink
@@ -276,7 +442,7 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool, realtime: bo
 
     seed = int(cfg["seed"] if seed is None else seed)
     spec = residual_spec(session, cfg)
-    base, task_cfg = base_policy(session)
+    base, task_cfg = base_policy(session, cfg)
     robot_cfg = standin_task_config(task_cfg, cfg)
     # A resumed session continues with a different draw of starts and goals (the robot moved on).
     robot = SimulatedRobot(robot_cfg, seed=seed + 1000 * session.current_actor_version() + len(session.metrics()),
@@ -284,7 +450,9 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool, realtime: bo
     recorder = TransitionRecorder(session.recordings_dir, TransitionLayout.from_sizes(transition_sizes(spec)),
                                   flush_every=int(cfg["actor"]["flush_every"]))
     link = None
-    if learner:
+    if learner == "sync":
+        link = SyncLearner(session, cfg, seed)
+    elif learner:
         if endpoints is None:
             path = session.learner_dir / ENDPOINTS_FILE
             if path.is_file():
@@ -296,12 +464,17 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool, realtime: bo
         link = ActorLink(endpoints["transitions"], endpoints["policy"], key=session.load_key(),
                          heartbeat_timeout_s=float(cfg["actor"]["heartbeat_timeout_s"]))
     actor = EdgeActor(session, base, spec, recorder=recorder, link=link, explore=bool(cfg["actor"]["explore"]),
-                      hold_steps=int(cfg["hold_steps"]), send_every=int(cfg["actor"]["send_every"]), seed=seed)
+                      hold_steps=int(cfg["hold_steps"]), send_every=int(cfg["actor"]["send_every"]), seed=seed,
+                      init_log_std=float(cfg["learner"]["init_log_std"]), swap_at=cfg["actor"]["swap_at"])
     total_steps = int(round(minutes * 60.0 / robot.control_dt))
     returns, ep_return = [], 0.0
     try:
         obs = robot.observation()
         for step in range(total_steps):
+            if should_stop is not None and should_stop():
+                log.warning("stopped after %d of %d control steps", step, total_steps)
+                total_steps = step
+                break
             action, base_action, residual = actor.act(obs)
             next_obs, reward, terminated, truncated, new_obs = robot.step(action)
             actor.record(obs, base_action, residual, action, reward, next_obs, base(next_obs),
@@ -315,7 +488,7 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool, realtime: bo
             else:
                 obs = next_obs
             if progress is not None and step % 500 == 0:
-                progress(step, total_steps, actor)
+                progress(step, total_steps, actor, robot.control_dt)
     finally:
         actor.close()
         if link is not None:
@@ -367,7 +540,7 @@ def score_session(session, cfg: dict, version: int | None = None, episodes: int 
     from sim2real.policies.evaluation import evaluate
 
     spec = residual_spec(session, cfg)
-    base, task_cfg = base_policy(session)
+    base, task_cfg = base_policy(session, cfg)
     shifted = standin_task_config(task_cfg, cfg)
     n, seed = int(episodes or cfg["eval"]["episodes"]), int(cfg["eval"]["seed"])
     version = session.current_actor_version() if version is None else int(version)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -32,9 +33,11 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--policy", help="exported base policy folder (policy.onnx + metadata.json), for a new session")
     r.add_argument("--resume", action="store_true", help="continue an existing session (after a stop or a crash)")
     r.add_argument("--minutes", type=_positive_float, default=10.0, help="robot time to run now [min] (default 10)")
-    r.add_argument("--learner", choices=["local", "remote", "off"], default="local",
+    r.add_argument("--learner", choices=["local", "remote", "sync", "off"], default="local",
                    help="local: start the learner as a child process (default); remote: connect to one started "
-                        "with 'finetune learner' at link.learner_host; off: no learner (the control session)")
+                        "with 'finetune learner' at link.learner_host; sync: the learner in this process, in turn "
+                        "with the actor (deterministic; stalls control while it trains); off: no learner (the "
+                        "control session)")
     r.add_argument("--no-realtime", action="store_true", help="step the stand-in as fast as possible")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="fine-tuning config override (configs/finetune.yaml), new sessions only")
@@ -46,6 +49,8 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     ln.add_argument("--transitions-port", type=_port, default=0, help="default 0: an ephemeral port")
     ln.add_argument("--policy-port", type=_port, default=0, help="default 0: an ephemeral port")
     ln.add_argument("--duration", type=_positive_float, help="stop after this many seconds (default: on SIGTERM)")
+    ln.add_argument("--parent-pid", type=int, help="stop (after a checkpoint) when this process is gone: the actor "
+                    "that started this learner (set by 'finetune run --learner local')")
 
     e = sub.add_parser("eval", help="score the base policy (nominal and stand-in) and a session version (stand-in)")
     e.add_argument("--session", required=True)
@@ -62,14 +67,14 @@ def finetune_main(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     if args.finetune_command == "learner":
         out = ft.run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
-                             policy_port=args.policy_port, duration_s=args.duration)
+                             policy_port=args.policy_port, duration_s=args.duration, parent_pid=args.parent_pid)
         print(json.dumps(out))
         return 0
     if args.finetune_command == "eval":
         from sim2real.deploy.session import FinetuneSession
 
         session = FinetuneSession.open(args.session)
-        scores = ft.score_session(session, session.read_config(), args.version, args.episodes)
+        scores = ft.score_session(session, ft.session_config(session), args.version, args.episodes)
         print_scores(scores)
         if args.output:
             from sim2real.deploy.session import atomic_write_json
@@ -80,19 +85,31 @@ def finetune_main(args) -> int:
     session, cfg = ft.open_session(args.session, args.policy, resume=args.resume, overrides=args.overrides,
                                    user_file=args.config)
     proc = None
+    # SIGTERM/SIGINT end the run at the next control step: the recording is flushed and closed, the learner
+    # checkpoints, and the session can be resumed (a kill -9 is recovered on resume instead).
+    stop = {"signal": None}
+
+    def on_signal(signum, frame):
+        stop["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     if args.learner == "local":
         proc = ft.start_learner_process(session.path, session.learner_dir / "learner.log")
     try:
-        def progress(step, total, actor):
+        def progress(step, total, actor, dt):
             alive = actor.link.learner_alive() if actor.link is not None else False
-            print(f"robot time {step * 0.01 / 60:5.2f}/{total * 0.01 / 60:.2f} min, episode {actor.episode}, "
+            print(f"robot time {step * dt / 60:5.2f}/{total * dt / 60:.2f} min, episode {actor.episode}, "
                   f"policy version {actor.version}, learner {'up' if alive else 'down'}", file=sys.stderr)
 
-        out = ft.run_actor(session, cfg, minutes=args.minutes, learner=args.learner != "off",
-                           realtime=False if args.no_realtime else None, progress=progress)
+        mode = {"local": True, "remote": True, "sync": "sync", "off": False}[args.learner]
+        out = ft.run_actor(session, cfg, minutes=args.minutes, learner=mode,
+                           realtime=False if args.no_realtime else None, progress=progress,
+                           should_stop=lambda: stop["signal"] is not None)
     finally:
         if proc is not None:
             ft.stop_learner_process(proc)
+        for s, h in old.items():
+            signal.signal(s, h)
     session.set_status("stopped")
     print(json.dumps(out))
     return 0
@@ -103,5 +120,6 @@ def print_scores(scores: dict) -> None:
             (f"version {scores['version']}, stand-in", scores["after"])]
     print(f"{'policy':32s} {'pos error [m]':>14s} {'success':>8s} {'crash':>6s}")
     for name, m in rows:
-        print(f"{name:32s} {m['pos_error_mean']:14.3f} {m['success_rate']:8.3f} {m['crash_rate']:6.3f}")
+        crash = m.get("crash_rate", m.get("fall_rate", float("nan")))
+        print(f"{name:32s} {m['pos_error_mean']:14.3f} {m['success_rate']:8.3f} {crash:6.3f}")
     print(f"gap recovered (position error): {scores['recovered']:.2f}")

@@ -32,7 +32,8 @@ log = logging.getLogger("sim2real.finetune.learner")
 #: Keys of the ``learner`` section of a fine-tuning config (defaults and meaning: ``configs/finetune.yaml``).
 LEARNER_KEYS = ("n_critics", "target_subset", "hidden", "learning_rate", "batch_size", "gamma", "tau", "ent_coef",
                 "init_log_std", "buffer_size", "prior_fraction", "prior_transitions", "prior_envs", "prior_noise",
-                "utd", "warmup", "publish_every", "max_updates_per_s", "reward_scale", "checkpoint_every_s")
+                "utd", "warmup", "publish_every", "max_updates_per_s", "reward_scale", "checkpoint_every_s",
+                "actor_ema")
 
 
 def residual_batch(arrays: dict[str, np.ndarray], reward_scale: float):
@@ -129,6 +130,7 @@ class Learner:
         self.buffer = MixedReplayBuffer(spec, int(c["buffer_size"]), max(1, int(c["prior_transitions"])),
                                         float(c["prior_fraction"]))
         self.model.replay_buffer = self.buffer
+        self.ema: dict[str, torch.Tensor] | None = None  # the published actor: an average of recent actors
         self.updates = 0
         self.online_seen = 0
         self.owed_updates = 0.0
@@ -165,11 +167,22 @@ class Learner:
         self.model.train(gradient_steps=k, batch_size=int(self.cfg["batch_size"]))
         self.owed_updates -= k
         self.updates += k
+        self._update_ema(k)
         return k
 
+    def _update_ema(self, k: int) -> None:
+        decay = float(self.cfg["actor_ema"])
+        current = export_actor(self.model, self.spec)
+        if self.ema is None or decay <= 0.0:
+            self.ema = current
+            return
+        d = decay ** k  # k gradient steps at once: the same weight an update-by-update average would give
+        self.ema = {name: self.ema[name] * d + (1.0 - d) * v for name, v in current.items()}
+
     def actor_state(self) -> dict[str, torch.Tensor]:
-        """The residual actor's weights to publish."""
-        return export_actor(self.model, self.spec)
+        """The residual actor's weights to publish: the exponential moving average (``actor_ema`` per gradient
+        step) of the SAC actor's weights, which damps the swings of single updates between versions (off: 0)."""
+        return {k: v.clone() for k, v in (self.ema or export_actor(self.model, self.spec)).items()}
 
     def stats(self) -> dict:
         online, prior = self.buffer.size()
@@ -185,7 +198,8 @@ class Learner:
                  "critic_opt": m.critic.optimizer.state_dict(),
                  "log_ent_coef": None if m.log_ent_coef is None else m.log_ent_coef.detach().clone(),
                  "ent_opt": None if m.ent_coef_optimizer is None else m.ent_coef_optimizer.state_dict(),
-                 "updates": self.updates, "online_seen": self.online_seen, "high_water_seq": self.high_water_seq}
+                 "updates": self.updates, "online_seen": self.online_seen, "high_water_seq": self.high_water_seq,
+                 "ema": self.ema}
         buf = io.BytesIO()
         torch.save(state, buf)
         return buf.getvalue()
@@ -202,6 +216,7 @@ class Learner:
             m.ent_coef_optimizer.load_state_dict(state["ent_opt"])
         self.updates, self.online_seen = int(state["updates"]), int(state["online_seen"])
         self.high_water_seq = int(state["high_water_seq"])
+        self.ema = state.get("ema")
 
     def online_arrays(self) -> dict[str, np.ndarray]:
         """The online buffer's contents (for a snapshot)."""

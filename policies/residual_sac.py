@@ -26,11 +26,13 @@ Learning with Offline Data") changes:
 * **a high update-to-data ratio**: the learner calls ``train`` as often as its loop allows (see the learner).
 
 **Held residuals.** The residual is drawn every ``hold_steps`` control steps and held in between, while the base
-policy still acts at every step: the learner's time step is ``hold_steps`` control periods (20 Hz for a 100 Hz
-quadrotor). At 100 Hz one action changes the return by so little that Q-learning cannot rank residuals from robot
-data in minutes (measured on the quadrotor stand-in: a per-step residual made the policy worse over 10 000 steps;
-held for 5 steps it halved the gap); real-robot SAC runs at 10-20 Hz for the same reason (Smith et al. 2022,
-Haarnoja et al. 2019). :func:`macro_transitions` turns recorded control steps into the learner's transitions.
+policy still acts at every step: the learner's time step is ``hold_steps`` control periods (10 Hz for a 100 Hz
+quadrotor with the default 10). At 100 Hz one action changes the return by so little that Q-learning cannot rank
+residuals from robot data in minutes (measured on the quadrotor stand-in with the mass/thrust gap: a per-step
+residual made the policy worse over 10 000 steps; held for 5 steps it closed part of the gap but swung between
+versions; held for 10 it closed 40-70 % of the gap in 20 000 steps over three seeds); real-robot SAC runs at 10-20 Hz
+for the same reason (Smith et al. 2022, "A Walk in the Park"). :func:`macro_transitions` turns recorded control
+steps into the learner's transitions.
 
 The exported residual actor (:class:`ResidualActor`) is a plain torch module with the same parameter names as SB3's
 SAC actor (``latent_pi.*``, ``mu.*``, ``log_std.*``), so a policy version is ``actor.state_dict()`` of those keys
@@ -156,12 +158,15 @@ class ResidualActor(nn.Module):
         eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
         return torch.tanh(mean + std * eps)
 
-    def zero_(self) -> "ResidualActor":
-        """Make the deterministic residual exactly zero (mu's weights and bias 0): version 0 flies the base policy
-        unchanged; exploration keeps the log-std head's initial spread."""
+    def zero_(self, init_log_std: float = -1.5) -> "ResidualActor":
+        """Version 0: the deterministic residual exactly zero (mu's weights and bias 0), so it flies the base
+        policy unchanged, and a constant exploration std ``exp(init_log_std)`` (residual units), as
+        :func:`build_sac` starts the learner's actor."""
         with torch.no_grad():
             self.mu.weight.zero_()
             self.mu.bias.zero_()
+            self.log_std.weight.zero_()
+            self.log_std.bias.fill_(float(init_log_std))
         return self
 
 
@@ -295,9 +300,11 @@ def build_sac(spec: ResidualSpec, *, n_critics: int = 10, target_subset: int = 2
     model = SAC(RLPDPolicy, DummyVecEnv([Spaces]), learning_rate=learning_rate, buffer_size=1, batch_size=batch_size,
                 gamma=gamma, tau=tau, ent_coef=ent_coef, learning_starts=0, seed=seed, device=device, verbose=0,
                 policy_kwargs={"net_arch": list(spec.hidden), "n_critics": n_critics, "log_std_init": init_log_std})
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
 
-    model.set_logger(configure(None, []))  # the learner logs its own metrics; SB3's logger records in memory only
+    # The learner logs its own metrics; SB3's logger keeps its values in memory only (``configure`` would create
+    # an empty folder in the temp directory for every learner).
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.critic_target.target_subset = target_subset
     with torch.no_grad():  # zero residual at the start: the robot flies the base policy
         model.actor.mu.weight.zero_()

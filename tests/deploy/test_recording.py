@@ -274,6 +274,25 @@ def test_corrupted_chunk_is_skipped_with_a_warning(tmp_path):
     rec.close()
 
 
+def test_damaged_last_chunk_of_a_closed_segment_never_reuses_its_seqs(tmp_path):
+    record(tmp_path, range(500), flush_every=100).close()
+    (path,) = segments(tmp_path)
+    last = chunk_indexes(path)[-1]
+    buf = bytearray(path.read_bytes())
+    middle = last.chunk_start_offset + last.chunk_length // 2
+    buf[middle:middle + 4] = bytes(b ^ 0xFF for b in buf[middle:middle + 4])
+    path.write_bytes(bytes(buf))
+    with pytest.warns(RecordingWarning, match="CRC mismatch"):
+        rec = TransitionRecorder(tmp_path, LAYOUT)
+    # seqs 400-499 are unreadable but were used: the next one follows them, not the highest readable (399)
+    assert rec.next_seq == 500
+    rec.append(child.transition_values(500), time_ns=child.time_of(500))
+    rec.close()
+    with pytest.warns(RecordingWarning, match="CRC mismatch"):
+        data = read_transitions(tmp_path)
+    assert_transitions(data, np.r_[0:400, 500:501])
+
+
 def test_truncated_file_keeps_the_complete_chunks(tmp_path):
     record(tmp_path, range(500), flush_every=100).close()
     (path,) = segments(tmp_path)

@@ -181,3 +181,68 @@ def test_standin_cli_refuses_a_sensor_rate_above_the_physics_rate(capsys):
     assert main(["standin", "--sensor-rate-hz", "200", "--duration", "0.1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "above the physics rate" in err
+
+
+def test_latency_applies_each_command_latency_s_after_it_arrived(ros_ctx, namespace):
+    """Commands queue (FIFO) and take effect ``latency_s`` after arrival, at the first physics step at or after that
+    time; the hand launch waits for the first one to take effect, and the watchdog counts from then."""
+    node = SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx, latency_s=0.025)  # not spun: we step it
+    try:
+        t0 = 1000.0
+        node.receive_command([0.5] * 4, "motor_thrust", t0)
+        node.receive_command([0.25] * 4, "motor_thrust", t0 + 0.01)
+        node.physics_step(t0 + 0.0249)
+        assert not node.released and node.command is None  # not yet in effect: still held in the hand
+        node.physics_step(t0 + 0.025)
+        assert node.released and node.command.tolist() == [[0.5] * 4] and node.command_time == t0 + 0.025
+        assert float(node.dyn.motor_thrust.sum()) > 0.45 * 4 * F_MAX * THRUST_SCALE  # spun up to 0.5 at release
+        node.physics_step(t0 + 0.0349)
+        assert node.applied_command(t0 + 0.0349).tolist() == [[0.5] * 4]
+        node.physics_step(t0 + 0.035)
+        assert node.applied_command(t0 + 0.035).tolist() == [[0.25] * 4]
+        assert node.commands_received == 2
+        # The watchdog: 0.2 s after the last command took effect (not after it arrived).
+        assert node.applied_command(t0 + 0.035 + 0.199).tolist() == [[0.25] * 4]
+        assert node.applied_command(t0 + 0.035 + 0.201).tolist() == [[0.0] * 4]
+    finally:
+        node.destroy_node()
+    with pytest.raises(ValueError, match="latency_s"):
+        SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx, latency_s=-0.01)
+
+
+def test_latency_zero_applies_commands_on_arrival(ros_ctx, namespace):
+    node = SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx)
+    try:
+        assert node.latency_s == 0.0
+        node.receive_command([0.5] * 4, "motor_thrust", 5.0)
+        assert node.released and node.command.tolist() == [[0.5] * 4] and node.command_time == 5.0
+    finally:
+        node.destroy_node()
+
+
+def test_standin_gap_presets_and_explicit_flags():
+    from sim2real.cli import build_parser
+    from sim2real.hardware.sim_quadrotor import gap_standin_settings, resolve_standin_options
+
+    def resolved(*argv):
+        return resolve_standin_options(build_parser().parse_args(["standin", *argv]))
+
+    assert resolved() == {"mass_scale": 1.05, "thrust_scale": 0.97, "inertia_scale": 1.03, "latency_s": 0.0,
+                          "motor_time_constant": None}  # the defaults are unchanged
+    gap = resolved("--gap", "quadrotor")
+    assert gap["mass_scale"] == pytest.approx(1.2) and gap["thrust_scale"] == pytest.approx(0.8)
+    assert gap["latency_s"] == pytest.approx(0.025)  # latency_steps [2, 3] -> 2.5 x 10 ms
+    assert gap["inertia_scale"] == 1.03
+    assert resolved("--gap", "quadrotor_mass_thrust")["latency_s"] == 0.0
+    explicit = resolved("--gap", "quadrotor", "--mass-scale", "1.1", "--latency-s", "0")
+    assert explicit["mass_scale"] == 1.1 and explicit["latency_s"] == 0.0 and explicit["thrust_scale"] == 0.8
+    with pytest.raises(ValueError, match="cannot reproduce"):
+        gap_standin_settings("legged")
+    with pytest.raises(ValueError, match="unknown reality gap"):
+        gap_standin_settings("nope")
+
+
+def test_standin_cli_refuses_a_legged_gap(capsys):
+    assert main(["standin", "--gap", "legged", "--duration", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "cannot reproduce" in err

@@ -1,0 +1,108 @@
+"""``sim2real bench finetune``: how much of the reality gap a fine-tuning session recovers in N minutes of robot time.
+
+For the base policy (default: the shipped ``quadrotor-hover`` policy) and the stand-in of its robot kind
+(:data:`sim2real.hardware.reality_gap.REALITY_GAPS`), one run:
+
+1. scores the base policy on the nominal simulator and on the stand-in (the task's held-out set, ``eval.seed``);
+2. per seed, runs a session (``finetune run``: learner child process + edge actor) for ``minutes`` of stand-in time
+   paced to the wall clock, then scores the version the actor ended on, on the stand-in;
+3. per seed, runs the control session (``--learner off``, the same actor and recording, no learner: it ends on
+   version 0), stepped as fast as possible since nothing learns, and scores it the same way.
+
+It prints a table (mean final position error [m], success and crash rates; gap recovered =
+``(before - after) / (before - nominal)`` on the position error) and writes ``finetune.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+PRETRAINED = Path(__file__).resolve().parent / "policies" / "pretrained"
+
+
+def bench_finetune(policy_dir=None, minutes: float = 10.0, seeds: int = 3, out=None, overrides=None,
+                   realtime: bool = True) -> dict:
+    from sim2real.deploy.session import FinetuneSession
+    from sim2real.policies import finetune as ft
+
+    policy_dir = Path(policy_dir) if policy_dir else PRETRAINED / "quadrotor-hover"
+    out = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for arm in ("session", "control"):
+        for seed in range(seeds):
+            sdir = out / f"{arm}_seed{seed}"
+            if sdir.exists():
+                shutil.rmtree(sdir)
+            session, cfg = ft.open_session(sdir, policy_dir, resume=False,
+                                           overrides=[*(overrides or []), f"seed={seed}"])
+            t0 = time.monotonic()
+            proc = ft.start_learner_process(sdir, session.learner_dir / "learner.log") if arm == "session" else None
+            try:
+                run = ft.run_actor(session, cfg, minutes=minutes, learner=proc is not None,
+                                   realtime=realtime and arm == "session")
+            finally:
+                if proc is not None:
+                    ft.stop_learner_process(proc)
+            wall = time.monotonic() - t0
+            session = FinetuneSession.open(sdir)
+            scores = ft.score_session(session, cfg)
+            row = {"arm": arm, "seed": seed, "wall_s": wall, **run, "scores": scores,
+                   "versions_published": len(session.versions()),
+                   "version_sha256": (session.version_record(scores["version"]) or {}).get("sha256",
+                                                                                            session.base_sha256),
+                   "base_sha256": session.base_sha256}
+            rows.append(row)
+            print(f"{arm} seed {seed}: version {scores['version']}, position error "
+                  f"{scores['before']['pos_error_mean']:.3f} -> {scores['after']['pos_error_mean']:.3f} m "
+                  f"(nominal {scores['nominal']['pos_error_mean']:.3f}), recovered {scores['recovered']:.2f}, "
+                  f"{wall:.0f} s", flush=True)
+    summary = summarize(rows)
+    print_table(summary, minutes)
+    result = {"policy": str(policy_dir), "minutes": minutes, "seeds": seeds, "realtime": realtime, "rows": rows,
+              "summary": summary}
+    from sim2real.deploy.session import atomic_write_json
+
+    atomic_write_json(out / "finetune.json", json.loads(json.dumps(result, default=float)))
+    print(f"results: {out / 'finetune.json'}")
+    return result
+
+
+def summarize(rows: list[dict]) -> dict:
+    out = {}
+    for arm in ("session", "control"):
+        rs = [r for r in rows if r["arm"] == arm]
+        if not rs:
+            continue
+
+        def mean(phase, key):
+            return float(np.mean([r["scores"][phase].get(key, np.nan) for r in rs]))
+
+        crash = "crash_rate" if "crash_rate" in rs[0]["scores"]["after"] else "fall_rate"
+        out[arm] = {
+            "nominal_error": mean("nominal", "pos_error_mean"), "before_error": mean("before", "pos_error_mean"),
+            "after_error": mean("after", "pos_error_mean"), "after_error_per_seed":
+                [r["scores"]["after"]["pos_error_mean"] for r in rs],
+            "nominal_success": mean("nominal", "success_rate"), "before_success": mean("before", "success_rate"),
+            "after_success": mean("after", "success_rate"), "before_crash": mean("before", crash),
+            "after_crash": mean("after", crash), "recovered": float(np.mean([r["scores"]["recovered"] for r in rs])),
+            "recovered_per_seed": [r["scores"]["recovered"] for r in rs],
+        }
+    return out
+
+
+def print_table(summary: dict, minutes: float) -> None:
+    print(f"\nreality gap on the stand-in, {minutes:g} min of robot time per session (means over seeds)")
+    print(f"{'arm':8s} {'nominal err':>11s} {'before err':>10s} {'after err':>9s} {'recovered':>9s} "
+          f"{'succ nom/bef/aft':>18s} {'crash bef/aft':>14s}  per seed recovered")
+    for arm, s in summary.items():
+        print(f"{arm:8s} {s['nominal_error']:11.3f} {s['before_error']:10.3f} {s['after_error']:9.3f} "
+              f"{s['recovered']:9.2f} {s['nominal_success']:6.2f}/{s['before_success']:.2f}/{s['after_success']:.2f}"
+              f" {s['before_crash']:7.2f}/{s['after_crash']:.2f}  "
+              + " ".join(f"{x:.2f}" for x in s["recovered_per_seed"]))
