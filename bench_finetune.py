@@ -9,8 +9,9 @@ For the base policy (default: the shipped ``quadrotor-hover`` policy) and the st
 3. per seed, runs the control session (``--learner off``, the same actor and recording, no learner: it ends on
    version 0), stepped as fast as possible since nothing learns, and scores it the same way.
 
-It prints a table (mean final position error [m], success and crash rates; gap recovered =
-``(before - after) / (before - nominal)`` on the position error) and writes ``finetune.json`` under ``--out``.
+It prints a table (the task's gap metric, :data:`sim2real.policies.finetune.GAP_METRICS`: the hover's mean final
+position error [m], the jump's success rate; success and crash rates; gap recovered = ``(before - after) / (before -
+nominal)`` on the gap metric, signs turned where higher is better) and writes ``finetune.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def bench_finetune(policy_dir=None, minutes: float = 10.0, seeds: int = 3, out=N
                                                                                             session.base_sha256),
                    "base_sha256": session.base_sha256}
             rows.append(row)
-            print(f"{arm} seed {seed}: version {scores['version']}, position error "
-                  f"{scores['before']['pos_error_mean']:.3f} -> {scores['after']['pos_error_mean']:.3f} m "
-                  f"(nominal {scores['nominal']['pos_error_mean']:.3f}), recovered {scores['recovered']:.2f}, "
+            metric = scores["gap_metric"]
+            print(f"{arm} seed {seed}: version {scores['version']}, {metric} "
+                  f"{scores['before'][metric]:.3f} -> {scores['after'][metric]:.3f} "
+                  f"(nominal {scores['nominal'][metric]:.3f}), recovered {scores['recovered']:.2f}, "
                   f"{wall:.0f} s", flush=True)
     summary = summarize(rows)
     print_table(summary, minutes)
@@ -75,34 +77,39 @@ def bench_finetune(policy_dir=None, minutes: float = 10.0, seeds: int = 3, out=N
 
 
 def summarize(rows: list[dict]) -> dict:
+    """Per arm, means over seeds of the gap metric (``nominal``/``before``/``after``), success and crash (or fall)
+    rates, and the gap recovered (mean and per seed)."""
     out = {}
     for arm in ("session", "control"):
         rs = [r for r in rows if r["arm"] == arm]
         if not rs:
             continue
+        metric = rs[0]["scores"]["gap_metric"]
 
         def mean(phase, key):
             return float(np.mean([r["scores"][phase].get(key, np.nan) for r in rs]))
 
         crash = "crash_rate" if "crash_rate" in rs[0]["scores"]["after"] else "fall_rate"
         out[arm] = {
-            "nominal_error": mean("nominal", "pos_error_mean"), "before_error": mean("before", "pos_error_mean"),
-            "after_error": mean("after", "pos_error_mean"), "after_error_per_seed":
-                [r["scores"]["after"]["pos_error_mean"] for r in rs],
+            "gap_metric": metric, "nominal": mean("nominal", metric), "before": mean("before", metric),
+            "after": mean("after", metric), "after_per_seed": [r["scores"]["after"][metric] for r in rs],
             "nominal_success": mean("nominal", "success_rate"), "before_success": mean("before", "success_rate"),
             "after_success": mean("after", "success_rate"), "before_crash": mean("before", crash),
             "after_crash": mean("after", crash), "recovered": float(np.mean([r["scores"]["recovered"] for r in rs])),
             "recovered_per_seed": [r["scores"]["recovered"] for r in rs],
+            "versions_published": float(np.mean([r["versions_published"] for r in rs])),
         }
     return out
 
 
 def print_table(summary: dict, minutes: float) -> None:
-    print(f"\nreality gap on the stand-in, {minutes:g} min of robot time per session (means over seeds)")
-    print(f"{'arm':8s} {'nominal err':>11s} {'before err':>10s} {'after err':>9s} {'recovered':>9s} "
+    metric = next(iter(summary.values()))["gap_metric"] if summary else "pos_error_mean"
+    print(f"\nreality gap on the stand-in, {minutes:g} min of robot time per session (means over seeds; gap metric "
+          f"{metric})")
+    print(f"{'arm':8s} {'nominal':>8s} {'before':>8s} {'after':>8s} {'recovered':>9s} "
           f"{'succ nom/bef/aft':>18s} {'crash bef/aft':>14s}  per seed recovered")
     for arm, s in summary.items():
-        print(f"{arm:8s} {s['nominal_error']:11.3f} {s['before_error']:10.3f} {s['after_error']:9.3f} "
+        print(f"{arm:8s} {s['nominal']:8.3f} {s['before']:8.3f} {s['after']:8.3f} "
               f"{s['recovered']:9.2f} {s['nominal_success']:6.2f}/{s['before_success']:.2f}/{s['after_success']:.2f}"
               f" {s['before_crash']:7.2f}/{s['after_crash']:.2f}  "
               + " ".join(f"{x:.2f}" for x in s["recovered_per_seed"]))

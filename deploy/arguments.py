@@ -184,6 +184,9 @@ def add_finetune_deploy_arguments(p: argparse.ArgumentParser) -> None:
                    metavar=("XMIN", "YMIN", "ZMIN", "XMAX", "YMAX", "ZMAX"),
                    help="goals and reset points are drawn in this box (m, world frame; default: the task's "
                         "env.goal_min/goal_max)")
+    g.add_argument("--goal-radius", type=positive_float, default=None, metavar="M",
+                   help="each episode's goal is drawn within this distance of the drone's start, inside the goal box "
+                        "(m; default: the task's init.pos_radius, the start spread the policy was trained on)")
     g.add_argument("--geofence", type=finite_float, nargs=6, default=None,
                    metavar=("XMIN", "YMIN", "ZMIN", "XMAX", "YMAX", "ZMAX"),
                    help="leaving this box ends the episode (m, world frame; default: the goal box grown by "

@@ -47,8 +47,11 @@ Each control tick (the base policy's control period, ``metadata["control_period_
      for ``reset_hold_s`` (default 1 s) -> ready. After ``reset_timeout_s`` (20 s) it is ready wherever it is
      (logged);
    * **ready** (3): the base policy holds the reset point; the next episode starts as soon as the node is
-     *armed* and the drone is inside the safety envelope. The new episode's goal is drawn uniformly in the goal
-     box (a numpy generator seeded with ``seed`` and the session's first episode number);
+     *armed* and the drone is inside the safety envelope. The new episode's goal is drawn as the training task
+     draws starts around goals: uniformly in a ball of radius ``goal_radius_m`` (default the task's
+     ``init.pos_radius``, 1 m) around the drone's position, clipped into the goal box (a numpy generator seeded
+     with ``seed`` and the session's first episode number); a goal anywhere in the box would ask the policy for
+     flights up to the box's diagonal, longer than any it was trained on;
    * **safe stop** (2): after a breach of the envelope, the base policy alone holds the position where the breach
      was detected (clamped into the geofence and above the floor: at most a few cm from it, never outside the
      fence), for ``safe_stop_s``; then the reset behaviour runs.
@@ -188,6 +191,7 @@ class FinetuneOptions:
     reset_timeout_s: float = 20.0
     safe_stop_s: float = 2.0
     goal_box: tuple | None = None          # None: the task's env.goal_min / goal_max
+    goal_radius_m: float | None = None     # None: the task's init.pos_radius (goal within it of the start)
     geofence: tuple | None = None          # None: the goal box grown by geofence_margin_m
     geofence_margin_m: float = 1.0
     max_tilt_rad: float = 1.0
@@ -210,7 +214,8 @@ class FinetuneOptions:
             raise ValueError(f"learner must be auto or off, got {self.learner!r}")
         positive = ("reset_hold_s", "reset_tolerance_m", "reset_speed_mps", "reset_timeout_s", "safe_stop_s",
                     "max_tilt_rad", "teleop_timeout_s", "status_rate_hz")
-        for name in positive + (("episode_s",) if self.episode_s is not None else ()):
+        optional = tuple(n for n in ("episode_s", "goal_radius_m") if getattr(self, n) is not None)
+        for name in positive + optional:
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value}")
@@ -397,6 +402,8 @@ class FinetuneNode(PolicyNode):
         self.episode_s = float(opts.episode_s if opts.episode_s is not None else env["episode_length_s"])
         self.episode_steps = max(1, int(round(self.episode_s / self.period_s)))
         self.goal_box, self.envelope = goal_box_and_envelope(opts, self.task_cfg)
+        self.goal_radius_m = float(opts.goal_radius_m if opts.goal_radius_m is not None
+                                   else self.task_cfg["init"]["pos_radius"])
         self.spec = residual_spec(self.session, cfg)
         self.base = _LastCall(lambda obs: torch.from_numpy(self.policy(obs.numpy())))
         self.transitions = TransitionRecorder(self.session.recordings_dir,
@@ -692,8 +699,7 @@ class FinetuneNode(PolicyNode):
         return action
 
     def _start_episode(self, now: float, sample) -> None:
-        lo, hi = self.goal_box
-        goal = lo + (hi - lo) * self.rng.random(3)
+        goal = self._draw_goal(sample.pos_w)
         self._episode_start = sample.pos_w.copy()
         self._return, self._interventions = 0.0, 0
         self._stop_requested = False
@@ -704,6 +710,16 @@ class FinetuneNode(PolicyNode):
         self._set_target(goal)
         self.get_logger().info(f"episode {self.actor.episode} (policy version {self.actor.version}): goal "
                                f"{np.round(goal, 3).tolist()}")
+
+    def _draw_goal(self, start_w: np.ndarray) -> np.ndarray:
+        """A goal [3] (m, world frame) uniform in the ball of radius ``goal_radius_m`` around ``start_w`` (radius
+        ``R u^(1/3)``, direction uniform on the sphere, as the task draws its starts), clipped into the goal box:
+        never farther from the start than the radius."""
+        direction = self.rng.standard_normal(3)
+        direction /= max(float(np.linalg.norm(direction)), 1e-9)
+        offset = direction * self.goal_radius_m * self.rng.random() ** (1.0 / 3.0)
+        lo, hi = self.goal_box
+        return np.clip(np.asarray(start_w, dtype=np.float64) + offset, lo, hi)
 
     def _finish_episode(self, end: str, *, terminated: bool, recorded: bool = False) -> None:
         """End the running episode: record the pending transition if it is still open (next observation: the
@@ -840,7 +856,8 @@ def options_from_args(args) -> FinetuneOptions:
     return FinetuneOptions(
         episodes=args.episodes, episode_s=args.episode_s, reset_to=args.reset_to, reset_hold_s=args.reset_hold_s,
         reset_tolerance_m=args.reset_tolerance,
-        safe_stop_s=args.safe_stop_s, goal_box=box(args.goal_box), geofence=box(args.geofence),
+        safe_stop_s=args.safe_stop_s, goal_box=box(args.goal_box), goal_radius_m=args.goal_radius,
+        geofence=box(args.geofence),
         geofence_margin_m=args.geofence_margin, max_tilt_rad=args.max_tilt, min_height_m=args.min_height,
         teleop_timeout_s=args.teleop_timeout, seed=args.seed, learner=args.learner, learner_host=args.learner_host,
         learner_ports=None if args.learner_ports is None else tuple(args.learner_ports))

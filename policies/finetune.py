@@ -35,6 +35,12 @@ from sim2real.policies.residual_sac import ResidualActor, ResidualSpec, compose_
 log = logging.getLogger("sim2real.finetune")
 
 FINETUNE_FILE = CONFIG_DIR / "finetune.yaml"
+#: The tasks a session can fine-tune (single-robot tasks with a stand-in gap in hardware/reality_gap.py), each with
+#: the held-out metric its reality gap is measured on and whether higher is better: the hover's mean final position
+#: error [m]; the jump's success rate (on the low-friction stand-in the landing error hardly changes, but a jump
+#: that lands within tolerance without falling becomes rare).
+GAP_METRICS: dict[str, tuple[str, bool]] = {"quadrotor-hover": ("pos_error_mean", False),
+                                            "quadruped-jump": ("success_rate", True)}
 ENDPOINTS_FILE = "endpoints.json"
 LEARNER_STATE = "learner.pt"
 
@@ -187,6 +193,9 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
     cfg = finetune_config(overrides, user_file)
     meta = json.loads((Path(policy_dir) / "metadata.json").read_text()) \
         if (Path(policy_dir) / "metadata.json").is_file() else {}
+    if meta and meta.get("task") not in GAP_METRICS:
+        raise ConfigError(f"{policy_dir}: a fine-tuning session takes a policy of {' or '.join(GAP_METRICS)}, "
+                          f"not {meta.get('task')!r}")
     session = FinetuneSession.create(session_dir, policy_dir, task=meta.get("task", "?"),
                                      robot_name=meta.get("robot", {}).get("name", "?"), config=cfg)
     session.write_config(cfg)
@@ -269,24 +278,39 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
 
 
 def make_learner(session, cfg: dict, seed: int | None = None):
-    """The session's :class:`~sim2real.policies.finetune_learner.Learner`: prior data (generated once by
-    :func:`~sim2real.policies.finetune_learner.prior_rollouts` and kept as the ``prior`` buffer), then, when the
-    session has one, the learner checkpoint ``learner/learner.pt`` and the ``online`` buffer snapshot."""
+    """The session's :class:`~sim2real.policies.finetune_learner.Learner`: prior data (generated once, at the first
+    start, and kept as the ``prior`` buffer: :func:`~sim2real.policies.finetune_learner.prior_rollouts` of the base
+    policy in sim, then the recordings of ``learner.prior_sessions``), then, when the session has one, the learner
+    checkpoint ``learner/learner.pt`` and the ``online`` buffer snapshot.
+
+    Raises:
+        ValueError: a prior session that is not a session, has another base policy or another ``hold_steps``."""
     from sim2real.policies.finetune_learner import Learner, prior_rollouts
 
     lcfg = cfg["learner"]
     seed = int(cfg["seed"] if seed is None else seed)
     spec = residual_spec(session, cfg)
+    saved_prior = session.load_buffer("prior") if "prior" in session.buffer_names() else None
+    earlier = earlier_sessions_prior(session, cfg) if saved_prior is None else []
+    capacity = (len(saved_prior["reward"]) if saved_prior is not None
+                else int(lcfg["prior_transitions"]) + sum(len(e["reward"]) for e in earlier))
     torch.manual_seed(seed)
-    learner = Learner(spec, lcfg, seed=seed)
-    if "prior" in session.buffer_names():
-        learner.add_prior(session.load_buffer("prior"))
-    elif int(lcfg["prior_transitions"]) > 0:
-        base, task_cfg = base_policy(session, cfg)
-        prior = prior_rollouts(task_cfg, base, spec, int(lcfg["prior_transitions"]), int(lcfg["prior_envs"]),
-                               float(lcfg["prior_noise"]), int(cfg["hold_steps"]), seed=seed)
-        session.save_buffer("prior", prior)
-        learner.add_prior(prior)
+    learner = Learner(spec, lcfg, seed=seed, prior_capacity=capacity)
+    if saved_prior is not None:
+        learner.add_prior(saved_prior)
+    else:
+        parts = []
+        if int(lcfg["prior_transitions"]) > 0:
+            base, task_cfg = base_policy(session, cfg)
+            parts.append(prior_rollouts(task_cfg, base, spec, int(lcfg["prior_transitions"]),
+                                        int(lcfg["prior_envs"]), float(lcfg["prior_noise"]), int(cfg["hold_steps"]),
+                                        seed=seed))
+        parts += earlier
+        if parts:
+            keys = sorted(set.intersection(*(set(p) for p in parts)))
+            prior = {k: np.concatenate([np.asarray(p[k], dtype=np.float32) for p in parts]) for k in keys}
+            session.save_buffer("prior", prior)
+            learner.add_prior(prior)
     state_path = session.learner_dir / LEARNER_STATE
     if state_path.is_file():
         learner.load_state_bytes(state_path.read_bytes())
@@ -294,6 +318,33 @@ def make_learner(session, cfg: dict, seed: int | None = None):
             learner.load_online_arrays(session.load_buffer("online"))
         log.info("learner resumed at %d updates", learner.updates)
     return learner
+
+
+def earlier_sessions_prior(session, cfg: dict) -> list[dict]:
+    """The learner transitions recorded by each session of ``learner.prior_sessions`` (RLPD's prior data from
+    earlier sessions on the same robot), after checking that it ran the same base policy (sha256) with the same
+    ``hold_steps``. Raises ValueError naming the folder otherwise (or when it is not a session)."""
+    from sim2real.deploy.session import FinetuneSession
+    from sim2real.policies.finetune_learner import transitions_from_recording
+
+    out = []
+    for folder in cfg["learner"]["prior_sessions"]:
+        try:
+            earlier = FinetuneSession.open(folder)
+        except (FileNotFoundError, ValueError) as exc:
+            raise ValueError(f"learner.prior_sessions: {folder}: {exc}") from None
+        if earlier.base_sha256 != session.base_sha256:
+            raise ValueError(f"learner.prior_sessions: {folder} fine-tuned another base policy (sha256 "
+                             f"{earlier.base_sha256[:12]}..., this session's is {session.base_sha256[:12]}...)")
+        hold = int(session_config(earlier)["hold_steps"])
+        if hold != int(cfg["hold_steps"]):
+            raise ValueError(f"learner.prior_sessions: {folder} held residuals for {hold} control steps, this "
+                             f"session for {cfg['hold_steps']}")
+        arrays = transitions_from_recording(earlier.path, hold)
+        log.info("prior data: %d learner transitions from %s", len(arrays.get("reward", ())), folder)
+        if arrays:
+            out.append(arrays)
+    return out
 
 
 def checkpoint_learner(session, learner) -> None:
@@ -536,7 +587,8 @@ def version_state(session, spec: ResidualSpec, version: int):
 def score_session(session, cfg: dict, version: int | None = None, episodes: int | None = None) -> dict:
     """Held-out scores (the task's evaluation set, ``eval.seed``): the base policy on the nominal simulator and on
     the stand-in, and ``version`` (default: the one the actor runs now) on the stand-in. The gap is measured on the
-    mean final position error [m] (``pos_error_mean``): ``recovered = (before - after) / (before - nominal)``."""
+    task's :data:`GAP_METRICS` metric (``gap_metric``; the hover's mean final position error [m], the jump's success
+    rate): ``recovered = (before - after) / (before - nominal)`` (see :func:`gap_recovered`)."""
     from sim2real.policies.evaluation import evaluate
 
     spec = residual_spec(session, cfg)
@@ -551,12 +603,17 @@ def score_session(session, cfg: dict, version: int | None = None, episodes: int 
         "after": evaluate(shifted, held_residual_policy(base, spec, version_state(session, spec, version), hold),
                           n, seed),
         "version": version,
+        "gap_metric": GAP_METRICS.get(task_cfg["task"], GAP_METRICS["quadrotor-hover"])[0],
     }
-    out["recovered"] = gap_recovered(out)
+    out["recovered"] = gap_recovered(out, out["gap_metric"])
     return out
 
 
 def gap_recovered(scores: dict, key: str = "pos_error_mean") -> float:
-    """``(before - after) / (before - nominal)`` of an error metric (1: the whole gap closed; NaN: no gap)."""
-    before, after, nominal = (float(scores[k][key]) for k in ("before", "after", "nominal"))
+    """The share of the reality gap a version closed on the metric ``key``: ``(before - after) / (before -
+    nominal)`` for an error (lower is better), the same with the signs turned for a metric of
+    :data:`GAP_METRICS` where higher is better (1: the whole gap closed; below 0: worse than the base policy;
+    NaN: the stand-in shows no gap on it)."""
+    higher = dict(GAP_METRICS.values()).get(key, False)
+    before, after, nominal = (float(scores[k][key]) * (-1.0 if higher else 1.0) for k in ("before", "after", "nominal"))
     return (before - after) / (before - nominal) if before - nominal > 1e-9 else float("nan")

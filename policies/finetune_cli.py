@@ -43,6 +43,13 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
                    help="fine-tuning config override (configs/finetune.yaml), new sessions only")
     r.add_argument("--config", help="YAML file merged over configs/finetune.yaml, new sessions only")
 
+    c = sub.add_parser("create", help="create a session without running it (e.g. to copy it to a learner machine)")
+    c.add_argument("--session", required=True, help="session folder to create (must not exist or be empty)")
+    c.add_argument("--policy", required=True, help="exported base policy folder (policy.onnx + metadata.json)")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="fine-tuning config override (configs/finetune.yaml)")
+    c.add_argument("--config", help="YAML file merged over configs/finetune.yaml")
+
     ln = sub.add_parser("learner", help="the learner process of a session (binds two ZeroMQ ports)")
     ln.add_argument("--session", required=True)
     ln.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; * for all interfaces)")
@@ -69,6 +76,14 @@ def finetune_main(args) -> int:
         out = ft.run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
                              policy_port=args.policy_port, duration_s=args.duration, parent_pid=args.parent_pid)
         print(json.dumps(out))
+        return 0
+    if args.finetune_command == "create":
+        session, cfg = ft.open_session(args.session, args.policy, resume=False, overrides=args.overrides,
+                                       user_file=args.config)
+        from sim2real.deploy.session import KEY_FILE
+
+        print(json.dumps({"session": str(session.path), "task": session.info["task"],
+                          "key": str(Path(session.path) / KEY_FILE)}))
         return 0
     if args.finetune_command == "eval":
         from sim2real.deploy.session import FinetuneSession
@@ -122,4 +137,6 @@ def print_scores(scores: dict) -> None:
     for name, m in rows:
         crash = m.get("crash_rate", m.get("fall_rate", float("nan")))
         print(f"{name:32s} {m['pos_error_mean']:14.3f} {m['success_rate']:8.3f} {crash:6.3f}")
-    print(f"gap recovered (position error): {scores['recovered']:.2f}")
+    metric = scores.get("gap_metric", "pos_error_mean")
+    label = {"pos_error_mean": "position error", "success_rate": "success rate"}.get(metric, metric)
+    print(f"gap recovered ({label}): {scores['recovered']:.2f}")

@@ -32,6 +32,7 @@ log = logging.getLogger("sim2real.finetune.learner")
 #: Keys of the ``learner`` section of a fine-tuning config (defaults and meaning: ``configs/finetune.yaml``).
 LEARNER_KEYS = ("n_critics", "target_subset", "hidden", "learning_rate", "batch_size", "gamma", "tau", "ent_coef",
                 "init_log_std", "buffer_size", "prior_fraction", "prior_transitions", "prior_envs", "prior_noise",
+                "prior_sessions",
                 "utd", "warmup", "publish_every", "max_updates_per_s", "reward_scale", "checkpoint_every_s",
                 "actor_ema")
 
@@ -104,6 +105,24 @@ def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_en
     return {k: torch.cat(v).numpy() for k, v in out.items()}
 
 
+def transitions_from_recording(session_dir, hold: int) -> dict[str, np.ndarray]:
+    """The learner transitions (:func:`~sim2real.policies.residual_sac.macro_transitions`, ``hold`` control steps
+    each) of a session's transition recording (``<session_dir>/recordings``, read with
+    :func:`~sim2real.deploy.recording.read_transitions`: damaged chunks are skipped with a warning), operator
+    interventions included: prior data for a later session on the same base policy. An empty recording gives
+    empty arrays."""
+    from pathlib import Path
+
+    from sim2real.deploy.recording import read_transitions
+    from sim2real.policies.residual_sac import macro_transitions
+
+    steps = read_transitions(Path(session_dir) / "recordings")
+    steps = {k: v for k, v in steps.items() if k not in ("seq", "time_ns")}
+    if "reward" not in steps:  # nothing recorded
+        return {}
+    return macro_transitions(steps, int(hold))
+
+
 class Learner:
     """Residual SAC (RLPD) over the session's data; see the module docstring.
 
@@ -111,12 +130,13 @@ class Learner:
         spec: the residual's sizes and bound.
         cfg: the ``learner`` section of the fine-tuning config (:data:`LEARNER_KEYS`).
         seed: seeds SB3 and the buffers' sampling.
+        prior_capacity: room for prior transitions (default ``cfg["prior_transitions"]``: the sim rollouts only).
 
     Raises:
         ValueError: a key of :data:`LEARNER_KEYS` is missing.
     """
 
-    def __init__(self, spec: ResidualSpec, cfg: dict, seed: int = 0):
+    def __init__(self, spec: ResidualSpec, cfg: dict, seed: int = 0, prior_capacity: int | None = None):
         missing = [k for k in LEARNER_KEYS if k not in cfg]
         if missing:
             raise ValueError(f"learner config lacks {missing}")
@@ -127,8 +147,8 @@ class Learner:
                                learning_rate=float(c["learning_rate"]), gamma=float(c["gamma"]), tau=float(c["tau"]),
                                batch_size=int(c["batch_size"]), ent_coef=c["ent_coef"],
                                init_log_std=float(c["init_log_std"]), seed=seed)
-        self.buffer = MixedReplayBuffer(spec, int(c["buffer_size"]), max(1, int(c["prior_transitions"])),
-                                        float(c["prior_fraction"]))
+        capacity = int(c["prior_transitions"]) if prior_capacity is None else int(prior_capacity)
+        self.buffer = MixedReplayBuffer(spec, int(c["buffer_size"]), max(1, capacity), float(c["prior_fraction"]))
         self.model.replay_buffer = self.buffer
         self.ema: dict[str, torch.Tensor] | None = None  # the published actor: an average of recent actors
         self.updates = 0

@@ -472,3 +472,21 @@ def test_deploy_finetune_refuses_other_robots_and_policies(session, tmp_path, ca
     assert "no fine-tuning session" in error(["deploy", "--finetune", str(tmp_path / "nope"), "--robot",
                                               "crazyflie2"])
     assert "--policy" in error(["deploy", "--robot", "crazyflie2"])
+
+
+def test_episode_goals_lie_within_the_training_start_spread_and_inside_the_goal_box():
+    """Goals are drawn as the task draws starts around goals (uniform in a ball of radius goal_radius_m around the
+    drone, here 1 m), clipped into the goal box: never a flight longer than the policy was trained on."""
+    from types import SimpleNamespace
+
+    box = (np.array([-1.0, -1.0, 1.0]), np.array([1.0, 1.0, 2.0]))
+    fake = SimpleNamespace(rng=np.random.default_rng(0), goal_radius_m=1.0, goal_box=box)
+    starts = [np.array([0.0, 0.0, 1.5]), np.array([0.9, -0.9, 1.05])]  # the middle, and a corner of the box
+    for start in starts:
+        goals = np.stack([FinetuneNode._draw_goal(fake, start) for _ in range(2000)])
+        dist = np.linalg.norm(goals - start, axis=1)
+        assert dist.max() <= 1.0 + 1e-12 and (goals >= box[0]).all() and (goals <= box[1]).all()
+    # in the middle nothing is clipped: uniform in the ball, so P(dist < 0.5) = 0.5^3 (within 3 sigma of 2000)
+    goals = np.stack([FinetuneNode._draw_goal(fake, starts[0]) for _ in range(2000)])
+    inner = np.mean(np.linalg.norm(goals - starts[0], axis=1) < 0.5)
+    assert abs(inner - 0.125) < 3 * math.sqrt(0.125 * 0.875 / 2000), inner

@@ -1,0 +1,94 @@
+"""Fine-tuning session set-up: config checks, the tasks a session accepts, and the gap-recovered formula."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from sim2real.configs import ConfigError
+from sim2real.policies import finetune as ft
+
+PRETRAINED = Path(__file__).resolve().parents[2] / "policies" / "pretrained"
+
+
+def scores(metric: str, nominal: float, before: float, after: float) -> dict:
+    return {"nominal": {metric: nominal}, "before": {metric: before}, "after": {metric: after}}
+
+
+def test_gap_recovered_on_an_error_and_on_a_success_rate():
+    # the hover's error: 0.05 m nominal, 0.25 m on the stand-in, 0.10 m after: (0.25 - 0.10) / (0.25 - 0.05)
+    assert ft.gap_recovered(scores("pos_error_mean", 0.05, 0.25, 0.10), "pos_error_mean") == pytest.approx(0.75)
+    # the jump's success: 0.96 nominal, 0.16 on the stand-in, 0.56 after: (0.56 - 0.16) / (0.96 - 0.16)
+    assert ft.gap_recovered(scores("success_rate", 0.96, 0.16, 0.56), "success_rate") == pytest.approx(0.5)
+    # worse than the base policy is negative, a stand-in without a gap is NaN
+    assert ft.gap_recovered(scores("success_rate", 0.96, 0.16, 0.08), "success_rate") == pytest.approx(-0.1)
+    assert math.isnan(ft.gap_recovered(scores("pos_error_mean", 0.2, 0.2, 0.1), "pos_error_mean"))
+
+
+def test_every_task_with_a_gap_metric_reports_it():
+    assert ft.GAP_METRICS == {"quadrotor-hover": ("pos_error_mean", False), "quadruped-jump": ("success_rate", True)}
+
+
+def test_a_session_refuses_a_policy_of_another_task(tmp_path):
+    with pytest.raises(ConfigError, match="quadrotor-hover or quadruped-jump, not 'quadrotor-swarm'"):
+        ft.open_session(tmp_path / "s", PRETRAINED / "quadrotor-swarm", resume=False)
+    assert not (tmp_path / "s").exists()  # nothing written
+
+
+@pytest.mark.parametrize("override, message", [
+    ("learner.no_such_key=1", "no_such_key"),
+    ("learner.gamma=1.0", "learner.gamma"),
+    ("actor.swap_at=step", "actor.swap_at"),
+    ("standin.gap=moon", "standin.gap"),
+    ("learner.target_subset=9", "learner.target_subset"),
+])
+def test_bad_config_values_are_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        ft.finetune_config([override])
+
+
+def test_a_resumed_session_keeps_its_config(tmp_path):
+    ft.open_session(tmp_path / "s", PRETRAINED / "quadrotor-hover", resume=False, overrides=["seed=3"])
+    with pytest.raises(ConfigError, match="keeps its config"):
+        ft.open_session(tmp_path / "s", resume=True, overrides=["seed=4"])
+    session, cfg = ft.open_session(tmp_path / "s", resume=True)
+    assert cfg["seed"] == 3 and session.read_config()["seed"] == 3
+
+
+def test_earlier_sessions_join_the_prior_data_and_mismatched_ones_are_refused(tmp_path):
+    """RLPD's prior data from an earlier session: its recorded control steps become learner transitions (one per
+    held residual) in the new session's prior buffer; a session of another base policy or another hold is refused
+    by name."""
+    from sim2real.policies.finetune_learner import transitions_from_recording
+
+    hover = PRETRAINED / "quadrotor-hover"
+    earlier, cfg = ft.open_session(tmp_path / "earlier", hover, resume=False, overrides=["hold_steps=10"])
+    run = ft.run_actor(earlier, cfg, minutes=3.0 / 60.0, learner=False, realtime=False)  # 300 control steps
+    arrays = transitions_from_recording(earlier.path, 10)
+    # every held residual of 10 steps, and the last shorter hold of each ended episode: about 300 / 10
+    assert 30 <= len(arrays["reward"]) <= 30 + run["episodes"]
+    # no control step lost or counted twice, except an unfinished hold at the end of the run (dropped: its residual
+    # was not held for its full length and no episode ended it)
+    assert run["steps"] - 10 < int(arrays["steps"].sum()) <= run["steps"]
+
+    later, cfg = ft.open_session(tmp_path / "later", hover, resume=False,
+                                 overrides=["hold_steps=10", f"learner.prior_sessions=[{earlier.path}]"])
+    learner = ft.make_learner(later, cfg)
+    assert learner.buffer.prior.size() == len(arrays["reward"])
+    assert later.buffer_names() == ["prior"] and len(later.load_buffer("prior")["reward"]) == len(arrays["reward"])
+
+    other_hold, cfg = ft.open_session(tmp_path / "other_hold", hover, resume=False,
+                                      overrides=["hold_steps=5", f"learner.prior_sessions=[{earlier.path}]"])
+    with pytest.raises(ValueError, match="held residuals for 10 control steps, this session for 5"):
+        ft.make_learner(other_hold, cfg)
+    jump, _ = ft.open_session(tmp_path / "jump", PRETRAINED / "quadruped-jump", resume=False)
+    other_base, cfg = ft.open_session(tmp_path / "other_base", hover, resume=False,
+                                      overrides=[f"learner.prior_sessions=[{jump.path}]"])
+    with pytest.raises(ValueError, match="fine-tuned another base policy"):
+        ft.make_learner(other_base, cfg)
+    not_a_session, cfg = ft.open_session(tmp_path / "nas", hover, resume=False,
+                                         overrides=[f"learner.prior_sessions=[{tmp_path / 'nowhere'}]"])
+    with pytest.raises(ValueError, match="nowhere"):
+        ft.make_learner(not_a_session, cfg)
