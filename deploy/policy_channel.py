@@ -417,7 +417,29 @@ def _bound(sock) -> str:
     return ep.decode() if isinstance(ep, bytes) else str(ep)
 
 
-class LearnerLink:
+class _Link:
+    """What both ends share: a ZeroMQ context ``self._ctx`` and the sockets ``self._sockets`` made from it."""
+
+    _ctx: "zmq.Context"
+    _sockets: tuple
+
+    def close(self) -> None:
+        """Close the sockets (linger 0: queued messages are dropped) and the context. Idempotent."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        for sock in self._sockets:
+            sock.close(linger=0)
+        self._ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LearnerLink(_Link):
     """The learner's side: binds a PULL socket for transition batches and a PUB socket for policy packages and
     heartbeats (the learner is the reachable host; the actor connects out). ``key``: the session key.
 
@@ -435,6 +457,7 @@ class LearnerLink:
         self._ctx = zmq.Context()
         self._pull = self._ctx.socket(zmq.PULL)
         self._pub = self._ctx.socket(zmq.PUB)
+        self._sockets = (self._pull, self._pub)
         for s in (self._pull, self._pub):
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
@@ -521,23 +544,8 @@ class LearnerLink:
         except zmq.Again:  # PUB drops for slow subscribers rather than blocking; be safe anyway
             pass
 
-    def close(self) -> None:
-        """Close both sockets (linger 0: queued messages are dropped) and the context. Idempotent."""
-        if getattr(self, "_closed", False):
-            return
-        self._closed = True
-        for s in (self._pull, self._pub):
-            s.close(linger=0)
-        self._ctx.term()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class ActorLink:
+class ActorLink(_Link):
     """The actor's side: connects a PUSH socket to the learner's transitions endpoint and a SUB socket to its
     policy endpoint (the robot may be behind NAT: it only connects out). ``key``: the session key.
 
@@ -558,6 +566,7 @@ class ActorLink:
         self._ctx = zmq.Context()
         self._push = self._ctx.socket(zmq.PUSH)
         self._sub = self._ctx.socket(zmq.SUB)
+        self._sockets = (self._push, self._sub)
         for s in (self._push, self._sub):
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
@@ -636,18 +645,3 @@ class ActorLink:
             return False
         now = time.monotonic() if now is None else now
         return now - self.last_heartbeat < self.heartbeat_timeout_s
-
-    def close(self) -> None:
-        """Close both sockets (linger 0) and the context. Idempotent."""
-        if getattr(self, "_closed", False):
-            return
-        self._closed = True
-        for s in (self._push, self._sub):
-            s.close(linger=0)
-        self._ctx.term()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

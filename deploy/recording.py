@@ -897,7 +897,57 @@ def _check_time_ns(time_ns: int | None) -> int:
     return int(time_ns)
 
 
-class TransitionRecorder:
+class _Recorder:
+    """What both recorders share: a :class:`_SessionWriter` (``self._session``) and its durability interface."""
+
+    _session: "_SessionWriter"
+
+    @property
+    def directory(self) -> Path:
+        return self._session.directory
+
+    @property
+    def recovery_reports(self) -> list[RecoveryReport]:
+        """Reports of the segments recovered when this recorder opened the directory (oldest first)."""
+        return self._session.recovery_reports
+
+    @property
+    def acked(self) -> int:
+        """1 + the highest seq durably on disk (= records written since the session started, unless disk
+        corruption destroyed some); every seq below it is acknowledged."""
+        return self._session.acked
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next record will get."""
+        return self._session.next_seq
+
+    @property
+    def closed(self) -> bool:
+        return self._session.closed
+
+    def flush(self) -> int:
+        """Make every record written so far durable; returns ``acked``.
+
+        When it returns, every record written before the call is in a complete chunk (with its CRC) that has
+        been written, flushed and ``os.fsync``-ed (and the segment's directory entry was fsynced when it was
+        created), so all ``seq < acked`` survive ``kill -9`` and power loss. Raises OSError if the write fails
+        (the recorder is then unusable).
+        """
+        return self._session.flush()
+
+    def close(self) -> int:
+        """Flush, finish the current segment properly (summary, footer) and fsync; returns ``acked``. Idempotent."""
+        return self._session.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class TransitionRecorder(_Recorder):
     """Records control-step transitions of a fine-tuning session, crash-safely, to segmented MCAP files.
 
     Args:
@@ -926,30 +976,6 @@ class TransitionRecorder:
         _layout_prefix(self.layout)
         self._session = _SessionWriter(directory, TRANSITIONS_PREFIX, flush_every=flush_every,
                                        segment_max_messages=segment_max_transitions, compression=compression)
-
-    @property
-    def directory(self) -> Path:
-        return self._session.directory
-
-    @property
-    def recovery_reports(self) -> list[RecoveryReport]:
-        """Reports of the segments recovered when this recorder opened the directory (oldest first)."""
-        return self._session.recovery_reports
-
-    @property
-    def acked(self) -> int:
-        """1 + the highest seq durably on disk (= transitions recorded since the session started, unless disk
-        corruption destroyed some); every seq below it is acknowledged."""
-        return self._session.acked
-
-    @property
-    def next_seq(self) -> int:
-        """The seq the next :meth:`append` will assign."""
-        return self._session.next_seq
-
-    @property
-    def closed(self) -> bool:
-        return self._session.closed
 
     def append(self, values: Mapping[str, Any], time_ns: int | None = None) -> int:
         """Record one transition; returns its seq. Flushes automatically every ``flush_every`` transitions.
@@ -999,26 +1025,6 @@ class TransitionRecorder:
         stamp = _check_time_ns(time_ns)
         data = _encode_transition(layout, flat)
         return self._session.add(self._schema, self.topic, MessageEncoding.CDR, _ROS2_CHANNEL_METADATA, data, stamp)
-
-    def flush(self) -> int:
-        """Make every transition appended so far durable; returns ``acked``.
-
-        When it returns, every transition appended before the call is in a complete chunk (with its CRC) that has
-        been written, flushed and ``os.fsync``-ed (and the segment's directory entry was fsynced when it was
-        created), so all ``seq < acked`` survive ``kill -9`` and power loss. Raises OSError if the write fails
-        (the recorder is then unusable).
-        """
-        return self._session.flush()
-
-    def close(self) -> int:
-        """Flush, finish the current segment properly (summary, footer) and fsync; returns ``acked``. Idempotent."""
-        return self._session.close()
-
-    def __enter__(self) -> "TransitionRecorder":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1188,7 +1194,7 @@ def ros2_msgdef_text(type_name: str) -> str:
     return expand(*_split_type(type_name), 0)
 
 
-class TopicRecorder:
+class TopicRecorder(_Recorder):
     """Records live ROS 2 messages of robot topics into segmented, crash-safe MCAP files (``topics-NNNNNN.mcap``).
 
     Each message is stored CDR-serialised (``rclpy.serialization.serialize_message``) on a channel of its topic
@@ -1204,26 +1210,6 @@ class TopicRecorder:
             raise ValueError(f"prefix {TRANSITIONS_PREFIX!r} is the transitions' own")
         self._session = _SessionWriter(directory, prefix, flush_every=flush_every,
                                        segment_max_messages=segment_max_messages, compression=compression)
-
-    @property
-    def directory(self) -> Path:
-        return self._session.directory
-
-    @property
-    def recovery_reports(self) -> list[RecoveryReport]:
-        return self._session.recovery_reports
-
-    @property
-    def acked(self) -> int:
-        return self._session.acked
-
-    @property
-    def next_seq(self) -> int:
-        return self._session.next_seq
-
-    @property
-    def closed(self) -> bool:
-        return self._session.closed
 
     def write(self, topic: str, msg: Any, time_ns: int | None = None) -> int:
         """Record one ROS 2 message (a rosidl-generated instance) on ``topic``; returns its sequence number.
@@ -1247,17 +1233,3 @@ class TopicRecorder:
         schema = (full_name, SchemaEncoding.ROS2, ros2_msgdef_text(full_name).encode())
         stamp = _check_time_ns(time_ns)
         return self._session.add(schema, topic, MessageEncoding.CDR, _ROS2_CHANNEL_METADATA, bytes(data), stamp)
-
-    def flush(self) -> int:
-        """As :meth:`TransitionRecorder.flush`: every message written before the call is fsynced on return."""
-        return self._session.flush()
-
-    def close(self) -> int:
-        """Flush, finish the current segment properly and fsync. Idempotent."""
-        return self._session.close()
-
-    def __enter__(self) -> "TopicRecorder":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
