@@ -17,7 +17,6 @@ nominal)`` on the gap metric, signs turned where higher is better) and writes ``
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -36,17 +35,21 @@ def bench_finetune(policy_dir=None, minutes: float = 10.0, seeds: int = 3, out=N
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    existing = [out / f"{arm}_seed{seed}" for arm in ("session", "control") for seed in range(seeds)
+                if (out / f"{arm}_seed{seed}").exists()]
+    if existing:  # never delete earlier sessions (their recordings are data)
+        raise FileExistsError(f"{existing[0]} exists: bench finetune writes new sessions; choose another --out or "
+                              "move the earlier ones away")
     for arm in ("session", "control"):
         for seed in range(seeds):
             sdir = out / f"{arm}_seed{seed}"
-            if sdir.exists():
-                shutil.rmtree(sdir)
             session, cfg = ft.open_session(sdir, policy_dir, resume=False,
                                            overrides=[*(overrides or []), f"seed={seed}"])
             t0 = time.monotonic()
             proc = ft.start_learner_process(sdir, session.learner_dir / "learner.log") if arm == "session" else None
             try:
                 run = ft.run_actor(session, cfg, minutes=minutes, learner=proc is not None,
+                                   endpoints=ft.local_endpoints(session) if proc is not None else None,
                                    realtime=realtime and arm == "session")
             finally:
                 if proc is not None:

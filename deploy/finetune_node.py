@@ -96,6 +96,7 @@ holds the position from then on (phase 2) and :attr:`FinetuneNode.finetune_error
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -366,6 +367,7 @@ class FinetuneNode(PolicyNode):
         self._status_timer = None
         self._extra_pubs: dict = {}
         self._finetune_subs: list = []
+        self._session_lock: contextlib.ExitStack | None = None
 
     # --- configuration ---------------------------------------------------------------------------------------
     def check_policy(self, meta: dict) -> None:
@@ -396,6 +398,9 @@ class FinetuneNode(PolicyNode):
         from sim2real.tasks import complete_saved_config
 
         opts, cfg = self.options, self.finetune_cfg
+        # one actor per session (RuntimeError naming the other's pid): held until the node is cleaned up
+        self._session_lock = contextlib.ExitStack()
+        self._session_lock.enter_context(self.session.exclusive("actor"))
         self.task_cfg, _ = complete_saved_config(self.metadata["training"]["task_config"])
         env = self.task_cfg["env"]
         self.reward_fn = HoverReward(self.task_cfg, self.period_s)
@@ -506,6 +511,9 @@ class FinetuneNode(PolicyNode):
             link.close()
             if link is self._given_link:  # closed: a later configure builds its own from the options
                 self._given_link = None
+        lock, self._session_lock = self._session_lock, None
+        if lock is not None:
+            lock.close()
 
     def destroy_node(self) -> None:
         self._close_finetune()
@@ -889,7 +897,10 @@ def finetune_deploy_main(args, robot: dict) -> int:
     session_dir = Path(args.finetune)
     if not (session_dir / "session.json").is_file():
         raise FileNotFoundError(f"no fine-tuning session at {session_dir} (create one with sim2real finetune run)")
-    base_dir = FinetuneSession.open(session_dir).base_dir
+    try:
+        base_dir = FinetuneSession.open(session_dir).base_dir
+    except ValueError as exc:  # a damaged session.json or key, a changed base policy
+        raise ConfigError(str(exc)) from None
     meta = json.loads((base_dir / "metadata.json").read_text())
     if meta.get("task") != FINETUNE_TASK:
         raise ConfigError(f"--finetune runs {FINETUNE_TASK} policies on a quadrotor; the session's base policy is "

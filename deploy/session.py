@@ -216,6 +216,10 @@ def _check_name(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------ session
+#: Session locks this process holds: resolved lock path -> [file descriptor, depth] (see FinetuneSession.exclusive).
+_HELD_LOCKS: dict[Path, list] = {}
+
+
 class FinetuneSession:
     """A fine-tuning session directory (layout and crash-safety contract: module docstring). Build it with
     :meth:`create` (new) or :meth:`open` (resume). Each file has one writer process: the learner publishes
@@ -348,7 +352,53 @@ class FinetuneSession:
         atomic_write_bytes(self.path / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False).encode())
 
     def read_config(self) -> dict:
-        return yaml.safe_load((self.path / CONFIG_FILE).read_text()) or {}
+        """The session's ``config.yaml``. Raises FileNotFoundError when it is missing, ValueError when it is not a
+        YAML mapping (naming the file)."""
+        path = self.path / CONFIG_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: the session's config is gone (restore it from a copy)")
+        try:
+            cfg = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is damaged: {' '.join(str(e).split())}") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{path} is damaged: expected a mapping of config keys, got {type(cfg).__name__}")
+        return cfg
+
+    @contextlib.contextmanager
+    def exclusive(self, role: str):
+        """Hold the session's ``<role>.lock`` (``role``: ``actor`` or ``learner``) for the ``with`` block: one actor
+        and one learner per session at a time, since two would interleave recordings, metrics, versions and
+        checkpoints. An advisory ``fcntl.flock`` (released by the kernel when the process dies, even by kill -9);
+        the holder's pid is written into the file. Re-entrant within a process.
+
+        Raises:
+            RuntimeError: another process holds it (the message names its pid)."""
+        import fcntl
+
+        path = (self.path / f"{role}.lock").resolve()
+        held = _HELD_LOCKS.get(path)
+        if held is not None:
+            held[1] += 1
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise RuntimeError(f"{self.path} is in use: another {role} (pid {holder}) runs this session; stop it "
+                                   "first") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            _HELD_LOCKS[path] = held = [fd, 1]
+        try:
+            yield
+        finally:
+            held[1] -= 1
+            if held[1] == 0:
+                del _HELD_LOCKS[path]
+                os.close(held[0])  # closing the descriptor releases the lock
 
     def load_key(self) -> str:
         """The session key (64 hex characters). ValueError when missing or damaged; warns when the file is readable

@@ -17,9 +17,11 @@ the nominal simulator and on the stand-in, and the session's current version on 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +124,27 @@ def check_finetune_config(cfg: dict) -> None:
         ("start.tilt", cfg["start"]["tilt"] >= 0, "must be >= 0"),
         ("start.lin_vel", cfg["start"]["lin_vel"] >= 0, "must be >= 0"),
         ("start.ang_vel", cfg["start"]["ang_vel"] >= 0, "must be >= 0"),
+        ("learner.learning_rate", cfg["learner"]["learning_rate"] > 0, "must be > 0"),
+        ("learner.tau", 0.0 < cfg["learner"]["tau"] <= 1.0, "must be in (0, 1]"),
+        ("learner.buffer_size", cfg["learner"]["buffer_size"] >= cfg["learner"]["batch_size"],
+         "must be >= learner.batch_size"),
+        ("learner.warmup", cfg["learner"]["warmup"] >= 0, "must be >= 0"),
+        ("learner.prior_transitions", cfg["learner"]["prior_transitions"] >= 0, "must be >= 0"),
+        ("learner.prior_envs", cfg["learner"]["prior_envs"] >= 1, "must be >= 1"),
+        ("learner.prior_noise", 0.0 <= cfg["learner"]["prior_noise"] <= 1.0, "must be in [0, 1]"),
+        ("learner.reward_scale", cfg["learner"]["reward_scale"] > 0, "must be > 0"),
+        ("learner.checkpoint_every_s", cfg["learner"]["checkpoint_every_s"] > 0, "must be > 0"),
+        ("learner.hidden", len(cfg["learner"]["hidden"]) >= 1 and all(int(h) >= 1 for h in cfg["learner"]["hidden"]),
+         "must be a non-empty list of layer sizes >= 1"),
+        ("learner.ent_coef", _valid_ent_coef(cfg["learner"]["ent_coef"]),
+         "must be auto, auto_<positive initial value> or a positive fixed value (SB3)"),
+        ("learner.prior_sessions", all(isinstance(p, str) and p for p in cfg["learner"]["prior_sessions"]),
+         "must be a list of session folders"),
+        ("actor.heartbeat_timeout_s", cfg["actor"]["heartbeat_timeout_s"] > 0, "must be > 0"),
+        ("link.learner_host", re.fullmatch(r"[A-Za-z0-9_.:\-\[\]*]+", str(cfg["link"]["learner_host"])) is not None,
+         "must be a host name or address"),
+        ("link.transitions_port", 1 <= cfg["link"]["transitions_port"] <= 65535, "must be in [1, 65535]"),
+        ("link.policy_port", 1 <= cfg["link"]["policy_port"] <= 65535, "must be in [1, 65535]"),
     ]
     for key, ok, why in checks:
         if not ok:
@@ -131,6 +154,20 @@ def check_finetune_config(cfg: dict) -> None:
     gap = cfg["standin"]["gap"]
     if gap not in ("default", "none", *REALITY_GAPS):
         raise ConfigError(f"config key 'standin.gap' must be default, none or one of {', '.join(REALITY_GAPS)}")
+
+
+def _valid_ent_coef(value) -> bool:
+    """SB3's ``ent_coef``: a positive number, ``auto`` or ``auto_<positive float>``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value > 0
+    if not isinstance(value, str):
+        return False
+    try:
+        if value.startswith("auto"):
+            return value == "auto" or (value.startswith("auto_") and float(value[5:]) > 0)
+        return float(value) > 0  # a fixed temperature given as text (the default is a string)
+    except ValueError:
+        return False
 
 
 def residual_spec(session, cfg: dict) -> ResidualSpec:
@@ -196,6 +233,16 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
     if meta and meta.get("task") not in GAP_METRICS:
         raise ConfigError(f"{policy_dir}: a fine-tuning session takes a policy of {' or '.join(GAP_METRICS)}, "
                           f"not {meta.get('task')!r}")
+    if meta:  # refuse now what would stop every run of the session later (its config cannot change)
+        from sim2real.deploy.session import sha256_file
+        from sim2real.tasks import complete_saved_config
+
+        try:
+            standin_task_config(complete_saved_config(meta["training"]["task_config"])[0], cfg)
+            check_prior_sessions(cfg["learner"]["prior_sessions"], sha256_file(Path(policy_dir) / "policy.onnx"),
+                                 cfg["hold_steps"])
+        except (ValueError, FileNotFoundError) as exc:
+            raise ConfigError(str(exc)) from None
     session = FinetuneSession.create(session_dir, policy_dir, task=meta.get("task", "?"),
                                      robot_name=meta.get("robot", {}).get("name", "?"), config=cfg)
     session.write_config(cfg)
@@ -214,11 +261,18 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
     ``online``/``prior`` buffer snapshots when present (prior data are generated once, at the first start).
     Returns counters.
     """
-    from sim2real.deploy.finetune_actor import expected_metadata
-    from sim2real.deploy.policy_channel import LearnerLink, pack_policy
-    from sim2real.deploy.session import FinetuneSession, atomic_write_json, sha256_bytes
+    from sim2real.deploy.session import FinetuneSession
 
     session = FinetuneSession.open(session_dir)
+    with session.exclusive("learner"):  # never two learners on one session
+        return _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid)
+
+
+def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid) -> dict:
+    from sim2real.deploy.finetune_actor import expected_metadata
+    from sim2real.deploy.policy_channel import LearnerLink, pack_policy
+    from sim2real.deploy.session import atomic_write_json, sha256_bytes
+
     cfg = session_config(session)
     lcfg = cfg["learner"]
     spec = residual_spec(session, cfg)
@@ -252,7 +306,9 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
                 learner.add_online(batch.arrays, batch.first_seq)
             allowed = int((time.monotonic() - started) * float(lcfg["max_updates_per_s"])) \
                 - (learner.updates - updates_at_start)
-            learner.train(max_updates=min(max(allowed, 0), 25))
+            # never past the next publication: a version every publish_every gradient steps exactly
+            to_publish = int(lcfg["publish_every"]) - (learner.updates - last_publish)
+            learner.train(max_updates=min(max(allowed, 0), 25, max(to_publish, 1)))
             if learner.updates - last_publish >= int(lcfg["publish_every"]):
                 version = session.next_version()
                 blob = pack_policy(version, learner.actor_state(), meta, key, learner_step=learner.updates)
@@ -281,7 +337,8 @@ def make_learner(session, cfg: dict, seed: int | None = None):
     """The session's :class:`~sim2real.policies.finetune_learner.Learner`: prior data (generated once, at the first
     start, and kept as the ``prior`` buffer: :func:`~sim2real.policies.finetune_learner.prior_rollouts` of the base
     policy in sim, then the recordings of ``learner.prior_sessions``), then, when the session has one, the learner
-    checkpoint ``learner/learner.pt`` and the ``online`` buffer snapshot.
+    checkpoint ``learner/learner.pt`` and the ``online`` buffer snapshot. A checkpoint or snapshot that cannot be
+    read gives a warning and a fresh learner whose online data are rebuilt from the session's recordings.
 
     Raises:
         ValueError: a prior session that is not a session, has another base policy or another ``hold_steps``."""
@@ -290,7 +347,13 @@ def make_learner(session, cfg: dict, seed: int | None = None):
     lcfg = cfg["learner"]
     seed = int(cfg["seed"] if seed is None else seed)
     spec = residual_spec(session, cfg)
-    saved_prior = session.load_buffer("prior") if "prior" in session.buffer_names() else None
+    saved_prior = None
+    if "prior" in session.buffer_names():
+        try:
+            saved_prior = session.load_buffer("prior")
+        except Exception as exc:  # damaged: the prior data are made again from their sources
+            log.warning("the prior-data snapshot is damaged (%s: %s): making the prior data again",
+                        type(exc).__name__, " ".join(str(exc).split())[:200])
     earlier = earlier_sessions_prior(session, cfg) if saved_prior is None else []
     capacity = (len(saved_prior["reward"]) if saved_prior is not None
                 else int(lcfg["prior_transitions"]) + sum(len(e["reward"]) for e in earlier))
@@ -298,6 +361,7 @@ def make_learner(session, cfg: dict, seed: int | None = None):
     learner = Learner(spec, lcfg, seed=seed, prior_capacity=capacity)
     if saved_prior is not None:
         learner.add_prior(saved_prior)
+        prior = saved_prior
     else:
         parts = []
         if int(lcfg["prior_transitions"]) > 0:
@@ -311,37 +375,64 @@ def make_learner(session, cfg: dict, seed: int | None = None):
             prior = {k: np.concatenate([np.asarray(p[k], dtype=np.float32) for p in parts]) for k in keys}
             session.save_buffer("prior", prior)
             learner.add_prior(prior)
+        else:
+            prior = None
     state_path = session.learner_dir / LEARNER_STATE
     if state_path.is_file():
-        learner.load_state_bytes(state_path.read_bytes())
-        if "online" in session.buffer_names():
-            learner.load_online_arrays(session.load_buffer("online"))
+        try:
+            learner.load_state_bytes(state_path.read_bytes())
+            if "online" in session.buffer_names():
+                learner.load_online_arrays(session.load_buffer("online"))
+        except Exception as exc:  # a damaged checkpoint or snapshot: the recordings still hold every transition
+            from sim2real.policies.finetune_learner import transitions_from_recording
+
+            log.warning("the learner checkpoint %s or its online snapshot is damaged (%s: %s): starting a fresh "
+                        "learner, its online data rebuilt from the session's recordings", state_path,
+                        type(exc).__name__, " ".join(str(exc).split())[:200])
+            torch.manual_seed(seed)
+            learner = Learner(spec, lcfg, seed=seed, prior_capacity=capacity)
+            if prior is not None:
+                learner.add_prior(prior)
+            online = transitions_from_recording(session.path, int(cfg["hold_steps"]))
+            if online:
+                learner.add_online(online)
+            return learner
         log.info("learner resumed at %d updates", learner.updates)
     return learner
 
 
-def earlier_sessions_prior(session, cfg: dict) -> list[dict]:
-    """The learner transitions recorded by each session of ``learner.prior_sessions`` (RLPD's prior data from
-    earlier sessions on the same robot), after checking that it ran the same base policy (sha256) with the same
-    ``hold_steps``. Raises ValueError naming the folder otherwise (or when it is not a session)."""
+def check_prior_sessions(folders, base_sha256: str, hold_steps: int) -> list:
+    """Open every session of ``learner.prior_sessions`` and check that it ran the base policy ``base_sha256`` with
+    ``hold_steps``; returns the sessions. Raises ValueError naming the folder otherwise (or when it is not a
+    session)."""
     from sim2real.deploy.session import FinetuneSession
-    from sim2real.policies.finetune_learner import transitions_from_recording
 
     out = []
-    for folder in cfg["learner"]["prior_sessions"]:
+    for folder in folders:
         try:
             earlier = FinetuneSession.open(folder)
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"learner.prior_sessions: {folder}: {exc}") from None
-        if earlier.base_sha256 != session.base_sha256:
+        if earlier.base_sha256 != base_sha256:
             raise ValueError(f"learner.prior_sessions: {folder} fine-tuned another base policy (sha256 "
-                             f"{earlier.base_sha256[:12]}..., this session's is {session.base_sha256[:12]}...)")
+                             f"{earlier.base_sha256[:12]}..., this session's is {base_sha256[:12]}...)")
         hold = int(session_config(earlier)["hold_steps"])
-        if hold != int(cfg["hold_steps"]):
+        if hold != int(hold_steps):
             raise ValueError(f"learner.prior_sessions: {folder} held residuals for {hold} control steps, this "
-                             f"session for {cfg['hold_steps']}")
-        arrays = transitions_from_recording(earlier.path, hold)
-        log.info("prior data: %d learner transitions from %s", len(arrays.get("reward", ())), folder)
+                             f"session for {hold_steps}")
+        out.append(earlier)
+    return out
+
+
+def earlier_sessions_prior(session, cfg: dict) -> list[dict]:
+    """The learner transitions recorded by each session of ``learner.prior_sessions`` (RLPD's prior data from
+    earlier sessions on the same robot), checked by :func:`check_prior_sessions` (ValueError)."""
+    from sim2real.policies.finetune_learner import transitions_from_recording
+
+    out = []
+    for earlier in check_prior_sessions(cfg["learner"]["prior_sessions"], session.base_sha256, cfg["hold_steps"]):
+        arrays = transitions_from_recording(earlier.path, int(cfg["hold_steps"]))
+        log.info("prior data: %d learner transitions from %s", len(arrays.get("reward", ())), earlier.path)
         if arrays:
             out.append(arrays)
     return out
@@ -400,6 +491,15 @@ class SyncLearner:
 
     def close(self) -> None:
         checkpoint_learner(self.session, self.learner)
+
+
+def local_endpoints(session) -> dict:
+    """The endpoints ``{"transitions", "policy"}`` the session's local learner bound (``learner/endpoints.json``,
+    written by :func:`run_learner`; fresh after :func:`start_learner_process`). FileNotFoundError if none."""
+    path = session.learner_dir / ENDPOINTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no local learner has bound for this session")
+    return json.loads(path.read_text())
 
 
 def start_learner_process(session_dir, log_path) -> subprocess.Popen:
@@ -479,13 +579,25 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
               seed: int | None = None, endpoints: dict | None = None, progress=None, should_stop=None) -> dict:
     """The edge actor on the stand-in robot for ``minutes`` of robot time (``robot steps x control period``).
 
-    ``learner``: True connects to the learner at ``endpoints`` (``{"transitions", "policy"}``; default
-    ``learner/endpoints.json``, else the config's host and ports); ``"sync"`` runs a :class:`SyncLearner` in this
+    ``learner``: True connects to the learner at ``endpoints`` (``{"transitions", "policy"}``, e.g.
+    :func:`local_endpoints` of a learner started by :func:`start_learner_process`; default: the config's
+    ``link.learner_host`` and ports, a remote learner); ``"sync"`` runs a :class:`SyncLearner` in this
     process; False: no learner (the control session: the residual stays at the version the session already had).
     ``progress(step, total_steps, actor, control_dt)`` is called every 500 control steps; ``should_stop()`` (e.g.
     set by a SIGTERM handler) is checked every step and ends the run early, closing the recording cleanly.
     Returns counters and the version in control.
+
+    Raises:
+        RuntimeError: another actor (or, with ``"sync"``, another learner) runs this session.
     """
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(session.exclusive("actor"))  # one actor per session: RuntimeError if another runs it
+        if learner == "sync":
+            stack.enter_context(session.exclusive("learner"))
+        return _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop)
+
+
+def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop) -> dict:
     from sim2real.deploy.finetune_actor import EdgeActor, transition_sizes
     from sim2real.deploy.policy_channel import ActorLink
     from sim2real.deploy.recording import TransitionLayout, TransitionRecorder
@@ -504,14 +616,10 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
     if learner == "sync":
         link = SyncLearner(session, cfg, seed)
     elif learner:
-        if endpoints is None:
-            path = session.learner_dir / ENDPOINTS_FILE
-            if path.is_file():
-                endpoints = json.loads(path.read_text())
-            else:
-                host, lk = cfg["link"]["learner_host"], cfg["link"]
-                endpoints = {"transitions": f"tcp://{host}:{lk['transitions_port']}",
-                             "policy": f"tcp://{host}:{lk['policy_port']}"}
+        if endpoints is None:  # a remote learner: where the config says it is
+            host, lk = cfg["link"]["learner_host"], cfg["link"]
+            endpoints = {"transitions": f"tcp://{host}:{lk['transitions_port']}",
+                         "policy": f"tcp://{host}:{lk['policy_port']}"}
         link = ActorLink(endpoints["transitions"], endpoints["policy"], key=session.load_key(),
                          heartbeat_timeout_s=float(cfg["actor"]["heartbeat_timeout_s"]))
     actor = EdgeActor(session, base, spec, recorder=recorder, link=link, explore=bool(cfg["actor"]["explore"]),
@@ -532,7 +640,8 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
                          terminated=terminated, truncated=truncated)
             ep_return += reward
             if terminated or truncated:
-                actor.end_episode({"return": ep_return, **(robot.last_outcome or {})})
+                actor.end_episode({"end": "terminated" if terminated else "time_limit", "return": ep_return,
+                                   **(robot.last_outcome or {})})
                 returns.append(ep_return)
                 ep_return = 0.0
                 obs = new_obs
@@ -546,7 +655,7 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
             link.close()
     return {"steps": total_steps, "robot_time_s": total_steps * robot.control_dt, "episodes": len(returns),
             "version": actor.version, "rejections": len(actor.rejections), "acked": recorder.acked,
-            "mean_return": float(np.mean(returns)) if returns else float("nan")}
+            "mean_return": float(np.mean(returns)) if returns else None}
 
 
 # --- scoring ----------------------------------------------------------------------------------

@@ -61,17 +61,35 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
 
     e = sub.add_parser("eval", help="score the base policy (nominal and stand-in) and a session version (stand-in)")
     e.add_argument("--session", required=True)
-    e.add_argument("--version", type=int, help="default: the version the actor runs now")
-    e.add_argument("--episodes", type=int, help="default: eval.episodes")
+    e.add_argument("--version", type=int, help="a published version, or 0 for the base policy (default: the version "
+                   "the actor runs now)")
+    e.add_argument("--episodes", type=int, help="held-out episodes per score (default: the config's eval.episodes)")
     e.add_argument("--output", help="also write the scores as JSON here")
 
 
 def finetune_main(args) -> int:
+    """Run a ``finetune`` subcommand. Bad input (a damaged or missing session file, a session in use, bad values)
+    is raised as :class:`~sim2real.configs.ConfigError`, which the CLI prints as one ``error:`` line."""
     import logging
+    import warnings
+    import zipfile
 
-    from sim2real.policies import finetune as ft
+    from sim2real.configs import ConfigError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    # a recovery warning (a damaged chunk, a dropped package) is one line, not a source-line echo
+    warnings.showwarning = lambda message, category, *a, **k: print(f"warning: {message}", file=sys.stderr)
+    try:
+        return _finetune_command(args)
+    except (ValueError, RuntimeError, zipfile.BadZipFile) as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _finetune_command(args) -> int:
+    from sim2real.configs import ConfigError
+    from sim2real.deploy.session import FinetuneSession
+    from sim2real.policies import finetune as ft
+
     if args.finetune_command == "learner":
         out = ft.run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
                              policy_port=args.policy_port, duration_s=args.duration, parent_pid=args.parent_pid)
@@ -86,9 +104,15 @@ def finetune_main(args) -> int:
                           "key": str(Path(session.path) / KEY_FILE)}))
         return 0
     if args.finetune_command == "eval":
-        from sim2real.deploy.session import FinetuneSession
-
         session = FinetuneSession.open(args.session)
+        if args.episodes is not None and args.episodes < 1:
+            raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+        if args.version is not None and args.version != 0 and session.version_record(args.version) is None:
+            known = [r["version"] for r in session.versions()]
+            raise ConfigError(f"{session.path} has no version {args.version} (versions: 0 = the base policy"
+                              + (f", {known[0]}-{known[-1]}" if known else "") + ")")
+        if args.output and not Path(args.output).resolve().parent.is_dir():
+            raise ConfigError(f"--output: the folder {Path(args.output).resolve().parent} does not exist")
         scores = ft.score_session(session, ft.session_config(session), args.version, args.episodes)
         print_scores(scores)
         if args.output:
@@ -97,6 +121,10 @@ def finetune_main(args) -> int:
             atomic_write_json(Path(args.output), scores)
         return 0
 
+    if args.resume and args.policy is not None:
+        raise ConfigError("a resumed session keeps its base policy: drop --policy")
+    if not args.resume and args.policy is None and (Path(args.session) / "session.json").is_file():
+        raise ConfigError(f"{args.session} is a session already: pass --resume to continue it")
     session, cfg = ft.open_session(args.session, args.policy, resume=args.resume, overrides=args.overrides,
                                    user_file=args.config)
     proc = None
@@ -108,23 +136,28 @@ def finetune_main(args) -> int:
         stop["signal"] = signum
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    if args.learner == "local":
-        proc = ft.start_learner_process(session.path, session.learner_dir / "learner.log")
-    try:
-        def progress(step, total, actor, dt):
-            alive = actor.link.learner_alive() if actor.link is not None else False
-            print(f"robot time {step * dt / 60:5.2f}/{total * dt / 60:.2f} min, episode {actor.episode}, "
-                  f"policy version {actor.version}, learner {'up' if alive else 'down'}", file=sys.stderr)
+    # The actor's lock first: a second run of this session is refused before it touches the first one's learner.
+    with session.exclusive("actor"):
+        try:
+            endpoints = None  # remote: the config's link.learner_host and ports
+            if args.learner == "local":
+                proc = ft.start_learner_process(session.path, session.learner_dir / "learner.log")
+                endpoints = ft.local_endpoints(session)
 
-        mode = {"local": True, "remote": True, "sync": "sync", "off": False}[args.learner]
-        out = ft.run_actor(session, cfg, minutes=args.minutes, learner=mode,
-                           realtime=False if args.no_realtime else None, progress=progress,
-                           should_stop=lambda: stop["signal"] is not None)
-    finally:
-        if proc is not None:
-            ft.stop_learner_process(proc)
-        for s, h in old.items():
-            signal.signal(s, h)
+            def progress(step, total, actor, dt):
+                alive = actor.link.learner_alive() if actor.link is not None else False
+                print(f"robot time {step * dt / 60:5.2f}/{total * dt / 60:.2f} min, episode {actor.episode}, "
+                      f"policy version {actor.version}, learner {'up' if alive else 'down'}", file=sys.stderr)
+
+            mode = {"local": True, "remote": True, "sync": "sync", "off": False}[args.learner]
+            out = ft.run_actor(session, cfg, minutes=args.minutes, learner=mode, endpoints=endpoints,
+                               realtime=False if args.no_realtime else None, progress=progress,
+                               should_stop=lambda: stop["signal"] is not None)
+        finally:
+            if proc is not None:
+                ft.stop_learner_process(proc)
+            for s, h in old.items():
+                signal.signal(s, h)
     session.set_status("stopped")
     print(json.dumps(out))
     return 0

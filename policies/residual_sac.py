@@ -298,7 +298,8 @@ def build_sac(spec: ResidualSpec, *, n_critics: int = 10, target_subset: int = 2
             raise RuntimeError("the fine-tuning learner trains from robot data only")
 
     model = SAC(RLPDPolicy, DummyVecEnv([Spaces]), learning_rate=learning_rate, buffer_size=1, batch_size=batch_size,
-                gamma=gamma, tau=tau, ent_coef=ent_coef, learning_starts=0, seed=seed, device=device, verbose=0,
+                gamma=gamma, tau=tau, ent_coef=ent_coef if str(ent_coef).startswith("auto") else float(ent_coef),
+                learning_starts=0, seed=seed, device=device, verbose=0,
                 policy_kwargs={"net_arch": list(spec.hidden), "n_critics": n_critics, "log_std_init": init_log_std})
     from stable_baselines3.common.logger import Logger
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
 import numpy as np
 import pytest
@@ -302,3 +303,33 @@ def test_buffers_and_metrics(session):
     session.log_metrics({"return": 2.0, "time_s": 5.0})
     m = session.metrics()
     assert m[0] == rec and m[0]["time_s"] > 0 and m[1] == {"return": 2.0, "time_s": 5.0}
+
+
+def test_one_actor_per_session_another_process_is_refused_naming_its_pid(session, tmp_path):
+    import subprocess
+    import sys
+
+    ready = tmp_path / "ready"
+    code = ("import pathlib, sys, time; from sim2real.deploy.session import FinetuneSession; "
+            "s = FinetuneSession.open(sys.argv[1]); cm = s.exclusive('actor'); cm.__enter__(); "
+            "pathlib.Path(sys.argv[2]).touch(); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(session.path), str(ready)])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(RuntimeError, match=f"another actor \\(pid {holder.pid}\\) runs this session"):
+            with session.exclusive("actor"):
+                pass
+        with session.exclusive("learner"):  # the learner's lock is another one
+            with session.exclusive("learner"):  # re-entrant within a process
+                pass
+        holder.kill()  # a kill -9 releases the lock (the kernel drops it with the process)
+        holder.wait(10)
+        with session.exclusive("actor"):
+            assert (session.path / "actor.lock").read_text().strip() == str(os.getpid())
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

@@ -43,6 +43,13 @@ def test_a_session_refuses_a_policy_of_another_task(tmp_path):
     ("actor.swap_at=step", "actor.swap_at"),
     ("standin.gap=moon", "standin.gap"),
     ("learner.target_subset=9", "learner.target_subset"),
+    ("learner.ent_coef=bogus", "learner.ent_coef"),
+    ("learner.warmup=-5", "learner.warmup"),
+    ("learner.buffer_size=0", "learner.buffer_size"),
+    ("learner.tau=5", "learner.tau"),
+    ("link.learner_host=a b", "link.learner_host"),
+    ("link.transitions_port=99999", "link.transitions_port"),
+    ("actor.heartbeat_timeout_s=-1", "actor.heartbeat_timeout_s"),
 ])
 def test_bad_config_values_are_refused_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -79,16 +86,43 @@ def test_earlier_sessions_join_the_prior_data_and_mismatched_ones_are_refused(tm
     assert learner.buffer.prior.size() == len(arrays["reward"])
     assert later.buffer_names() == ["prior"] and len(later.load_buffer("prior")["reward"]) == len(arrays["reward"])
 
-    other_hold, cfg = ft.open_session(tmp_path / "other_hold", hover, resume=False,
-                                      overrides=["hold_steps=5", f"learner.prior_sessions=[{earlier.path}]"])
-    with pytest.raises(ValueError, match="held residuals for 10 control steps, this session for 5"):
-        ft.make_learner(other_hold, cfg)
+    # refused when the session is created (its config can never change later), naming the folder
+    with pytest.raises(ConfigError, match="held residuals for 10 control steps, this session for 5"):
+        ft.open_session(tmp_path / "other_hold", hover, resume=False,
+                        overrides=["hold_steps=5", f"learner.prior_sessions=[{earlier.path}]"])
     jump, _ = ft.open_session(tmp_path / "jump", PRETRAINED / "quadruped-jump", resume=False)
-    other_base, cfg = ft.open_session(tmp_path / "other_base", hover, resume=False,
-                                      overrides=[f"learner.prior_sessions=[{jump.path}]"])
-    with pytest.raises(ValueError, match="fine-tuned another base policy"):
-        ft.make_learner(other_base, cfg)
-    not_a_session, cfg = ft.open_session(tmp_path / "nas", hover, resume=False,
-                                         overrides=[f"learner.prior_sessions=[{tmp_path / 'nowhere'}]"])
-    with pytest.raises(ValueError, match="nowhere"):
-        ft.make_learner(not_a_session, cfg)
+    with pytest.raises(ConfigError, match="fine-tuned another base policy"):
+        ft.open_session(tmp_path / "other_base", hover, resume=False,
+                        overrides=[f"learner.prior_sessions=[{jump.path}]"])
+    with pytest.raises(ConfigError, match="nowhere"):
+        ft.open_session(tmp_path / "nas", hover, resume=False,
+                        overrides=[f"learner.prior_sessions=[{tmp_path / 'nowhere'}]"])
+    assert not any((tmp_path / d).exists() for d in ("other_hold", "other_base", "nas"))  # nothing written
+
+
+def test_a_gap_the_task_cannot_take_is_refused_when_the_session_is_created(tmp_path):
+    with pytest.raises(ConfigError, match="domain_rand.friction' is not in the task config"):
+        ft.open_session(tmp_path / "s", PRETRAINED / "quadrotor-hover", resume=False, overrides=["standin.gap=legged"])
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_damaged_learner_checkpoint_gives_a_fresh_learner_fed_from_the_recordings(tmp_path, caplog):
+    import logging
+
+    session, cfg = ft.open_session(tmp_path / "s", PRETRAINED / "quadrotor-hover", resume=False,
+                                   overrides=["hold_steps=10", "learner.warmup=10", "learner.batch_size=16",
+                                              "learner.hidden=[16,16]"])
+    ft.run_actor(session, cfg, minutes=3.0 / 60.0, learner="sync", realtime=False)  # checkpoints at its end
+    state = session.learner_dir / ft.LEARNER_STATE
+    good = ft.make_learner(session, cfg)
+    assert good.updates > 0 and good.buffer.online.size() > 0
+    state.write_bytes(state.read_bytes()[:100])  # truncated, as by a full disk
+    (session.buffers_dir / "online.npz").write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING, logger="sim2real.finetune"):
+        fresh = ft.make_learner(session, cfg)
+    assert "is damaged" in caplog.text and "rebuilt from the session's recordings" in caplog.text
+    assert fresh.updates == 0
+    # every complete held residual of the recording is back in the online buffer
+    from sim2real.policies.finetune_learner import transitions_from_recording
+
+    assert fresh.buffer.online.size() == len(transitions_from_recording(session.path, 10)["reward"]) > 0
