@@ -334,6 +334,13 @@ def cmd_standin(args) -> int:
     return standin_main(args)
 
 
+def cmd_bridge(args) -> int:
+    from sim2real.hardware.crazyflie_bridge import bridge_main
+
+    _check_ros_names(args)
+    return bridge_main(args)
+
+
 def cmd_finetune(args) -> int:
     from sim2real.policies.finetune_cli import finetune_main
 
@@ -410,6 +417,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("standin", help="simulated robot node standing in for the real drone or legged robot (ROS 2)")
     add_standin_arguments(p)
     p.set_defaults(func=cmd_standin)
+
+    p = sub.add_parser("bridge", help="a real robot on the deploy topics through its SDK (ROS 2)")
+    b = p.add_subparsers(dest="bridge", required=True).add_parser(
+        "crazyflie", help="Crazyflie over cflib: state estimate -> odom, cmd/ctbr -> commander (rate mode)")
+    b.add_argument("--uri", required=True, help="cflib link URI, e.g. radio://0/80/2M/E7E7E7E7E7")
+    b.add_argument("--namespace", default="/crazyflie", help="ROS namespace of the topics (default /crazyflie)")
+    b.add_argument("--node-name", default="crazyflie_bridge", help="ROS node name (default crazyflie_bridge)")
+    b.add_argument("--arm", action="store_true", help="arm once connected (else: publish true on <namespace>/arm)")
+    b.add_argument("--robot", default="crazyflie2", help="quadrotor robot config (its max_body_rate clamps rates)")
+    b.add_argument("--interface", default="ctbr", help="the policy's action interface (only ctbr can be bridged)")
+    b.add_argument("--policy", help="exported policy folder: refuse it unless its interface is ctbr")
+    b.add_argument("--command-timeout", type=positive_float, default=0.2,
+                   help="stop the motors when ctbr commands are older than this (s, default 0.2)")
+    b.add_argument("--log-period-ms", type=positive_int, default=10, help="log block period (ms, default 10)")
+    b.add_argument("--duration", type=positive_float, default=None, help="stop after this long (s; default: run)")
+    b.set_defaults(func=cmd_bridge)
 
     from sim2real.policies.finetune_cli import add_finetune_arguments
 
