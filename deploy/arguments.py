@@ -198,8 +198,9 @@ def add_finetune_deploy_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--teleop-timeout", type=positive_float, default=0.2, metavar="S",
                    help="a teleop action overrides the policy while younger than this (s, default 0.2)")
     g.add_argument("--learner", choices=["auto", "off"], default="auto",
-                   help="auto: stream to the learner at <SESSION>/learner/endpoints.json, else at the session "
-                        "config's link host/ports (or --learner-host/--learner-ports); off: no learner (default auto)")
+                   help="auto: stream to the learner running on this computer (<SESSION>/learner/endpoints.json of "
+                        "a live learner process), else to the session config's link host/ports (or --learner-host/"
+                        "--learner-ports); off: no learner (default auto)")
     g.add_argument("--learner-host", default=None, metavar="HOST", help="the learner's host (default: see --learner)")
     g.add_argument("--learner-ports", type=port, nargs=2, default=None, metavar=("TRANSITIONS", "POLICY"),
                    help="the learner's transitions and policy ports (default: see --learner)")

@@ -443,11 +443,14 @@ class FinetuneNode(PolicyNode):
         if opts.learner == "off":
             return None
         from sim2real.deploy.policy_channel import ActorLink
-        from sim2real.policies.finetune import ENDPOINTS_FILE
+        from sim2real.policies.finetune import ENDPOINTS_FILE, pid_running
 
         path = self.session.learner_dir / ENDPOINTS_FILE
-        if opts.learner_host is None and opts.learner_ports is None and path.is_file():
-            endpoints = json.loads(path.read_text())
+        local = json.loads(path.read_text()) if path.is_file() else None
+        if local is not None and not pid_running(int(local.get("pid", -1))):
+            local = None  # written by a learner on this computer that has stopped since: not a place to connect
+        if opts.learner_host is None and opts.learner_ports is None and local is not None:
+            endpoints = local
         else:
             host = opts.learner_host or cfg["link"]["learner_host"]
             ports = opts.learner_ports or (cfg["link"]["transitions_port"], cfg["link"]["policy_port"])

@@ -546,14 +546,14 @@ def _stop_stale_learner(endpoints: Path, timeout_s: float = 60.0) -> None:
     except OSError:
         return
     deadline = time.monotonic() + timeout_s
-    while _pid_running(pid):
+    while pid_running(pid):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             break
         time.sleep(0.1)
 
 
-def _pid_running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, exited but not reaped by its parent, does not)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
