@@ -3,7 +3,10 @@ room of columns at density 0.2, the task's collision model) + ``sim2real deploy 
 
 * With the shipped trained swarm policy (skipped until ``policies/pretrained/quadrotor-swarm`` exists): every drone
   flies ~2.5 m from its start, past the columns, to its goal and holds it within 0.3 m for 1 s, with no collision
-  in the stand-in's report, all in under 60 s.
+  in the stand-in's report, all in under 60 s. The flight runs the one batched node (``--one-node``): with one node
+  per drone, four control callbacks a tick share 2 cores with the stand-in, and the scheduling jitter made the
+  middle drones brush their columns in about half of the runs on this machine (the layouts' mechanics are the next
+  test's).
 * With a synthetic policy (the real swarm metadata, a constant near-hover action), for the mechanics: one node per
   drone, then one node for all (``--one-node``), each releases and commands every drone; stopping the deploy
   process idles every drone's motors; the stand-in writes its report.
@@ -106,7 +109,7 @@ def test_four_drones_reach_their_goals_without_collisions(tmp_path, namespace, s
     t_start = time.monotonic()
     try:
         with run.probed() as probe:
-            run.deploy("deploy")
+            run.deploy("deploy", "--one-node")
             assert wait_until(lambda: all(probe.count(t) for t in run.cmd.values()), STARTUP_TIMEOUT_S), \
                 "deploy did not command every drone\n" + run.logs()
 
