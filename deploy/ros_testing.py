@@ -25,6 +25,18 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 
     return bool(predicate())
 
 
+def wait_for(fn: Callable[[], object], timeout_s: float, poll_s: float = 0.01):
+    """Poll ``fn`` until it returns a truthy value or ``timeout_s`` [s] pass; returns that value (the last one on a
+    timeout), e.g. a count to compare, where :func:`wait_until` gives a bool."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(poll_s)
+    return fn()
+
+
 class TopicRecorder(Node):
     """Subscribes to ``topics`` (``{name: msg_type}``) and keeps ``(arrival_time_s, msg)`` per topic; creates
     publishers on demand with :meth:`publisher`. Thread-safe reads through :meth:`messages` / :meth:`last`."""

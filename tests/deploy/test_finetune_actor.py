@@ -18,6 +18,7 @@ import sim2real
 from sim2real.deploy.finetune_actor import EdgeActor, expected_metadata, transition_sizes
 from sim2real.deploy.policy_channel import ActorLink, LearnerLink, pack_package, pack_policy, read_header
 from sim2real.deploy.recording import TransitionLayout, TransitionRecorder, read_transitions
+from sim2real.deploy.ros_testing import wait_for
 from sim2real.deploy.session import FinetuneSession, sha256_bytes
 from sim2real.policies.finetune import base_policy, finetune_config, residual_spec, standin_task_config
 from sim2real.policies.residual_sac import ResidualActor, ResidualSpec, residual_input
@@ -73,13 +74,7 @@ def recorder_for(session, spec, flush_every: int = 100) -> TransitionRecorder:
 
 
 def wait_until(fn, timeout=10.0, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(step)
-    return fn()
+    return wait_for(fn, timeout, step)
 
 
 @pytest.fixture

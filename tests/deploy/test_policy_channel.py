@@ -15,6 +15,7 @@ from sim2real.deploy.policy_channel import (
     POLICY_MAGIC, ActorLink, LearnerLink, PolicyRejected, TransitionBatch, decode_transitions, encode_transitions,
     pack_package, pack_policy, read_header, verify_policy,
 )
+from sim2real.deploy.ros_testing import wait_for
 
 KEY = secrets.token_hex(32)
 META = {"task": "quadrotor-hover", "obs_dim": 22, "act_dim": 4, "control_period_s": 0.01,
@@ -259,13 +260,7 @@ def links():
 
 
 def wait_until(fn, timeout=3.0, step=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(step)
-    return fn()
+    return wait_for(fn, timeout, step)
 
 
 def send_all(learner: LearnerLink, actor: ActorLink, n: int, rows: int = 5) -> list[TransitionBatch]:

@@ -26,6 +26,7 @@ import torch
 import sim2real
 from sim2real.deploy.recording import RecordingWarning, read_transitions
 from sim2real.deploy.session import FinetuneSession, read_jsonl, sha256_file
+from sim2real.policies.finetune import pid_running
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 FLUSH_EVERY = 50
@@ -46,13 +47,15 @@ def cli(args: list[str], log_path: Path) -> subprocess.Popen:
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not reaped by its parent, does not)."""
+def run_to_end(args: list[str], log_path: Path, timeout_s: float = 300.0) -> int:
+    """:func:`cli` to its end (killed after ``timeout_s``); returns its exit code."""
+    proc = cli(args, log_path)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        return proc.wait(timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def quiet_jsonl(path: Path) -> list[dict]:
@@ -136,7 +139,7 @@ def killed(tmp_path_factory):
                 break  # an episode flown on the accepted version: now kill the actor mid-recording
             time.sleep(0.1)
         learner_pid = json.loads((session_dir / "learner" / "endpoints.json").read_text())["pid"]
-        assert running(learner_pid)
+        assert pid_running(learner_pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         killed_at = time.monotonic()
@@ -147,15 +150,15 @@ def killed(tmp_path_factory):
         segment_sha = sha256_file(segment)
         data, recording_warnings = read_recording(session_dir / "recordings")
         # The orphaned learner notices that its actor is gone, checkpoints and stops by itself.
-        while running(learner_pid) and time.monotonic() - killed_at < 120.0:
+        while pid_running(learner_pid) and time.monotonic() - killed_at < 120.0:
             time.sleep(0.1)
-        learner_stopped_s = None if running(learner_pid) else time.monotonic() - killed_at
+        learner_stopped_s = None if pid_running(learner_pid) else time.monotonic() - killed_at
         published = [(r["version"], r["learner_step"]) for r in FinetuneSession.open(session_dir).versions()]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if learner_pid is not None and running(learner_pid):
+        if learner_pid is not None and pid_running(learner_pid):
             os.kill(learner_pid, signal.SIGKILL)
     return {"dir": session_dir, "root": root, "metrics": metrics, "decisions": decisions, "data": data,
             "warnings": recording_warnings, "segment_sha": segment_sha, "learner_stopped_s": learner_stopped_s,
@@ -168,14 +171,8 @@ def resumed(killed):
     """``finetune run --resume`` of the killed session, run to its end."""
     session_dir = killed["dir"]
     log_path = killed["root"] / "resume.log"
-    proc = cli(["finetune", "run", "--session", str(session_dir), "--resume", "--minutes", str(RESUME_MINUTES),
-                "--no-realtime", "--learner", "local"], log_path)
-    try:
-        rc = proc.wait(300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    rc = run_to_end(["finetune", "run", "--session", str(session_dir), "--resume", "--minutes", str(RESUME_MINUTES),
+                     "--no-realtime", "--learner", "local"], log_path)
     log = log_path.read_text()
     assert rc == 0, f"finetune run --resume exited with {rc}:\n{log[-3000:]}"
     learner_log = (session_dir / "learner" / "learner.log").read_bytes()[killed["learner_log_size"]:].decode()
@@ -284,14 +281,8 @@ def test_a_corrupted_chunk_is_skipped_with_a_warning_and_the_session_still_resum
         assert np.array_equal(data[k], before[k][~lost]), k
 
     log_path = tmp_path / "resume.log"
-    proc = cli(["finetune", "run", "--session", str(session_dir), "--resume", "--minutes", "0.05", "--no-realtime",
-                "--learner", "off"], log_path)
-    try:
-        rc = proc.wait(300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    rc = run_to_end(["finetune", "run", "--session", str(session_dir), "--resume", "--minutes", "0.05",
+                     "--no-realtime", "--learner", "off"], log_path)
     assert rc == 0, log_path.read_text()[-3000:]
     assert sha256_file(segment) == corrupted_sha  # a closed file is read around, never rewritten
     after, texts = read_recording(recordings)
@@ -326,7 +317,7 @@ def test_a_learner_of_the_session_left_running_is_stopped_before_a_new_one_start
             time.sleep(0.05)
         endpoints.write_text(json.dumps({"pid": other.pid}))
         _stop_stale_learner(endpoints, timeout_s=30)
-        assert running(other.pid)
+        assert pid_running(other.pid)
         endpoints.write_text(json.dumps({"pid": stale.pid}))
         _stop_stale_learner(endpoints, timeout_s=30)
         assert stale.wait(5) == 0
