@@ -11,6 +11,8 @@
   overrides the task config (e.g. ``robot.mjcf=<path to the real JVRC-1 scene.xml>``).
 * ``swarm``: ``quadrotor-swarm`` success, collisions per drone-minute and drone-steps/s at 8 and 32 drones per
   room and 20% / 80% obstacle density (:mod:`sim2real.bench_swarm`; ``--policy DIR``, default the shipped one).
+* ``gpu``: the legged tasks at 4096 / 16384 envs on MuJoCo Warp (CUDA) and C MuJoCo (all CPU cores), plus a short
+  training run per task (:mod:`sim2real.bench_gpu`); without CUDA it says so, ``--smoke`` runs a tiny CPU version.
 """
 
 from __future__ import annotations
@@ -153,12 +155,17 @@ def run_bench(args) -> int:
     benches = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference,
                "jump-throughput": bench_jump_throughput, "footsteps-throughput": bench_footsteps_throughput,
                "swarm": bench_swarm}
-    overridable = ("jump-throughput", "footsteps-throughput", "curricula", "finetune")
+    overridable = ("jump-throughput", "footsteps-throughput", "curricula", "finetune", "gpu")
     names = list(benches) if args.name == "all" else [args.name]
     if args.name == "curricula":
         teachers = [t.strip() for t in args.teachers.split(",")] if getattr(args, "teachers", None) else None
         benches["curricula"] = lambda quick, overrides: bench_curricula(
             args.task, int(args.budget), teachers, args.seeds, args.grid, args.repeats, overrides, args.out)
+    if args.name == "gpu":
+        from sim2real.bench_gpu import bench_gpu
+
+        benches["gpu"] = lambda quick, overrides: bench_gpu(smoke=bool(getattr(args, "smoke", False)) or quick,
+                                                            overrides=overrides)
     if args.name == "finetune":
         from sim2real.bench_finetune import bench_finetune
 

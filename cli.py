@@ -1,4 +1,4 @@
-"""The ``sim2real`` command line: list, train, eval, play, export, deploy, standin, bench.
+"""The ``sim2real`` command line: list, train, eval, play, export, check, deploy, standin, bench.
 
 Every user error (unknown task or config key, bad value, missing or corrupt checkpoint or policy, a policy
 that does not match the robot) prints one ``error: ...`` line and exits with status 2, without a traceback.
@@ -48,9 +48,39 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class _SimBackendAction(argparse.Action):
+    """``--sim NAME``: the override ``sim.backend=NAME`` (kept in order with the --set overrides)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, list(getattr(namespace, self.dest, None) or []) + [f"sim.backend={values}"])
+        namespace.sim_backend = values  # what --sim said (see _check_sim_flag)
+
+
+def _check_sim_flag(args, task: str) -> None:
+    """Refuse ``--sim`` on a task without simulation backends (no ``sim`` section: the quadrotor tasks) with one
+    line saying why, instead of the override's "unknown config key 'sim'"."""
+    backend = getattr(args, "sim_backend", None)
+    if backend is None:
+        return
+    from sim2real.configs import ConfigError, load_yaml
+    from sim2real.tasks import TASKS, get_task
+
+    if "sim" in load_yaml(get_task(task).config):
+        return
+    choosing = [name for name, spec in TASKS.items() if "sim" in load_yaml(spec.config)]
+    raise ConfigError(f"--sim {backend}: task {task} has no simulation backend to choose: it steps its own batched "
+                      f"torch dynamics (sim/quadrotor.py), not MuJoCo, and runs on any torch device as it is (for "
+                      f"the GPU: --device cuda, without --sim); --sim applies to {', '.join(choosing)}")
+
+
 def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set env.num_envs=2048 (repeatable)")
+    p.add_argument("--sim", dest="overrides", action=_SimBackendAction, default=argparse.SUPPRESS,
+                   choices=("mujoco", "mujoco-warp", "isaaclab"),
+                   help="legged tasks: simulation backend (sim.backend): mujoco (C MuJoCo on the CPU cores, default), "
+                        "mujoco-warp (MuJoCo Warp, for CUDA), isaaclab (the optional Isaac Lab extra); refused on the "
+                        "quadrotor tasks, which step their own torch dynamics on any --device (cpu, cuda)")
     p.add_argument("--config", help="YAML file with config values to merge over the task defaults")
 
 
@@ -87,16 +117,23 @@ FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.d
 def cmd_train(args) -> int:
     from sim2real.configs import ConfigError, apply_overrides, lookup
     from sim2real.policies import checkpoints as ck
+    from sim2real.policies import distributed as dist_mod
     from sim2real.policies.runner import Sim2RealRunner
     from sim2real.tasks import get_task, make_env
 
     get_task(args.task)
+    _check_sim_flag(args, args.task)
+    distributed = getattr(args, "distributed", False)
+    if distributed:  # the torchrun environment, CUDA and --device, before anything is loaded or written
+        dist_mod.distributed_setup(os.environ, args.device, 0)
+    else:
+        dist_mod.check_not_distributed(os.environ)
     extra = []
     if args.num_envs is not None:
         extra.append(f"env.num_envs={args.num_envs}")
     if args.seed is not None:
         extra.append(f"seed={args.seed}")
-    if args.device is not None:
+    if args.device is not None and not distributed:  # --distributed: each rank's cuda:LOCAL_RANK, set below
         extra.append(f"device={args.device}")
     resume_path = None
     if args.resume is not None:
@@ -116,12 +153,23 @@ def cmd_train(args) -> int:
             if lookup(cfg, key) != lookup(saved, key):
                 raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
                                   f"{lookup(saved, key)!r}); start a new run instead")
+        if distributed and str(saved["device"]).split(":")[0] != "cuda":
+            raise ConfigError(f"config key 'device' cannot change on --resume (the checkpoint was trained with "
+                              f"{saved['device']!r}); --distributed trains on cuda:LOCAL_RANK: start a new run instead")
         get_task(args.task).check(cfg)
     else:
         cfg = _task_cfg(args, extra)
+    setup = None
+    if distributed:  # this rank's device and seed (base seed + RANK: every rank samples its own envs)
+        setup = dist_mod.distributed_setup(os.environ, args.device, int(cfg["seed"]))
+        cfg = apply_overrides(cfg, [f"device={setup.device}", f"seed={setup.seed}"])
+        get_task(args.task).check(cfg)
+    main_rank = setup is None or setup.is_main  # only rank 0 writes: run directory, checkpoints, logs, eval, export
     _seed_everything(int(cfg["seed"]))
     env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
-    if resume_path is not None:
+    if not main_rank:
+        run_dir = None  # ranks > 0 write nothing (rsl-rl-lib's logger, too, writes on rank 0 only)
+    elif resume_path is not None:
         run_dir = resume_path.parent
         later = [p for p in ck.list_checkpoints(run_dir) if ck.checkpoint_iteration(p) >= int(data["iter"])]
         if later:  # resuming from an earlier point: branch, never overwrite the run's later checkpoints
@@ -130,19 +178,30 @@ def cmd_train(args) -> int:
     else:
         run_dir = ck.new_run_dir(args.task, args.run_name, args.runs_root)
         ck.write_run_files(run_dir, cfg, sys.argv)
-    runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=not args.no_progress)
+    runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=main_rank and not args.no_progress)
     if resume_path is not None:
         runner.load(str(resume_path))  # (a checkpoint it refuses leaves the run's files as they were)
-        ck.write_run_files(run_dir, cfg, sys.argv, resumed_from=resume_path)
+        if main_rank:
+            ck.write_run_files(run_dir, cfg, sys.argv, resumed_from=resume_path)
+        else:  # the checkpoint holds rank 0's RNG states: ranks > 0 draw their own again
+            _seed_everything(setup.seed + setup.world_size * runner.current_learning_iteration)
         if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in args.overrides):
             runner.alg.learning_rate = float(cfg["train"]["learning_rate"])  # explicit: replaces the saved one
             for group in runner.alg.optimizer.param_groups:
                 group["lr"] = runner.alg.learning_rate
-        print(f"resumed from {resume_path} at iteration {runner.current_learning_iteration}, "
-              f"learning rate {runner.alg.learning_rate:.3g}")
+        if main_rank:
+            print(f"resumed from {resume_path} at iteration {runner.current_learning_iteration}, "
+                  f"learning rate {runner.alg.learning_rate:.3g}")
     iterations = args.max_iterations if args.max_iterations is not None else cfg["train"]["max_iterations"]
-    print(f"run directory: {run_dir}")
-    runner.learn(int(iterations))
+    if main_rank:
+        print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
+    try:
+        runner.learn(int(iterations))
+    finally:
+        if setup is not None:
+            dist_mod.shutdown()
+    if not main_rank:
+        return 0
     if runner.last_eval is not None:
         m = runner.last_eval
         print(f"eval (iteration {m['iteration']}): "
@@ -165,8 +224,11 @@ def _policy_fn(args):
         from sim2real.policies.onnx_policy import load_exported
         from sim2real.tasks import get_task
 
+        if args.task:
+            _check_sim_flag(args, get_task(args.task).name)
         # The policy's own training config (action interface, control period, robot, ...), then the user's.
         policy, cfg = load_exported(args.policy, args.task)
+        _check_sim_flag(args, cfg["task"])
         if args.config:
             cfg = merge_checked(cfg, load_yaml(args.config))
         cfg = apply_overrides(cfg, list(args.overrides))
@@ -178,6 +240,8 @@ def _policy_fn(args):
 
     if not args.task:
         raise ck.CheckpointError("--task is required with --checkpoint")
+    get_task(args.task)
+    _check_sim_flag(args, args.task)
     path, data = ck.load_task_checkpoint(args.checkpoint or "latest", args.task, args.runs_root)
     runner, cfg, _ = load_runner(path, data=data)
     from sim2real.configs import apply_overrides
@@ -297,9 +361,35 @@ def _check_ros_names(args) -> None:
 def cmd_deploy(args) -> int:
     from sim2real.deploy.policy_node import deploy_main
 
-    _robot_kind(args)
+    robot, _ = _robot_kind(args)
     _check_ros_names(args)
+    if args.policy is not None and getattr(args, "finetune", None) is None:
+        from sim2real.policies.check import deploy_gate
+
+        # Pre-flight check (metadata + ONNX, and a fresh check.json's verdict); a FAIL refuses unless --force.
+        deploy_gate(args.policy, robot, force=getattr(args, "force", False))
     return deploy_main(args)
+
+
+def cmd_check(args) -> int:
+    """``sim2real check``: the pre-flight report card (:mod:`sim2real.policies.check`); exit 1 on FAIL."""
+    from sim2real.configs import load_robot
+    from sim2real.policies.check import FAIL, VARIANTS, run_check, write_json
+
+    if not Path(args.policy).is_dir():
+        raise FileNotFoundError(f"policy folder not found: {args.policy}")
+    variants = None if not args.variants else tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    unknown = [v for v in variants or () if v not in VARIANTS]
+    if unknown:
+        from sim2real.configs import ConfigError
+
+        raise ConfigError(f"--variants: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
+    report = run_check(args.policy, load_robot(args.robot), replay=not args.no_replay, episodes=args.episodes,
+                       checkpoint=args.checkpoint, variants=variants, robot_label=args.robot)
+    print(report.format())
+    if args.json:
+        print(f"wrote {write_json(report, args.json)}")
+    return 1 if report.verdict == FAIL else 0
 
 
 def cmd_standin(args) -> int:
@@ -335,9 +425,15 @@ def cmd_standin(args) -> int:
 
 
 def cmd_bridge(args) -> int:
+    if args.bridge == "unitree":
+        _robot_kind(args)  # the namespace default: /<robot name>
+    _check_ros_names(args)
+    if args.bridge == "unitree":
+        from sim2real.hardware.unitree_bridge import bridge_main as unitree_bridge_main
+
+        return unitree_bridge_main(args)
     from sim2real.hardware.crazyflie_bridge import bridge_main
 
-    _check_ros_names(args)
     return bridge_main(args)
 
 
@@ -375,6 +471,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-root", type=Path, help="folder of run directories (default ./runs or $SIM2REAL_RUNS)")
     p.add_argument("--export", action="store_true", help="export best.pt to <run>/policy when training ends")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--distributed", action="store_true",
+                   help="multi-GPU/multi-node under torchrun (torchrun --nproc_per_node=N -m sim2real train ... "
+                        "--distributed): each rank its own --num-envs envs on cuda:LOCAL_RANK, seed + RANK; "
+                        "rsl-rl-lib all-reduces gradients and normaliser (NCCL); only rank 0 writes the run")
     _config_args(p)
     p.set_defaults(func=cmd_train)
 
@@ -412,14 +512,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("deploy", help="run an exported policy in a ROS 2 lifecycle node")
     add_deploy_arguments(p)
+    p.add_argument("--force", action="store_true",
+                   help="deploy even if the pre-flight check (sim2real check) FAILs (logs a loud warning; the node "
+                        "still refuses a policy whose metadata does not match the robot)")
     p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser("check", help="pre-flight report card of a policy on a robot: metadata, ONNX parity, "
+                                     "sim-to-sim replay (exit 1 on FAIL)")
+    p.add_argument("--policy", required=True, help="exported policy folder (policy.onnx + metadata.json)")
+    p.add_argument("--robot", required=True, help="robot config name or YAML path of the robot it would drive")
+    p.add_argument("--episodes", type=positive_int, default=None,
+                   help="replay episodes per config (quadrotor-swarm: rooms; default: hover 64, jump 48, swarm 2)")
+    p.add_argument("--variants", default=None, metavar="LIST",
+                   help="replay configs, comma-separated, of nominal,fidelity,dynamics,latency,jitter (default all; "
+                        "quadrotor-swarm: nominal,dynamics,latency)")
+    p.add_argument("--checkpoint", default=None,
+                   help="torch checkpoint the policy was exported from (default: its training.checkpoint if present)")
+    p.add_argument("--no-replay", action="store_true", help="metadata and ONNX sections only (what deploy runs)")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="also write the report as JSON (atomically); <policy>/check.json is read by deploy")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("standin", help="simulated robot node standing in for the real drone or legged robot (ROS 2)")
     add_standin_arguments(p)
     p.set_defaults(func=cmd_standin)
 
     p = sub.add_parser("bridge", help="a real robot on the deploy topics through its SDK (ROS 2)")
-    b = p.add_subparsers(dest="bridge", required=True).add_parser(
+    bridges = p.add_subparsers(dest="bridge", required=True)
+    b = bridges.add_parser(
         "crazyflie", help="Crazyflie over cflib: state estimate -> odom, cmd/ctbr -> commander (rate mode)")
     b.add_argument("--uri", required=True, help="cflib link URI, e.g. radio://0/80/2M/E7E7E7E7E7")
     b.add_argument("--namespace", default="/crazyflie", help="ROS namespace of the topics (default /crazyflie)")
@@ -433,6 +553,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--log-period-ms", type=positive_int, default=10, help="log block period (ms, default 10)")
     b.add_argument("--duration", type=positive_float, default=None, help="stop after this long (s; default: run)")
     b.set_defaults(func=cmd_bridge)
+    b = bridges.add_parser(
+        "unitree", help="Unitree robot over SDK2 (DDS): LowState -> joint_states + imu, joint commands -> LowCmd")
+    b.add_argument("--robot", default="go2", help="legged robot config with a unitree: block (default go2)")
+    b.add_argument("--interface", required=True, help="network interface wired to the robot (eth0; lo for tests)")
+    b.add_argument("--domain-id", type=int, default=0, help="the robot's DDS domain id (default 0)")
+    b.add_argument("--namespace", default=None, help="ROS namespace of the topics (default /<robot name>)")
+    b.add_argument("--node-name", default="unitree_bridge", help="ROS node name (default unitree_bridge)")
+    b.add_argument("--arm", action="store_true", help="arm at start (else: publish true on <namespace>/arm)")
+    b.add_argument("--command-timeout", type=positive_float, default=0.1,
+                   help="damping when joint targets or gains are older than this (s, default 0.1)")
+    b.add_argument("--state-timeout", type=positive_float, default=0.1,
+                   help="damping when the robot's LowState is older than this (s, default 0.1)")
+    b.add_argument("--damping-kd", type=positive_float, default=None,
+                   help="kd of the damping mode (N m s/rad; default: the config's unitree.damping_kd)")
+    b.add_argument("--duration", type=positive_float, default=None, help="stop after this long (s; default: run)")
+    b.set_defaults(func=cmd_bridge)
 
     from sim2real.policies.finetune_cli import add_finetune_arguments
 
@@ -443,8 +579,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
     p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "footsteps-throughput",
-                                    "swarm", "curricula", "finetune", "all"],
-                   help="all: every bench but curricula and finetune (which train)")
+                                    "swarm", "curricula", "finetune", "gpu", "all"],
+                   help="all: every bench but curricula, finetune and gpu (which train)")
     p.add_argument("--task", default="quadrotor-hover", help="curricula: quadrotor-hover or quadruped-jump")
     p.add_argument("--budget", type=positive_steps, default=3e6,
                    help="curricula: env steps of training per teacher and seed")
@@ -462,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one); "
                    "finetune: the base policy (default: the shipped quadrotor-hover one)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    p.add_argument("--smoke", action="store_true", help="gpu: a tiny CPU version (4 envs) where there is no CUDA")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="task config override for the legged throughput and curricula benches, e.g. robot.mjcf=PATH; "
                         "finetune: a fine-tuning config override (configs/finetune.yaml)")

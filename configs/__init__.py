@@ -46,14 +46,44 @@ def available_robots() -> list[str]:
     return sorted(p.stem for p in ROBOTS_DIR.glob("*.yaml"))
 
 
-def load_robot(name_or_path: str) -> dict:
-    """Robot config by name (``configs/robots/<name>.yaml``) or by path to a YAML file."""
+#: Top-level blocks of a robot config that describe the real robot's vendor interface for a hardware bridge
+#: (``unitree``: :mod:`sim2real.hardware.unitree_bridge`), not the robot a policy is trained on.
+#: :func:`load_robot` leaves them out, so training configs, exported policies' metadata and their hashes do not
+#: depend on them; :func:`load_robot_interface` reads one.
+INTERFACE_KEYS = ("unitree",)
+
+
+def _robot_file(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if not path.suffix:
         path = ROBOTS_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
             raise ConfigError(f"unknown robot '{name_or_path}' (available: {', '.join(available_robots())})")
-    return load_yaml(path)
+    return path
+
+
+def load_robot(name_or_path: str) -> dict:
+    """Robot config by name (``configs/robots/<name>.yaml``) or by path to a YAML file, without its
+    :data:`INTERFACE_KEYS` blocks."""
+    robot = load_yaml(_robot_file(name_or_path))
+    for key in INTERFACE_KEYS:
+        robot.pop(key, None)
+    return robot
+
+
+def load_robot_interface(name_or_path: str, key: str) -> dict | None:
+    """The ``key`` block (one of :data:`INTERFACE_KEYS`, e.g. ``unitree``) of a robot config, or None when the
+    config has none. Its contents are checked by the bridge that uses it.
+
+    Raises:
+        ConfigError: unknown robot or file, or a block that is not a mapping.
+    """
+    if key not in INTERFACE_KEYS:
+        raise ConfigError(f"'{key}' is not a robot interface block (known: {', '.join(INTERFACE_KEYS)})")
+    block = load_yaml(_robot_file(name_or_path)).get(key)
+    if block is not None and not isinstance(block, dict):
+        raise ConfigError(f"robot.{key}: expected a mapping, got {block!r}")
+    return block
 
 
 def _kind(value: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from sim2real.policies.checkpoints import (
     CheckpointError,
     atomic_torch_save, atomic_write_bytes, load_checkpoint, prune_checkpoints, rng_state, set_rng_state,
 )
+from sim2real.policies.distributed import is_main_process
 from sim2real.policies.evaluation import evaluate
 
 
@@ -76,11 +78,14 @@ class Sim2RealRunner(OnPolicyRunner):
     Args:
         env: a task env (rsl-rl ``VecEnv``) exposing ``curriculum_state_dict()``/``load_curriculum_state_dict()``.
         cfg: the resolved task config (its ``train`` section configures PPO).
-        run_dir: where TensorBoard logs and checkpoints go (None: no logging, no checkpoints).
+        run_dir: where TensorBoard logs and checkpoints go (None: no logging, no checkpoints). In a distributed run
+            (torchrun, ``WORLD_SIZE`` > 1) ranks other than 0 write nothing whatever ``run_dir`` says.
         progress: show a progress bar.
     """
 
     def __init__(self, env, cfg: dict, run_dir: Path | None, device: str = "cpu", progress: bool = True):
+        if not is_main_process(os.environ):  # rsl-rl-lib reads the same variables (its logger is rank-0-only too)
+            run_dir = None
         self.task_cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else None
         with contextlib.redirect_stdout(io.StringIO()):
@@ -165,7 +170,10 @@ class Sim2RealRunner(OnPolicyRunner):
 
     # --- checkpoints ---------------------------------------------------------------------------------------
     def save(self, path: str, infos: dict | None = None, prune: bool = True) -> None:
-        """Atomically write a resumable checkpoint; ``iter`` is the next iteration to run."""
+        """Atomically write a resumable checkpoint; ``iter`` is the next iteration to run. Rank > 0 of a
+        distributed run writes nothing."""
+        if getattr(self, "is_distributed", False) and getattr(self, "gpu_global_rank", 0) != 0:
+            return
         saved = self.alg.save()
         saved["iter"] = self.current_learning_iteration + 1
         saved["infos"] = {

@@ -129,6 +129,10 @@ def check_mujoco_sim(sim: dict) -> None:
     """The ``sim`` section of a task on the MuJoCo backend: control period, threads, fast solver settings."""
     require(sim["control_dt"] > 0, "sim.control_dt", "must be positive")
     require(sim["nthread"] >= 0, "sim.nthread", "must be >= 0")
+    from sim2real.sim.backends import BACKENDS
+
+    backend = sim.get("backend", "mujoco")
+    require(backend in BACKENDS, "sim.backend", f"'{backend}' (choose {', '.join(BACKENDS)})")
     fast = sim["fast"]
     if "timestep" in fast:
         require(fast["timestep"] > 0, "sim.fast.timestep", f"must be positive, got {fast['timestep']}")

@@ -37,7 +37,7 @@ from sim2real.curricula import StagedLevelCurriculum
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import build_task_curriculum
 from sim2real.curricula.stages import split_difficulty, stage_space
-from sim2real.sim.mujoco_backend import MujocoBackend
+from sim2real.sim.backends import make_legged_backend
 from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, tilt_from_quat, yaw_from_quat
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.humanoid_footsteps import plans as fp
@@ -85,7 +85,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.num_envs = n = int(num_envs or e["num_envs"])
         self.robot = cfg["robot"]
         self.num_boxes = int(e["num_terrain_boxes"])
-        self.sim = MujocoBackend(self.robot, n, cfg["sim"], device=device, terrain_boxes=self.num_boxes)
+        self.sim = make_legged_backend(self.robot, n, cfg["sim"], device=device, terrain_boxes=self.num_boxes)
         self.control_dt = self.sim.control_dt
         self.num_plan_steps = int(e["num_plan_steps"])
         self.max_episode_length = int(round(e["episode_s"] / self.control_dt))

@@ -25,7 +25,7 @@ from sim2real.curricula import StagedLevelCurriculum
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import build_task_curriculum
 from sim2real.curricula.stages import split_difficulty, stage_space
-from sim2real.sim.mujoco_backend import MujocoBackend
+from sim2real.sim.backends import make_legged_backend
 from sim2real.sim.rotations import (
     quat_from_yaw, quat_mul, quat_rotate_inverse, tilt_from_quat, wrap_angle, yaw_from_quat,
 )
@@ -60,7 +60,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         e = cfg["env"]
         self.num_envs = n = int(num_envs or e["num_envs"])
         self.robot = cfg["robot"]
-        self.sim = MujocoBackend(self.robot, n, cfg["sim"], device=device, obstacle=True)
+        self.sim = make_legged_backend(self.robot, n, cfg["sim"], device=device, obstacle=True)
         self.control_dt = self.sim.control_dt
         self.max_episode_length = int(round((e["wait_s"][1] + e["jump_s"]) / self.control_dt))
         self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=device)

@@ -1,0 +1,152 @@
+"""``sim2real check`` (policies/check.py) and the deploy gate: a swapped joint list and permuted ONNX outputs FAIL,
+the shipped policy passes the gate, torch parity, the JSON report and check.json freshness."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from sim2real.cli import main
+from sim2real.configs import config_hash, load_robot
+from sim2real.policies import check as C
+from sim2real.policies.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, embedded_copy, sha256_file
+
+REPO = Path(__file__).resolve().parents[2]
+HOVER = REPO / "policies" / "pretrained" / "quadrotor-hover"
+JUMP = REPO / "policies" / "pretrained" / "quadruped-jump"
+FL_THIGH, FR_THIGH = 1, 4  # go2 policy order: FL hip/thigh/calf, FR hip/thigh/calf, ...
+
+
+def _rewrite(policy: Path, meta: dict, model: onnx.ModelProto | None = None) -> None:
+    """Save ``model`` (default: the folder's) with ``meta`` embedded, then metadata.json with the new checksum:
+    what `sim2real export` would have written for that metadata."""
+    model = model if model is not None else onnx.load(str(policy / ONNX_FILE))
+    props = [p for p in model.metadata_props if p.key != EMBEDDED_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(props)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = EMBEDDED_KEY, json.dumps(embedded_copy(meta), sort_keys=True)
+    (policy / ONNX_FILE).write_bytes(model.SerializeToString())
+    meta["onnx"]["sha256"] = sha256_file(policy / ONNX_FILE)
+    (policy / METADATA_FILE).write_text(json.dumps(meta, indent=2))
+
+
+@pytest.fixture(scope="module")
+def swapped_names(tmp_path_factory) -> Path:
+    """The shipped jump policy re-exported as if trained on a robot whose FL/FR thigh joints are listed swapped."""
+    policy = tmp_path_factory.mktemp("swapped") / "policy"
+    shutil.copytree(JUMP, policy)
+    meta = json.loads((policy / METADATA_FILE).read_text())
+    names = list(meta["robot"]["joint_names"])
+    names[FL_THIGH], names[FR_THIGH] = names[FR_THIGH], names[FL_THIGH]
+    meta["robot"]["joint_names"] = names
+    meta["robot"]["params"]["joint_names"] = names
+    meta["robot"]["params_hash"] = config_hash(meta["robot"]["params"])
+    meta["action"]["command_names"] = names
+    _rewrite(policy, meta)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def permuted_outputs(tmp_path_factory) -> Path:
+    """The shipped jump policy with its FL_thigh and FR_thigh output columns exchanged (names left correct)."""
+    policy = tmp_path_factory.mktemp("permuted") / "policy"
+    shutil.copytree(JUMP, policy)
+    model = onnx.load(str(policy / ONNX_FILE))
+    out = model.graph.output[0].name
+    for node in model.graph.node:
+        node.output[:] = [o + "_raw" if o == out else o for o in node.output]
+    perm = list(range(12))
+    perm[FL_THIGH], perm[FR_THIGH] = FR_THIGH, FL_THIGH
+    model.graph.initializer.append(numpy_helper.from_array(np.array(perm, dtype=np.int64), "column_perm"))
+    model.graph.node.append(helper.make_node("Gather", [out + "_raw", "column_perm"], [out], axis=1))
+    onnx.checker.check_model(model)
+    _rewrite(policy, json.loads((policy / METADATA_FILE).read_text()), model)
+    return policy
+
+
+def test_shipped_hover_policy_passes_metadata_and_warns_without_torch_weights():
+    report = C.run_check(HOVER, load_robot("crazyflie2"), replay=False)
+    meta, onnx_sec = report.sections
+    assert meta.status == C.PASS and {i.name for i in meta.items} >= {"interface", "joints", "control rate",
+                                                                     "observation", "artefact"}
+    assert "100 Hz within the robot's 50-500 Hz" in meta.summary + str([i.message for i in meta.items])
+    assert onnx_sec.status == C.WARN  # no checkpoint shipped: not a silent PASS
+    status = {i.name: i.status for i in onnx_sec.items}
+    assert status == {"shapes": C.PASS, "finite": C.PASS, "deterministic": C.PASS, "batch 1 vs batch": C.PASS,
+                      "torch parity": C.WARN}
+    assert report.verdict == C.WARN
+
+
+def test_swapped_joint_names_fail_the_metadata_check_and_deploy(swapped_names, capsys):
+    report = C.run_check(swapped_names, load_robot("go2"), replay=False)
+    meta = report.sections[0]
+    assert meta.status == C.FAIL and report.verdict == C.FAIL
+    joints = next(i for i in meta.items if i.name == "joints")
+    assert joints.status == C.FAIL
+    assert "FL_thigh_joint <-> FR_thigh_joint" in joints.message and "robot.joint_names" in joints.message
+    assert [i.status for i in meta.items if i.name == "artefact"] == [C.PASS]  # a clean export: only the order
+    # The CLI: exit 1 and the report; deploy refuses before any ROS traffic, one error line naming the section.
+    assert main(["check", "--policy", str(swapped_names), "--robot", "go2", "--no-replay"]) == 1
+    assert "verdict: FAIL (metadata failed)" in capsys.readouterr().out
+    assert main(["deploy", "--policy", str(swapped_names), "--robot", "go2", "--activate"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "policy check FAIL" in err[0] and "metadata: joints" in err[0]
+
+
+def test_permuted_output_columns_pass_metadata_but_fail_the_replay(permuted_outputs, tmp_path):
+    report = C.run_check(permuted_outputs, load_robot("go2"), episodes=24, variants=("nominal",))
+    meta, onnx_sec, replay = report.sections
+    assert meta.status == C.PASS and onnx_sec.status == C.WARN
+    assert replay.status == C.FAIL and report.verdict == C.FAIL
+    nominal = replay.data["configs"]["nominal"]
+    assert nominal["success_rate"] < C.CRITERIA["quadruped-jump"].nominal_fail
+    # Deploy's fast gate cannot see it, but a fresh check.json beside the policy makes deploy refuse it.
+    C.deploy_gate(permuted_outputs, load_robot("go2"))
+    C.write_json(report, permuted_outputs / C.CHECK_FILE)
+    with pytest.raises(C.PolicyCheckFailed, match="replay"):
+        C.deploy_gate(permuted_outputs, load_robot("go2"))
+    logs = []
+    gate = C.deploy_gate(permuted_outputs, load_robot("go2"), force=True, log=logs.append)
+    assert gate.verdict == C.FAIL and any("WARNING: --force" in line for line in logs)
+
+
+def test_hover_replay_runs_every_variant_on_the_deploy_observation_path():
+    section = C.check_replay(HOVER, episodes=8)
+    assert set(section.data["configs"]) == set(C.VARIANTS)
+    nominal = section.data["configs"]["nominal"]
+    assert nominal["crash_rate"] == 0.0 and nominal["pos_error_mean"] < 0.15
+    assert section.data["configs"]["fidelity"]["overrides"] == ["env.sim_dt=0.002", "env.decimation=5"]
+    assert section.status in (C.PASS, C.WARN)
+
+
+def test_torch_parity_against_the_exported_checkpoint(tiny_policy):
+    section = C.check_onnx(tiny_policy)  # training.checkpoint of the tiny export exists
+    parity = next(i for i in section.items if i.name == "torch parity")
+    assert parity.status == C.PASS, parity.message
+    assert section.data["parity_max_abs"] <= C.PARITY_ATOL and section.data["parity_samples"] == 66
+
+
+def test_json_report_is_atomic_and_check_json_goes_stale(tmp_path):
+    policy = tmp_path / "hover"
+    shutil.copytree(HOVER, policy)
+    robot = load_robot("crazyflie2")
+    report = C.run_check(policy, robot, replay=False)
+    report.sections.append(C.Section("replay", C.FAIL, "nominal: pos_error_mean 1.2 m"))
+    out = C.write_json(report, policy / C.CHECK_FILE)
+    assert sorted(p.name for p in policy.iterdir()) == ["README.md", C.CHECK_FILE, METADATA_FILE, ONNX_FILE]
+    data = json.loads(out.read_text())
+    assert data["verdict"] == C.FAIL and [s["name"] for s in data["sections"]] == ["metadata", "onnx", "replay"]
+    with pytest.raises(C.PolicyCheckFailed, match="replay: nominal: pos_error_mean 1.2 m"):
+        C.deploy_gate(policy, robot)
+    notes = []
+    other = dict(robot, linear_drag=[0.005, 0.005, 0.006])  # another robot config: the stored report is stale
+    with pytest.raises(C.PolicyCheckFailed, match="metadata"):  # ... and this robot does not match the policy
+        C.deploy_gate(policy, other, log=notes.append)
+    assert any("stale" in n for n in notes)
