@@ -1,12 +1,22 @@
 """The ``sim2real`` CLI as a user runs it: a tiny train -> resume -> export -> eval -> play chain, and bad input
-giving one clear ``error:`` line, exit status 2 and no traceback."""
+giving one clear ``error:`` line, exit status 2 and no traceback.
+
+The chains and one error run ``python -m sim2real`` in a subprocess, exactly as a user does; the other bad-input
+cases call the same entry point (:func:`sim2real.cli.main`) in this process (:func:`sim2real_main`): the same
+parser, error handling and exit status, without the 3-4 s of imports of a new process each (an unexpected
+exception, which a user would see as a traceback, fails the test).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import warnings
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +28,23 @@ def sim2real(*args, cwd=None, check=True):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-m", "sim2real", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sim2real {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def sim2real_main(*args, check=True):
+    """``sim2real.cli.main(args)`` in this process, its stdout/stderr captured: a result like :func:`sim2real`'s."""
+    from sim2real.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as PYTHONWARNINGS=ignore in the subprocess
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+    proc = SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
     if check and proc.returncode != 0:
         raise AssertionError(f"sim2real {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -101,12 +128,12 @@ def test_unknown_task():
 
 
 def test_unknown_config_key():
-    _assert_clean_error(sim2real("train", "--task", "quadrotor-hover", "--set", "env.num_env=3", check=False),
+    _assert_clean_error(sim2real_main("train", "--task", "quadrotor-hover", "--set", "env.num_env=3", check=False),
                         "env.num_env")
 
 
 def test_bad_config_value():
-    _assert_clean_error(sim2real("train", "--task", "quadrotor-hover", "--set", "train.learning_rate=fast",
+    _assert_clean_error(sim2real_main("train", "--task", "quadrotor-hover", "--set", "train.learning_rate=fast",
                                  check=False), "train.learning_rate")
 
 
@@ -125,30 +152,30 @@ def test_bad_legged_robot_config_is_refused_before_a_run_starts(tmp_path, edit, 
     robot = dict(load_robot("go2"), **edit)
     path = tmp_path / "robot.yaml"
     path.write_text(yaml.safe_dump(robot))
-    proc = sim2real("train", "--task", "quadruped-jump", "--set", f"robot={path}", "--runs-root", tmp_path / "runs",
-                    check=False)
+    proc = sim2real_main("train", "--task", "quadruped-jump", "--set", f"robot={path}", "--runs-root",
+                         tmp_path / "runs", check=False)
     _assert_clean_error(proc, named)
     assert not (tmp_path / "runs").exists()
 
 
 def test_missing_and_corrupt_checkpoint(tmp_path):
-    _assert_clean_error(sim2real("export", "--task", "quadrotor-hover", "--checkpoint", tmp_path / "nope.pt",
+    _assert_clean_error(sim2real_main("export", "--task", "quadrotor-hover", "--checkpoint", tmp_path / "nope.pt",
                                  check=False), "not found")
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x80\x02garbage")
-    _assert_clean_error(sim2real("export", "--task", "quadrotor-hover", "--checkpoint", bad, check=False),
+    _assert_clean_error(sim2real_main("export", "--task", "quadrotor-hover", "--checkpoint", bad, check=False),
                         "cannot read checkpoint")
-    _assert_clean_error(sim2real("eval", "--task", "quadrotor-hover", "--checkpoint", bad, check=False),
+    _assert_clean_error(sim2real_main("eval", "--task", "quadrotor-hover", "--checkpoint", bad, check=False),
                         "cannot read checkpoint")
 
 
 def test_missing_and_corrupt_policy(cli_run, tmp_path):
     _, run = cli_run
-    _assert_clean_error(sim2real("eval", "--policy", tmp_path / "nope", check=False), "not found")
+    _assert_clean_error(sim2real_main("eval", "--policy", tmp_path / "nope", check=False), "not found")
     for name in ("policy.onnx", "metadata.json"):
         (tmp_path / name).write_bytes((run / "policy" / name).read_bytes())
     (tmp_path / "policy.onnx").write_bytes(b"not an onnx file")
-    _assert_clean_error(sim2real("eval", "--policy", tmp_path, check=False), "onnx.sha256")
+    _assert_clean_error(sim2real_main("eval", "--policy", tmp_path, check=False), "onnx.sha256")
 
 
 def test_policy_from_another_robot_is_refused(cli_run, tmp_path):
@@ -159,7 +186,7 @@ def test_policy_from_another_robot_is_refused(cli_run, tmp_path):
     robot = dict(meta["robot"]["params"], name="crazyflie21_brushless", mass=0.034)
     path = tmp_path / "other.yaml"
     path.write_text(yaml.safe_dump(robot))
-    proc = sim2real("deploy", "--policy", run / "policy", "--robot", path, check=False)
+    proc = sim2real_main("deploy", "--policy", run / "policy", "--robot", path, check=False)
     _assert_clean_error(proc, "robot.name", "robot.params.mass")
 
 
@@ -178,7 +205,7 @@ def test_resume_from_an_earlier_checkpoint_branches_instead_of_overwriting(cli_r
 
 def test_resume_refuses_structural_changes(cli_run):
     root, run = cli_run
-    proc = sim2real("train", "--task", "quadrotor-hover", "--resume", "--runs-root", root / "runs",
+    proc = sim2real_main("train", "--task", "quadrotor-hover", "--resume", "--runs-root", root / "runs",
                     "--set", "env.action_interface=ctbr", check=False)
     _assert_clean_error(proc, "env.action_interface", "cannot change on --resume")
 
@@ -189,7 +216,7 @@ def test_resume_refuses_another_teacher_and_a_damaged_curriculum_state_without_t
     root, run = cli_run
     config_before = (run / "config.yaml").read_bytes()
     for key, value in (("curriculum.teacher", "alp_gmm"), ("curriculum.bins", "[2,2]")):
-        proc = sim2real("train", "--task", "quadrotor-hover", "--resume", run / "model_1.pt", "--runs-root",
+        proc = sim2real_main("train", "--task", "quadrotor-hover", "--resume", run / "model_1.pt", "--runs-root",
                         root / "runs", "--set", f"{key}={value}", check=False)
         _assert_clean_error(proc, key, "cannot change on --resume")
     damaged = torch.load(run / "model_1.pt", weights_only=False)
@@ -198,7 +225,7 @@ def test_resume_refuses_another_teacher_and_a_damaged_curriculum_state_without_t
     copy.mkdir()
     (copy / "config.yaml").write_bytes(config_before)
     torch.save(damaged, copy / "model_1.pt")
-    proc = sim2real("train", "--task", "quadrotor-hover", "--resume", copy / "model_1.pt", "--max-iterations", 1,
+    proc = sim2real_main("train", "--task", "quadrotor-hover", "--resume", copy / "model_1.pt", "--max-iterations", 1,
                     check=False)
     _assert_clean_error(proc, "curriculum state does not fit")
     assert (copy / "config.yaml").read_bytes() == config_before and not (copy / "run.json").exists()
@@ -208,9 +235,9 @@ def test_resume_refuses_another_teacher_and_a_damaged_curriculum_state_without_t
 def test_bench_curricula_refuses_bad_numbers_before_training():
     for flag, value in (("--seeds", "0"), ("--grid", "0"), ("--repeats", "-1"), ("--budget", "nan"),
                         ("--budget", "0")):
-        proc = sim2real("bench", "curricula", flag, value, check=False)
+        proc = sim2real_main("bench", "curricula", flag, value, check=False)
         assert proc.returncode == 2 and flag in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    _assert_clean_error(sim2real("bench", "curricula", "--set", "curriculum.teacher=uniform", check=False),
+    _assert_clean_error(sim2real_main("bench", "curricula", "--set", "curriculum.teacher=uniform", check=False),
                         "curriculum.teacher")
 
 
@@ -227,6 +254,6 @@ def test_eval_of_an_export_uses_the_policy_own_interface_and_rate(tmp_path):
 
 
 def test_invalid_ros_names_are_refused():
-    _assert_clean_error(sim2real("standin", "--namespace", "bad ns!", check=False), "--namespace")
-    _assert_clean_error(sim2real("deploy", "--policy", "unused", "--robot", "crazyflie2", "--node-name", "bad-name",
-                                 check=False), "--node-name")
+    _assert_clean_error(sim2real_main("standin", "--namespace", "bad ns!", check=False), "--namespace")
+    _assert_clean_error(sim2real_main("deploy", "--policy", "unused", "--robot", "crazyflie2", "--node-name",
+                                      "bad-name", check=False), "--node-name")
