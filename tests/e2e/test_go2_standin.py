@@ -36,6 +36,10 @@ MIN_BASE_HEIGHT_M = 0.10
 MAX_TILT_RAD = legged_node.MAX_TILT_RAD
 MIN_TARGET_OFFSET_RAD = 0.01  # the policy's targets differ from the default pose by at least this (max over joints)
 STARTUP_TIMEOUT_S = 30.0
+#: The node's input timeout: the stand-in publishes at 500 Hz, so only a stall of this (loaded) test machine leaves
+#: 0.1 s (the default) without joint states; such a stall during the ramp sent the node to damping and restarted
+#: its ramp (seen once in a full-suite run). The timeout's own behaviour is tested in tests/deploy.
+STATE_TIMEOUT_S = 0.3
 POLICY_ORDER = [f"{leg}_{part}_joint" for leg in ("FL", "FR", "RL", "RR") for part in ("hip", "thigh", "calf")]
 DEFAULT = np.array([{"hip": 0.0, "thigh": 0.9, "calf": -1.8}[n.split("_")[1]] for n in POLICY_ORDER])
 
@@ -73,7 +77,8 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
                 # The robot is up (crouched, in damping) before the node starts.
                 assert wait_until(lambda: rec.count(odom_t) > 0, STARTUP_TIMEOUT_S), "no stand-in\n" + logs()
                 procs["deploy"] = spawn_cli(["deploy", "--policy", str(policy_dir), "--robot", "go2", "--namespace",
-                                          namespace, "--ramp-s", str(RAMP_S), "--duration", "60"],
+                                          namespace, "--ramp-s", str(RAMP_S), "--duration", "60",
+                                          "--state-timeout", str(STATE_TIMEOUT_S)],
                                          tmp_path / "deploy.log")
                 # Configure, see its command publishers, then activate (discovery of a new process can take
                 # seconds on a loaded machine: the ramp must not start before the probe hears it).
@@ -121,10 +126,13 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
     # Before the ramp the robot is crouched; the ramp starts from the measured pose and ends at the default pose.
     before = [z for t, z in odom if t < t_ramp]
     assert before and before[-1] < 0.15, (before[-3:], logs())
-    # (the ramp's last tick, exactly the default pose, may arrive late on a loaded machine: look 0.5 s further)
-    ramp = [(t, q) for t, q, _ in targets if t_ramp - 0.01 <= t < t_ramp + RAMP_S + 0.5]
+    # (the ramp's last tick, exactly the default pose, may arrive late on a loaded machine: look 1.5 s further)
+    ramp = [(t, q) for t, q, _ in targets if t_ramp - 0.01 <= t < t_ramp + RAMP_S + 1.5]
     assert ramp[0][1][POLICY_ORDER.index("FL_thigh_joint")] > 1.0, ramp[0]  # folded thigh, not the default 0.9
-    assert any(np.allclose(q, DEFAULT, atol=1e-5) for _, q in ramp), "the ramp never reached the default pose"
+    damped_in_ramp = [round(t - t_ramp, 3) for t, kp in gains if t_ramp <= t < t_ramp + RAMP_S and max(kp) == 0.0]
+    assert any(np.allclose(q, DEFAULT, atol=1e-5) for _, q in ramp), (
+        f"the ramp never reached the default pose (damping ticks at ramp times {damped_in_ramp[:5]} s, "
+        f"{len(damped_in_ramp)} in all)\n" + logs())
 
     # Policy in control for HOLD_S from just after the ramp's last tick (the default pose, sent at the ramp's end,
     # however late it came): up, no base contact, never damping, targets off the default pose.
