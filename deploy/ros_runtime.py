@@ -59,15 +59,19 @@ def stop_on_signals():
             signal.signal(sig, old)
 
 
-def spin_for(executor: SingleThreadedExecutor, context: Context, duration_s: float | None) -> str:
-    """Spin ``executor`` until ``duration_s`` [s] have passed (None: forever), the context shuts down, or
-    Ctrl-C / SIGTERM (a ``KeyboardInterrupt``, or :data:`STOP_REQUESTED` under :func:`stop_on_signals`).
-    Returns why it stopped: ``"duration"``, ``"shutdown"`` or ``"interrupted"``."""
+def spin_for(executor: SingleThreadedExecutor, context: Context, duration_s: float | None,
+             stop_when=None) -> str:
+    """Spin ``executor`` until ``duration_s`` [s] have passed (None: forever), the context shuts down,
+    ``stop_when()`` (optional) returns true, or Ctrl-C / SIGTERM (a ``KeyboardInterrupt``, or
+    :data:`STOP_REQUESTED` under :func:`stop_on_signals`). Returns why it stopped: ``"duration"``, ``"shutdown"``,
+    ``"stopped"`` (``stop_when``) or ``"interrupted"``."""
     deadline = None if duration_s is None else time.monotonic() + float(duration_s)
     try:
         while context.ok():
             if STOP_REQUESTED.is_set():
                 return "interrupted"
+            if stop_when is not None and stop_when():
+                return "stopped"
             timeout = 0.05
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -95,14 +99,24 @@ def wait_for_acks(publishers, timeout_s: float = SAFE_COMMAND_ACK_TIMEOUT_S) -> 
                for pub in publishers)
 
 
-def spin_node(node, context: Context, duration_s: float | None) -> str:
+def spin_node(node, context: Context, duration_s: float | None, *, start=None, stop_when=None,
+              on_exit=None) -> str:
     """Spin one ``node`` in its own executor with :func:`spin_for`; shut the executor down and destroy the node
-    afterwards. Returns :func:`spin_for`'s reason."""
+    afterwards. ``start()`` (optional) runs once the node is in the executor, before spinning (e.g. a bridge's
+    connect and arm steps; what it raises propagates, after ``on_exit``); ``stop_when``: see :func:`spin_for`;
+    ``on_exit()`` (optional) runs however the spin ended, before the node is destroyed (e.g. a last safe command).
+    Returns :func:`spin_for`'s reason (``"interrupted"`` for a Ctrl-C during ``start``)."""
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
-        return spin_for(executor, context, duration_s)
+        if start is not None:
+            start()
+        return spin_for(executor, context, duration_s, stop_when)
+    except KeyboardInterrupt:
+        return "interrupted"
     finally:
+        if on_exit is not None:
+            on_exit()
         executor.shutdown()
         node.destroy_node()
 

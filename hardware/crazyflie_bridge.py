@@ -778,10 +778,8 @@ def bridge_main(args) -> int:
     import sys
     import warnings
 
-    from rclpy.executors import SingleThreadedExecutor
-
     from sim2real.configs import load_robot
-    from sim2real.deploy.ros_runtime import STOP_REQUESTED, ros_context, stop_on_signals
+    from sim2real.deploy.ros_runtime import STOP_REQUESTED, ros_context, spin_node, stop_on_signals
 
     check_interface(args.interface)
     if args.policy:
@@ -794,23 +792,13 @@ def bridge_main(args) -> int:
         node = CrazyflieBridgeNode(args.uri, robot=robot, namespace=args.namespace, node_name=args.node_name,
                                    interface=args.interface, command_timeout_s=args.command_timeout,
                                    log_period_ms=args.log_period_ms, context=ctx)
-        executor = SingleThreadedExecutor(context=ctx)
-        executor.add_node(node)
-        try:
+
+        def start():
             node.connect(cancel=STOP_REQUESTED)
             if args.arm and not node.arm():
                 raise CrazyflieBridgeError(f"--arm: {node.log_lines[-1][1]}")
-            deadline = None if args.duration is None else time.monotonic() + args.duration
-            while ctx.ok() and not STOP_REQUESTED.is_set() and not node.link_lost.is_set():
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                executor.spin_once(timeout_sec=0.05)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            node.close()
-            executor.shutdown()
-            node.destroy_node()
+
+        spin_node(node, ctx, args.duration, start=start, stop_when=node.link_lost.is_set, on_exit=node.close)
     if node.link_lost.is_set():
         print("error: " + node.link_lost_message, file=sys.stderr)
         return 1

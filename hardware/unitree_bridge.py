@@ -725,10 +725,8 @@ def bridge_main(args) -> int:
             interface that cannot be opened, ``--arm`` refused.
         ConfigError: an unknown robot or a bad robot config.
     """
-    from rclpy.executors import SingleThreadedExecutor
-
     from sim2real.configs import load_robot, load_robot_interface
-    from sim2real.deploy.ros_runtime import STOP_REQUESTED, ros_context, stop_on_signals
+    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals
 
     robot = load_robot(args.robot)
     cfg = unitree_config(robot, load_robot_interface(args.robot, "unitree"))
@@ -738,20 +736,10 @@ def bridge_main(args) -> int:
         node = UnitreeBridgeNode(robot, cfg, DdsTransport(sdk, cfg.family), sdk=sdk, namespace=args.namespace,
                                  node_name=args.node_name, command_timeout_s=args.command_timeout,
                                  state_timeout_s=args.state_timeout, damping_kd=args.damping_kd, context=ctx)
-        executor = SingleThreadedExecutor(context=ctx)
-        executor.add_node(node)
-        try:
+
+        def start():
             if args.arm and not node.arm():
                 raise UnitreeBridgeError(f"--arm: {node.log_lines[-1][1]}")
-            deadline = None if args.duration is None else time.monotonic() + args.duration
-            while ctx.ok() and not STOP_REQUESTED.is_set():
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                executor.spin_once(timeout_sec=0.05)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            node.close()
-            executor.shutdown()
-            node.destroy_node()
+
+        spin_node(node, ctx, args.duration, start=start, on_exit=node.close)
     return 0
