@@ -369,20 +369,25 @@ class MujocoBackend:
         ConfigError: see :func:`build_model`; also a control period that is not a whole number of timesteps.
     """
 
-    def __init__(self, robot: dict, num_envs: int, sim_cfg: dict, device: str = "cpu", terrain=None,
-                 obstacle: bool = False, terrain_boxes: int = 0):
+    def _compile(self, robot: dict, sim_cfg: dict, terrain, obstacle: bool, terrain_boxes: int) -> None:
+        """The robot's mjModel with its PD servos, and the control step: ``legged``, ``model``, ``index``,
+        ``timestep``, ``decimation``, ``control_dt`` (shared by every MuJoCo backend)."""
         self.legged = LeggedRobot.from_config(robot)
         self.model, self.index = build_model(robot, sim_cfg, terrain, obstacle, terrain_boxes)
         if self.legged.actuation != "position":
             raise ConfigError("robot.actuation: training needs 'position' (PD servos inside MuJoCo)")
         make_position_servos(self.model, self.index, self.legged.stiffness, self.legged.damping)
-        self.num_envs, self.device = int(num_envs), device
         self.timestep = float(self.model.opt.timestep)
         control_dt = float(sim_cfg["control_dt"])
         self.decimation = int(round(control_dt / self.timestep))
         if self.decimation < 1 or abs(self.decimation * self.timestep - control_dt) > 1e-9:
             raise ConfigError(f"sim.control_dt: {control_dt} s is not a whole number of {self.timestep} s timesteps")
         self.control_dt = control_dt
+
+    def __init__(self, robot: dict, num_envs: int, sim_cfg: dict, device: str = "cpu", terrain=None,
+                 obstacle: bool = False, terrain_boxes: int = 0):
+        self._compile(robot, sim_cfg, terrain, obstacle, terrain_boxes)
+        self.num_envs, self.device = int(num_envs), device
         self.batch = Batch(self.model, self.num_envs, int(sim_cfg.get("nthread", 0)))
         self._qpos = self.batch.bind("qpos")
         self._qvel = self.batch.bind("qvel")

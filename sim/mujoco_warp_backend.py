@@ -55,10 +55,7 @@ import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
-from sim2real.sim.mujoco_backend import (
-    OBSTACLE_PARK, MujocoBackend, build_model, make_position_servos,
-)
-from sim2real.sim.robot import LeggedRobot
+from sim2real.sim.mujoco_backend import OBSTACLE_PARK, MujocoBackend
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +100,7 @@ class MujocoWarpBackend:
         ConfigError: as the CPU backend; also mujoco_warp missing, or a model feature mujoco_warp lacks.
     """
 
+    _compile = MujocoBackend._compile  # the same mjModel, PD servos and control step
     standing_height = MujocoBackend.standing_height
     settled_state = MujocoBackend.settled_state
     settled_height = MujocoBackend.settled_height
@@ -111,19 +109,9 @@ class MujocoWarpBackend:
                  obstacle: bool = False, terrain_boxes: int = 0):
         wp, mjw = import_mujoco_warp()
         self._wp, self._mjw = wp, mjw
-        self.legged = LeggedRobot.from_config(robot)
-        self.model, self.index = build_model(robot, sim_cfg, terrain, obstacle, terrain_boxes)
-        if self.legged.actuation != "position":
-            raise ConfigError("robot.actuation: training needs 'position' (PD servos inside MuJoCo)")
-        make_position_servos(self.model, self.index, self.legged.stiffness, self.legged.damping)
+        self._compile(robot, sim_cfg, terrain, obstacle, terrain_boxes)
         self.num_envs, self.device = int(num_envs), device
         self.torch_device = torch.device(device)
-        self.timestep = float(self.model.opt.timestep)
-        control_dt = float(sim_cfg["control_dt"])
-        self.decimation = int(round(control_dt / self.timestep))
-        if self.decimation < 1 or abs(self.decimation * self.timestep - control_dt) > 1e-9:
-            raise ConfigError(f"sim.control_dt: {control_dt} s is not a whole number of {self.timestep} s timesteps")
-        self.control_dt = control_dt
         i, dev = self.index, self.torch_device
 
         wp.init()
