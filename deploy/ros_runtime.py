@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import time
@@ -162,3 +163,32 @@ class BackgroundSpin:
         else:
             with contextlib.suppress(BaseException):
                 self.stop()
+
+
+class ThrottledLog:
+    """Mixin for ``rclpy`` nodes: :meth:`_log` logs on the node's logger and keeps every line in
+    :attr:`log_lines` (a bounded deque of ``(level, text)``, newest last), which tests and error messages read.
+    The node's ``__init__`` sets ``log_lines`` (``deque(maxlen=LOG_LINES_KEPT)``) and ``_last_logged`` (``{}``)
+    before its first :meth:`_log`."""
+
+    #: Lines kept in :attr:`log_lines`.
+    LOG_LINES_KEPT = 500
+
+    def _log(self, level: str, text: str, throttle_s: float | None = None, key: str | None = None) -> None:
+        """Log ``text`` on the node's logger at ``level`` (info, warning, error) and keep it in :attr:`log_lines`;
+        with ``throttle_s`` [s], log it at most once per that many seconds per ``key`` (default: the text)."""
+        self.log_lines.append((level, text))
+        if throttle_s is not None:
+            key = text if key is None else key
+            now = time.monotonic()
+            if now - self._last_logged.get(key, -math.inf) < throttle_s:
+                return
+            self._last_logged[key] = now
+        logger = self.get_logger()
+        # One call site per severity: rclpy refuses a severity change at one call site.
+        if level == "error":
+            logger.error(text)
+        elif level == "warning":
+            logger.warning(text)
+        else:
+            logger.info(text)

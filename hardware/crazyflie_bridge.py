@@ -92,6 +92,7 @@ from std_msgs.msg import Bool, Float32MultiArray
 
 from sim2real.configs import ConfigError
 from sim2real.deploy.ros_conversions import QUAT_NORM_TOLERANCE, command_from_message, fill_odometry
+from sim2real.deploy.ros_runtime import ThrottledLog
 
 WORLD_FRAME, BODY_FRAME = "world", "base_link"  # as the stand-in (sim2real.hardware.sim_quadrotor)
 CFLIB_REQUIREMENT = "cflib==0.1.34"
@@ -390,7 +391,7 @@ class LogBlockAligner:
 
 
 # --- the node ---------------------------------------------------------------------------------------------------------
-class CrazyflieBridgeNode(Node):
+class CrazyflieBridgeNode(ThrottledLog, Node):
     """A Crazyflie on the deploy topics through cflib (see the module docstring).
 
     Args:
@@ -462,7 +463,7 @@ class CrazyflieBridgeNode(Node):
         self.commands_sent = 0
         self.odometry_published = 0
         self.last_skew_ms: int | None = None
-        self.log_lines: collections.deque = collections.deque(maxlen=500)  # (level, text), newest last
+        self.log_lines: collections.deque = collections.deque(maxlen=self.LOG_LINES_KEPT)  # (level, text)
         self._last_logged: dict[str, float] = {}
         self.log_configs: list = []
         self._saved_params: dict[str, str] = {}
@@ -487,26 +488,6 @@ class CrazyflieBridgeNode(Node):
         cf.connection_failed.add_callback(self._on_connection_failed)
         cf.connection_lost.add_callback(self._on_connection_lost)
         cf.disconnected.add_callback(self._on_disconnected)
-
-    # --- logging ----------------------------------------------------------------------------------------------------
-    def _log(self, level: str, text: str, throttle_s: float | None = None, key: str | None = None) -> None:
-        """Log ``text`` on the node's logger at ``level`` (info, warning, error) and keep it in :attr:`log_lines`;
-        with ``throttle_s``, at most once per that many seconds per ``key`` (default: the text)."""
-        self.log_lines.append((level, text))
-        if throttle_s is not None:
-            key = text if key is None else key
-            now = time.monotonic()
-            if now - self._last_logged.get(key, -math.inf) < throttle_s:
-                return
-            self._last_logged[key] = now
-        logger = self.get_logger()
-        # One call site per severity: rclpy refuses a severity change at one call site.
-        if level == "error":
-            logger.error(text)
-        elif level == "warning":
-            logger.warning(text)
-        else:
-            logger.info(text)
 
     # --- link -------------------------------------------------------------------------------------------------------
     def connect(self, cancel: threading.Event | None = None) -> None:

@@ -82,6 +82,7 @@ from sim2real.configs import ConfigError
 from sim2real.deploy.ros_conversions import (
     QUAT_NORM_TOLERANCE, InvalidMessage, JointOrder, fill_imu, fill_joint_state, joint_gains_from_message,
 )
+from sim2real.deploy.ros_runtime import ThrottledLog
 
 SDK_REQUIREMENT = "unitree-sdk2py-dimos==1.0.3 (with cyclonedds==0.10.2)"
 SDK_INSTALL_SCRIPT = ".ci/install-unitree-sdk"
@@ -459,7 +460,7 @@ def open_dds(sdk, domain_id: int, interface: str) -> None:
 
 
 # --- the node ---------------------------------------------------------------------------------------------------------
-class UnitreeBridgeNode(Node):
+class UnitreeBridgeNode(ThrottledLog, Node):
     """A Unitree robot on the legged deploy topics (see the module docstring).
 
     Args:
@@ -512,7 +513,7 @@ class UnitreeBridgeNode(Node):
         self.writes = 0
         self.states_received = self.states_dropped = 0
         self.tick_faults: collections.Counter = collections.Counter()  # ticks per outcome ("servo" or a fault)
-        self.log_lines: collections.deque = collections.deque(maxlen=500)  # (level, text), newest last
+        self.log_lines: collections.deque = collections.deque(maxlen=self.LOG_LINES_KEPT)  # (level, text)
         self._last_logged: dict[str, float] = {}
         self._closed = False
 
@@ -530,25 +531,6 @@ class UnitreeBridgeNode(Node):
         self._log("info", f"{robot.get('name')} ({cfg.family}, {len(cfg.joint_names)} motors) on "
                           f"{LOWSTATE_TOPIC} / {LOWCMD_TOPIC} at {cfg.command_rate_hz:g} Hz; DISARMED (damping) "
                           f"until true on {self.resolve_topic_name('arm')} or --arm")
-
-    # --- logging ----------------------------------------------------------------------------------------------------
-    def _log(self, level: str, text: str, throttle_s: float | None = None, key: str | None = None) -> None:
-        """Log ``text`` at ``level`` and keep it in :attr:`log_lines`; with ``throttle_s``, at most once per that
-        many seconds per ``key`` (default: the text)."""
-        self.log_lines.append((level, text))
-        if throttle_s is not None:
-            key = text if key is None else key
-            now = time.monotonic()
-            if now - self._last_logged.get(key, -math.inf) < throttle_s:
-                return
-            self._last_logged[key] = now
-        logger = self.get_logger()
-        if level == "error":  # one call site per severity (rclpy refuses a change at one call site)
-            logger.error(text)
-        elif level == "warning":
-            logger.warning(text)
-        else:
-            logger.info(text)
 
     # --- state ------------------------------------------------------------------------------------------------------
     def on_lowstate(self, msg, now: float) -> tuple[JointState, Imu] | None:
