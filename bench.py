@@ -12,7 +12,7 @@
 * ``swarm``: ``quadrotor-swarm`` success, collisions per drone-minute and drone-steps/s at 8 and 32 drones per
   room and 20% / 80% obstacle density (:mod:`sim2real.bench_swarm`; ``--policy DIR``, default the shipped one).
 * ``gpu``: the legged tasks at 4096 / 16384 envs on MuJoCo Warp (CUDA) and C MuJoCo (all CPU cores), plus a short
-  training run per task (:mod:`sim2real.bench_gpu`); without CUDA it says so, ``--smoke`` runs a tiny CPU version.
+  training run per task (:mod:`sim2real.bench_gpu`); without CUDA it says so, ``--quick`` runs a tiny CPU version.
 """
 
 from __future__ import annotations
@@ -164,8 +164,7 @@ def run_bench(args) -> int:
     if args.name == "gpu":
         from sim2real.bench_gpu import bench_gpu
 
-        benches["gpu"] = lambda quick, overrides: bench_gpu(smoke=bool(getattr(args, "smoke", False)) or quick,
-                                                            overrides=overrides)
+        benches["gpu"] = lambda quick, overrides: bench_gpu(quick=quick, overrides=overrides)
     if args.name == "finetune":
         from sim2real.bench_finetune import bench_finetune
 

@@ -7,8 +7,8 @@ actions: physics, observations, rewards, resets and DR) at 4096 and 16384 envs o
 ``ITERATIONS`` PPO iterations) with its held-out success rate. The first MuJoCo Warp env of a process compiles the
 kernels (reported as ``compile_s``; cached by warp under ``wp.config.kernel_cache_dir`` for later runs).
 
-Without CUDA it says so and, with ``--smoke``, runs the same code at 4 envs on the CPU (MuJoCo Warp on the CPU,
-2 timed steps, a 1-iteration training run) so the script itself is testable; without ``--smoke`` it stops there.
+Without CUDA it says so and, with ``--quick``, runs the same code at 4 envs on the CPU (MuJoCo Warp on the CPU,
+2 timed steps, a 1-iteration training run) so the script itself is testable; without ``--quick`` it stops there.
 (Isaac Lab/Newton is not measured: the backend is not built yet.)
 """
 
@@ -65,7 +65,7 @@ def _train(task: str, cfg_overrides: list[str], num_envs: int, iterations: int) 
             "success_rate": float(metrics["success_rate"]), "eval_episodes": episodes}
 
 
-def bench_gpu(smoke: bool = False, overrides: list[str] | None = None) -> dict:
+def bench_gpu(quick: bool = False, overrides: list[str] | None = None) -> dict:
     from sim2real.tasks import make_env, task_config
 
     cuda = torch.cuda.is_available()
@@ -73,14 +73,14 @@ def bench_gpu(smoke: bool = False, overrides: list[str] | None = None) -> dict:
                                            "gpu": torch.cuda.get_device_name(0) if cuda else None}}
     if not cuda:
         print("no CUDA device here: the GPU bench needs one (run it on a GPU machine)"
-              + ("; running the CPU smoke version (4 envs, MuJoCo Warp on the CPU)" if smoke else
-                 "; --smoke runs a tiny CPU version of it"))
-        if not smoke:
+              + ("; running the CPU smoke version (4 envs, MuJoCo Warp on the CPU)" if quick else
+                 "; --quick runs a tiny CPU version of it"))
+        if not quick:
             return out
-    sizes, steps, iterations = (SMOKE_SIZES, SMOKE_STEPS, SMOKE_ITERATIONS) if smoke else (SIZES, STEPS, ITERATIONS)
+    sizes, steps, iterations = (SMOKE_SIZES, SMOKE_STEPS, SMOKE_ITERATIONS) if quick else (SIZES, STEPS, ITERATIONS)
     device = "cuda" if cuda else "cpu"
     overrides = list(overrides or [])
-    backends = {"mujoco-warp": [f"sim.backend=mujoco-warp", f"device={device}"],
+    backends = {"mujoco-warp": ["sim.backend=mujoco-warp", f"device={device}"],
                 "mujoco": ["sim.backend=mujoco", "sim.nthread=0", "device=cpu"]}
     print(f"{'task':20s} {'backend':12s} {'device':6s} {'envs':>6s} {'env-steps/s':>12s}")
     compile_s = None
@@ -100,6 +100,10 @@ def bench_gpu(smoke: bool = False, overrides: list[str] | None = None) -> dict:
                 del env
                 if cuda:
                     torch.cuda.empty_cache()
+        for n in sizes:  # the ratio, measured side by side in this run
+            ratio = out[task][f"mujoco-warp/{n}"]["env_steps_per_s"] / out[task][f"mujoco/{n}"]["env_steps_per_s"]
+            out[task][f"ratio/{n}"] = ratio
+            print(f"{task:20s} mujoco-warp ({device}) / mujoco (cpu) at {n} envs: x{ratio:.2f}", flush=True)
         result = _train(task, overrides + backends["mujoco-warp"], sizes[0], iterations)
         out[task]["train"] = result
         print(f"{task:20s} train on mujoco-warp ({device}): {iterations} iterations x {sizes[0]} envs in "

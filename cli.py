@@ -597,8 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "folder for the sessions and finetune.json")
     p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one); "
                    "finetune: the base policy (default: the shipped quadrotor-hover one)")
-    p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    p.add_argument("--smoke", action="store_true", help="gpu: a tiny CPU version (4 envs) where there is no CUDA")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (gpu: a tiny CPU version, "
+                                                        "4 envs, where there is no CUDA)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="task config override for the legged throughput and curricula benches, e.g. robot.mjcf=PATH; "
                         "finetune: a fine-tuning config override (configs/finetune.yaml)")
