@@ -429,16 +429,14 @@ def check_onnx(policy_dir: Path, checkpoint: str | Path | None = None, use_torch
         items.append(Item("torch parity", WARN, why + ": ONNX shapes, finiteness, determinism and batch "
                                                        "consistency checked only"))
     else:
-        items.append(_torch_parity(ckpt, meta, sess, inp.name, int(dim), data))
+        items.append(_torch_parity(ckpt, meta, sess, data))
     return _section("onnx", items, f"onnxruntime vs torch {data.get('parity_text')}", data)
 
 
-def _torch_parity(ckpt: Path, meta: dict, sess, input_name: str, dim: int, data: dict) -> Item:
-    import torch
-
+def _torch_parity(ckpt: Path, meta: dict, sess, data: dict) -> Item:
     from sim2real.configs import config_hash
     from sim2real.policies.checkpoints import CheckpointError
-    from sim2real.policies.export import load_runner, parity_inputs, torch_policy
+    from sim2real.policies.export import load_runner, parity_errors
 
     try:
         runner, cfg, _ = load_runner(ckpt)
@@ -447,18 +445,10 @@ def _torch_parity(ckpt: Path, meta: dict, sess, input_name: str, dim: int, data:
     note = ""
     if config_hash(cfg) != meta.get("training", {}).get("task_config_hash"):
         note = " (the checkpoint's config differs from the metadata's: another run?)"
-    policy = torch_policy(runner)
-    gen = torch.Generator().manual_seed(0)
-    worst_abs, worst_excess, n = 0.0, -math.inf, 0
-    for obs in parity_inputs(runner, dim, gen):
-        with torch.inference_mode():
-            expected = policy(obs).numpy()
-        got = sess.run(None, {input_name: obs.numpy()})[0]
-        diff = np.abs(got - expected)
-        worst_abs = max(worst_abs, float(diff.max()))
-        worst_excess = max(worst_excess, float((diff - (PARITY_ATOL + PARITY_RTOL * np.abs(expected))).max()))
-        n += obs.shape[0]
-    ok = worst_excess <= 0.0
+    errors = parity_errors(runner, sess, PARITY_RTOL, PARITY_ATOL)
+    worst_abs = max(e for _, e, _ in errors)
+    n = sum(b for b, _, _ in errors)
+    ok = all(within for _, _, within in errors)
     data.update({"checkpoint": str(ckpt), "parity_max_abs": worst_abs, "parity_samples": n})
     data["parity_text"] = f"max |diff| {worst_abs:.2g}"
     return Item("torch parity", PASS if ok and not note else (WARN if ok else FAIL),

@@ -126,16 +126,27 @@ def check_parity(runner: Sim2RealRunner, onnx_blob: bytes, rtol: float = 1e-4, a
     import onnxruntime as ort
 
     sess = ort.InferenceSession(onnx_blob, providers=["CPUExecutionProvider"])
+    for batch, max_abs, ok in parity_errors(runner, sess, rtol, atol):
+        if not ok:
+            raise ExportError(f"ONNX export disagrees with the torch policy (max |diff| {max_abs:.3g}) for a batch "
+                              f"of {batch}")
+
+
+def parity_errors(runner: Sim2RealRunner, sess, rtol: float = 1e-4,
+                  atol: float = 1e-4) -> list[tuple[int, float, bool]]:
+    """onnxruntime session ``sess`` vs the runner's torch policy on :func:`parity_inputs` (seeded): per batch,
+    ``(batch size, max |onnx - torch|, within |diff| <= atol + rtol |torch| everywhere)``."""
     policy = torch_policy(runner)
-    dim = sess.get_inputs()[0].shape[-1]
+    inp = sess.get_inputs()[0]
     gen = torch.Generator().manual_seed(0)
-    for obs in parity_inputs(runner, dim, gen):
+    out = []
+    for obs in parity_inputs(runner, inp.shape[-1], gen):
         with torch.inference_mode():
             expected = policy(obs).numpy()
-        got = sess.run(None, {"obs": obs.numpy()})[0]
-        if not np.allclose(got, expected, rtol=rtol, atol=atol):
-            raise ExportError(f"ONNX export disagrees with the torch policy (max |diff| "
-                               f"{np.abs(got - expected).max():.3g}) for a batch of {obs.shape[0]}")
+        got = sess.run(None, {inp.name: obs.numpy()})[0]
+        out.append((obs.shape[0], float(np.abs(got - expected).max()),
+                    bool(np.allclose(got, expected, rtol=rtol, atol=atol))))
+    return out
 
 
 def parity_inputs(runner: Sim2RealRunner, dim: int, gen: torch.Generator) -> list[torch.Tensor]:
