@@ -39,6 +39,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: DDS domain ids: 0-232 (the DDS spec's UDP port mapping; CycloneDDS and Fast DDS refuse larger ones).
+DDS_DOMAIN_ID_MAX = 232
+
+
+def dds_domain_id(text: str) -> int:
+    """argparse type: a DDS domain id, an integer in 0-232 (so a bad one is refused here, not blamed on the
+    network interface when the DDS domain fails to open)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= DDS_DOMAIN_ID_MAX:
+        raise argparse.ArgumentTypeError(f"a DDS domain id is 0-{DDS_DOMAIN_ID_MAX}, got {text!r}")
+    return value
+
+
 def _seed_everything(seed: int) -> None:
     import numpy as np
     import torch
@@ -57,30 +73,44 @@ class _SimBackendAction(argparse.Action):
 
 
 def _check_sim_flag(args, task: str) -> None:
-    """Refuse ``--sim`` on a task without simulation backends (no ``sim`` section: the quadrotor tasks) with one
-    line saying why, instead of the override's "unknown config key 'sim'"."""
+    """Refuse ``--sim`` and ``--set sim.KEY=VALUE`` on a task without simulation backends (no ``sim`` section: the
+    quadrotor tasks) with one line saying why, instead of the override's "unknown config key 'sim'".
+
+    Raises:
+        ConfigError: ``--sim`` or a ``sim.*`` override on such a task (``--sim`` named first when both are given).
+    """
     backend = getattr(args, "sim_backend", None)
-    if backend is None:
+    sim_sets = [o for o in getattr(args, "overrides", None) or [] if o.split("=", 1)[0].strip().split(".")[0] == "sim"]
+    if backend is None and not sim_sets:
         return
     from sim2real.configs import ConfigError, load_yaml
     from sim2real.tasks import TASKS, get_task
 
     if "sim" in load_yaml(get_task(task).config):
         return
-    choosing = [name for name, spec in TASKS.items() if "sim" in load_yaml(spec.config)]
-    raise ConfigError(f"--sim {backend}: task {task} has no simulation backend to choose: it steps its own batched "
-                      f"torch dynamics (sim/quadrotor.py), not MuJoCo, and runs on any torch device as it is (for "
-                      f"the GPU: --device cuda, without --sim); --sim applies to {', '.join(choosing)}")
+    choosing = ", ".join(name for name, spec in TASKS.items() if "sim" in load_yaml(spec.config))
+    # train has --device; eval and play have none: they run on the device of the checkpoint's or policy's config
+    gpu = ("for the GPU: --device cuda, without --sim" if hasattr(args, "device") else
+           "eval and play use the device it was trained on; for the GPU: train with --device cuda, without --sim")
+    if backend is not None:
+        raise ConfigError(f"--sim {backend}: task {task} has no simulation backend to choose: it steps its own "
+                          f"batched torch dynamics (sim/quadrotor.py), not MuJoCo, and runs on any torch device as "
+                          f"it is ({gpu}); --sim applies to {choosing}")
+    raise ConfigError(f"--set {sim_sets[0].strip()}: task {task} has no 'sim' config block: it steps its own batched "
+                      f"torch dynamics (sim/quadrotor.py), not MuJoCo; sim.* keys and --sim apply only to the "
+                      f"MuJoCo-backed tasks {choosing}")
 
 
-def _config_args(p: argparse.ArgumentParser) -> None:
+def _config_args(p: argparse.ArgumentParser, device: bool = True) -> None:
+    """``--set``, ``--sim`` and ``--config`` of train (``device``: the command has ``--device``), eval and play."""
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set env.num_envs=2048 (repeatable)")
+    on = "any --device (cpu, cuda)" if device else "the torch device they were trained on (train --device)"
     p.add_argument("--sim", dest="overrides", action=_SimBackendAction, default=argparse.SUPPRESS,
                    choices=("mujoco", "mujoco-warp", "isaaclab"),
                    help="legged tasks: simulation backend (sim.backend): mujoco (C MuJoCo on the CPU cores, default), "
                         "mujoco-warp (MuJoCo Warp, for CUDA), isaaclab (the optional Isaac Lab extra); refused on the "
-                        "quadrotor tasks, which step their own torch dynamics on any --device (cpu, cuda)")
+                        f"quadrotor tasks, which step their own torch dynamics on {on}")
     p.add_argument("--config", help="YAML file with config values to merge over the task defaults")
 
 
@@ -341,7 +371,17 @@ def _robot_kind(args) -> tuple[dict, str]:
 
 
 def _check_ros_names(args) -> None:
-    """Raise ConfigError for a namespace or node name ROS 2 would reject."""
+    """The first step of every ROS command (deploy, standin, bridge): load rclpy, then check the namespace and node
+    name.
+
+    Raises:
+        RosUnavailableError: rclpy cannot be imported (a ConfigError: one line saying why and the fix, see
+            :func:`sim2real.deploy.ros_env.require_rclpy`).
+        ConfigError: a namespace or node name ROS 2 would reject.
+    """
+    from sim2real.deploy.ros_env import require_rclpy
+
+    require_rclpy()
     from rclpy.exceptions import NameValidationException
     from rclpy.validate_namespace import validate_namespace
     from rclpy.validate_node_name import validate_node_name
@@ -359,10 +399,10 @@ def _check_ros_names(args) -> None:
 
 
 def cmd_deploy(args) -> int:
+    robot, _ = _robot_kind(args)
+    _check_ros_names(args)  # (before the deploy modules, which import rclpy)
     from sim2real.deploy.policy_node import deploy_main
 
-    robot, _ = _robot_kind(args)
-    _check_ros_names(args)
     if args.policy is not None and getattr(args, "finetune", None) is None:
         from sim2real.policies.check import deploy_gate
 
@@ -374,10 +414,12 @@ def cmd_deploy(args) -> int:
 def cmd_check(args) -> int:
     """``sim2real check``: the pre-flight report card (:mod:`sim2real.policies.check`); exit 1 on FAIL."""
     from sim2real.configs import load_robot
-    from sim2real.policies.check import FAIL, VARIANTS, run_check, write_json
+    from sim2real.policies.check import FAIL, VARIANTS, check_json_path, run_check, write_json
 
     if not Path(args.policy).is_dir():
         raise FileNotFoundError(f"policy folder not found: {args.policy}")
+    if args.json:
+        check_json_path(args.json)  # before the run: a folder, or a missing or read-only parent, is refused now
     variants = None if not args.variants else tuple(v.strip() for v in args.variants.split(",") if v.strip())
     unknown = [v for v in variants or () if v not in VARIANTS]
     if unknown:
@@ -486,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
         src.add_argument("--checkpoint", help="PATH|latest|best (default latest)")
         src.add_argument("--policy", help="folder of an exported policy (policy.onnx + metadata.json)")
         p.add_argument("--runs-root", type=Path)
-        _config_args(p)
+        _config_args(p, device=False)
         if name == "eval":
             p.add_argument("--episodes", type=positive_int, help="default: eval.num_episodes")
             p.add_argument("--output", help="also write the metrics to this JSON file")
@@ -513,8 +555,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("deploy", help="run an exported policy in a ROS 2 lifecycle node")
     add_deploy_arguments(p)
     p.add_argument("--force", action="store_true",
-                   help="deploy even if the pre-flight check (sim2real check) FAILs (logs a loud warning; the node "
-                        "still refuses a policy whose metadata does not match the robot)")
+                   help="deploy even if the pre-flight check (sim2real check) FAILs or its check.json is "
+                        "unreadable (logs a loud warning); a metadata FAIL is not overridden: the node still refuses "
+                        "a policy whose metadata does not match the robot")
     p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("check", help="pre-flight report card of a policy on a robot: metadata, ONNX parity, "
@@ -530,7 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch checkpoint the policy was exported from (default: its training.checkpoint if present)")
     p.add_argument("--no-replay", action="store_true", help="metadata and ONNX sections only (what deploy runs)")
     p.add_argument("--json", default=None, metavar="PATH",
-                   help="also write the report as JSON (atomically); <policy>/check.json is read by deploy")
+                   help="also write the report as JSON (atomically; its folder must exist); <policy>/check.json "
+                        "is read by deploy")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("standin", help="simulated robot node standing in for the real drone or legged robot (ROS 2)")
@@ -557,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
         "unitree", help="Unitree robot over SDK2 (DDS): LowState -> joint_states + imu, joint commands -> LowCmd")
     b.add_argument("--robot", default="go2", help="legged robot config with a unitree: block (default go2)")
     b.add_argument("--interface", required=True, help="network interface wired to the robot (eth0; lo for tests)")
-    b.add_argument("--domain-id", type=int, default=0, help="the robot's DDS domain id (default 0)")
+    b.add_argument("--domain-id", type=dds_domain_id, default=0, help="the robot's DDS domain id (0-232, default 0)")
     b.add_argument("--namespace", default=None, help="ROS namespace of the topics (default /<robot name>)")
     b.add_argument("--node-name", default="unitree_bridge", help="ROS node name (default unitree_bridge)")
     b.add_argument("--arm", action="store_true", help="arm at start (else: publish true on <namespace>/arm)")

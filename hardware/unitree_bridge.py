@@ -49,7 +49,10 @@ LowState is at most ``state_timeout_s`` old and the targets and gains at most ``
 each); otherwise DAMPING (:func:`damping_command`): q = the latest measured positions, dq = 0, kp = 0, kd =
 ``damping_kd``, tau = 0 — the deploy node's damping convention (the legs sink slowly; never torque off). Before
 arming only damping commands are written. :attr:`UnitreeBridgeNode.fault` names why (``disarmed``, ``estop``,
-``no_lowstate``, ``stale_lowstate``, ``no_targets``, ``stale_targets``, ``no_gains``, ``stale_gains``).
+``no_lowstate``, ``stale_lowstate``, ``no_targets``, ``stale_targets``, ``no_gains``, ``stale_gains``). When no
+LowState at all has arrived for :data:`LOWSTATE_SILENCE_S` (1 s; armed or not), the bridge warns, naming the
+network interface and DDS domain (cable, ``--interface``, ``--domain-id``, the robot's sport mode), every
+:data:`LOWSTATE_WARN_EVERY_S` (5 s) while it lasts.
 
 Safety on what is SENT (:func:`safe_command`, per joint): the position target clamped to the joint range, the
 velocity target to ``±velocity_limit``, kp to [0, ``kp_max``], kd to [0, ``kd_max``]; then the position target
@@ -103,6 +106,10 @@ UNITREE_REQUIRED = ("family", "command_rate_hz", "motor_index", "torque_limit", 
 UNITREE_KEYS = UNITREE_REQUIRED + ("mode_pr",)
 DAMPING_KD = 2.0  # N m s/rad, the deploy node's damping gain (the Go2 config's damping_kd)
 EXIT_DAMPING_S = 0.5
+#: No LowState (valid or not) for this long [s] since the start or the last one: a warning naming the interface and
+#: the DDS domain, armed or not; repeated at most every LOWSTATE_WARN_EVERY_S while the silence lasts.
+LOWSTATE_SILENCE_S = 1.0
+LOWSTATE_WARN_EVERY_S = 5.0
 
 
 class UnitreeBridgeError(ConfigError):
@@ -475,6 +482,8 @@ class UnitreeBridgeNode(ThrottledLog, Node):
         exit_damping_s: how long :meth:`close` writes damping commands [s].
         start_timer: write commands on a steady timer at ``cfg.command_rate_hz`` (tests call :meth:`tick`).
         context: rclpy context.
+        interface, domain_id: the network interface and DDS domain the transport listens on (named by the
+            no-LowState warning; None: not known).
 
     Raises:
         UnitreeBridgeError: non-positive timeouts or damping gain; the SDK missing.
@@ -483,7 +492,7 @@ class UnitreeBridgeNode(ThrottledLog, Node):
     def __init__(self, robot: dict, cfg: UnitreeConfig, transport, *, sdk=None, namespace: str | None = None,
                  node_name: str = "unitree_bridge", command_timeout_s: float = 0.1, state_timeout_s: float = 0.1,
                  damping_kd: float | None = None, exit_damping_s: float = EXIT_DAMPING_S,
-                 start_timer: bool = True, context=None):
+                 start_timer: bool = True, context=None, interface: str | None = None, domain_id: int | None = None):
         for label, value in (("command timeout", command_timeout_s), ("state timeout", state_timeout_s)):
             if not (math.isfinite(value) and value > 0):
                 raise UnitreeBridgeError(f"{label} must be a positive number of seconds, got {value}")
@@ -498,6 +507,7 @@ class UnitreeBridgeNode(ThrottledLog, Node):
         self.damping_kd = damping_kd
         self.exit_damping_s = float(exit_damping_s)
         self.order = JointOrder(cfg.joint_names)
+        self.interface, self.domain_id = interface, domain_id
 
         self._lock = threading.RLock()
         self.armed = False
@@ -516,6 +526,8 @@ class UnitreeBridgeNode(ThrottledLog, Node):
         self.log_lines: collections.deque = collections.deque(maxlen=self.LOG_LINES_KEPT)  # (level, text)
         self._last_logged: dict[str, float] = {}
         self._closed = False
+        self.lowstate_arrival = time.monotonic()  # monotonic [s] of the latest LowState (valid or not), or the start
+        self._silence_warned = -math.inf  # monotonic [s] of the latest no-LowState warning
 
         qos = QoSProfile(depth=10)
         self.joint_pub = self.create_publisher(JointState, "joint_states", qos)
@@ -539,6 +551,8 @@ class UnitreeBridgeNode(ThrottledLog, Node):
         closed."""
         if self._closed:
             return None
+        with self._lock:
+            self.lowstate_arrival = max(self.lowstate_arrival, now)
         try:
             sample = lowstate_to_sample(msg, self.cfg)
         except ValueError as exc:
@@ -650,11 +664,31 @@ class UnitreeBridgeNode(ThrottledLog, Node):
         return fault, damping_command(None if state is None else state.q, self.cfg, self.damping_kd)
 
     def tick(self, now: float):
-        """One command period: build the LowCmd of :meth:`command`, write it; returns it (None once closed)."""
+        """One command period: build the LowCmd of :meth:`command`, write it; returns it (None once closed). Warns
+        when no LowState has arrived for :data:`LOWSTATE_SILENCE_S` (see :meth:`check_lowstate_silence`)."""
         if self._closed:
             return None
         fault, cmd = self.command(now)
+        self.check_lowstate_silence(now)
         return self._write(fault, cmd, now)
+
+    def check_lowstate_silence(self, now: float) -> bool:
+        """Warn (and return True) when no LowState, valid or not, has arrived for more than
+        :data:`LOWSTATE_SILENCE_S` [s] at ``now`` [s, monotonic] (since the start or the last one), at most once per
+        :data:`LOWSTATE_WARN_EVERY_S`: nothing else would say so while the bridge is disarmed (only damping is
+        sent)."""
+        with self._lock:
+            silent = now - self.lowstate_arrival
+            if silent <= LOWSTATE_SILENCE_S or now - self._silence_warned < LOWSTATE_WARN_EVERY_S:
+                return False
+            self._silence_warned = now
+        where = (f"network interface '{self.interface if self.interface is not None else '?'}', DDS domain "
+                 f"{self.domain_id if self.domain_id is not None else '?'}")
+        self._log("warning", f"no LowState on {LOWSTATE_TOPIC} for {silent:.1f} s ({where}): check the cable to the "
+                             f"robot and that it is on, --interface (the one wired to the robot) and --domain-id "
+                             f"(Unitree robots use 0), and that the robot's sport mode is off (Unitree app or the "
+                             f"SDK's motion switcher)")
+        return True
 
     def _write(self, fault: str | None, cmd: MotorCommand, now: float):
         with self._lock:
@@ -717,7 +751,8 @@ def bridge_main(args) -> int:
     with stop_on_signals(), ros_context() as ctx:
         node = UnitreeBridgeNode(robot, cfg, DdsTransport(sdk, cfg.family), sdk=sdk, namespace=args.namespace,
                                  node_name=args.node_name, command_timeout_s=args.command_timeout,
-                                 state_timeout_s=args.state_timeout, damping_kd=args.damping_kd, context=ctx)
+                                 state_timeout_s=args.state_timeout, damping_kd=args.damping_kd, context=ctx,
+                                 interface=args.interface, domain_id=args.domain_id)
 
         def start():
             if args.arm and not node.arm():

@@ -8,7 +8,11 @@ Sections, each ``PASS`` / ``WARN`` / ``FAIL`` with what was measured:
    action interface vs robot kind, joint/motor names and their ORDER resolved by name (a permutation of the robot's
    joints names the swapped pairs), default pose, PD gains, action scale/clip (per joint by name), the control
    rate against the robot's ``control_rate_hz``, the observation layout, the other robot parameters and the
-   artefact's integrity (checksum, embedded copy, provenance). Any difference is a FAIL.
+   artefact's integrity (checksum, embedded copy, provenance). Any difference is a FAIL. A ``metadata.json`` edited
+   after export (it differs from the copy embedded in ``policy.onnx``, whose checksum still matches) is an
+   ``artefact`` FAIL naming the differing keys (deploy loads ``metadata.json`` and refuses it for that difference);
+   the other items, and sections 2 and 3, are then judged by the embedded copy, the metadata the model was exported
+   with (:func:`judged_metadata`), so that one edit is not reported as, e.g., a joint order FAIL.
 2. **onnx** (:func:`check_onnx`): ``policy.onnx`` under onnxruntime. With the torch weights (the checkpoint the
    export was made from, recorded in ``training.checkpoint``, or ``checkpoint=``): max abs error of onnxruntime vs
    torch on :data:`PARITY_SAMPLES` observations around the normaliser's statistics (batches of 1 and 64, some
@@ -36,7 +40,10 @@ The deploy gate (:func:`deploy_gate`, run by ``sim2real deploy`` before any ROS 
 torch weights (loading a checkpoint builds a task env: seconds; the gate adds about 0.1 s), plus a fresh
 ``check.json`` beside the policy (written by ``sim2real check --json <policy>/check.json``): its FAIL (e.g. a
 replay that collapsed) is honoured while its ``fingerprint`` (sha256 of ``policy.onnx`` and ``metadata.json`` and
-the robot config's hash) matches; a stale one is ignored with a note.
+the robot config's hash) matches; a stale one is ignored with a note; none is fine; an unreadable one (not JSON, not
+a report) refuses the deploy, as a FAIL does, since its verdict cannot be honoured. ``--force`` overrides a FAIL
+and an unreadable report, never a metadata FAIL: the deploy node itself refuses a policy whose metadata does not
+match the robot.
 """
 
 from __future__ import annotations
@@ -53,7 +60,8 @@ from pathlib import Path
 import numpy as np
 
 from sim2real.policies.metadata import (
-    METADATA_FILE, ONNX_FILE, PolicyMismatchError, load_metadata, sha256_file,
+    METADATA_FILE, ONNX_FILE, PolicyMismatchError, embedded_copy, embedded_metadata, flatten, load_metadata,
+    sha256_file,
 )
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -138,6 +146,16 @@ CRITERIA = {
                                  show=("success_rate", "collisions_per_drone_minute", "pos_error_mean")),
     "humanoid-footsteps": Criterion("success_rate", "", 0.1, 0.5, fail_drop=0.3, warn_drop=0.1),
 }
+
+
+class CheckReportUnreadable(PolicyMismatchError):
+    """``deploy`` refused a policy whose ``check.json`` cannot be read (one line: the file, why, and to rerun
+    ``sim2real check`` or deploy with ``--force``)."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)
+        self.problems = [(CHECK_FILE, message)]
+        self.fields = [CHECK_FILE]
 
 
 class PolicyCheckFailed(PolicyMismatchError):
@@ -285,21 +303,62 @@ def _by_name(meta: dict, robot: dict) -> dict[str, float] | None:
     return out
 
 
+#: Differing keys named in the artefact item when ``metadata.json`` differs from the embedded copy.
+EMBEDDED_KEYS_SHOWN = 8
+
+
+def judged_metadata(policy_dir: Path) -> tuple[dict, list[str]]:
+    """The metadata a policy is judged by, and the keys where ``metadata.json`` differs from the copy embedded in
+    ``policy.onnx`` (``[]``: ``metadata.json`` itself). The embedded copy (with ``metadata.json``'s ``onnx.sha256``)
+    when they differ while ``policy.onnx`` still matches that checksum: ``metadata.json`` was edited after export
+    (a replaced or damaged ``policy.onnx``, or one without an embedded copy, is left to :func:`check_metadata`'s
+    checksum and integrity items, judged with ``metadata.json``).
+
+    Raises:
+        PolicyMismatchError: ``metadata.json`` is missing or not a JSON object.
+    """
+    policy_dir = Path(policy_dir)
+    meta = load_metadata(policy_dir)
+    onnx_path = policy_dir / ONNX_FILE
+    recorded = meta.get("onnx", {}).get("sha256") if isinstance(meta.get("onnx"), dict) else None
+    if not onnx_path.is_file() or not isinstance(recorded, str) or sha256_file(onnx_path) != recorded:
+        return meta, []
+    try:
+        inside = embedded_metadata(onnx_path)
+    except PolicyMismatchError:
+        return meta, []
+    mine, theirs = flatten(embedded_copy(meta)), flatten(inside)
+    keys = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+    if not keys:
+        return meta, []
+    judged = json.loads(json.dumps(inside))
+    if not isinstance(judged.get("onnx"), dict):
+        judged["onnx"] = {}
+    judged["onnx"]["sha256"] = recorded
+    return judged, keys
+
+
 def check_metadata(policy_dir: Path, robot: dict) -> Section:
     """Section 1 (see the module docstring). Never raises for a bad policy: every problem becomes a FAIL item."""
     from sim2real.policies.onnx_policy import OnnxPolicy
 
     policy_dir = Path(policy_dir)
     try:
-        meta = load_metadata(policy_dir)
+        meta, edited = judged_metadata(policy_dir)
     except PolicyMismatchError as exc:
         return _section("metadata", [Item("artefact", FAIL, m) for _, m in exc.problems], "")
     problems: list[tuple[str, str]] = []
-    try:
-        OnnxPolicy(policy_dir, robot)  # the deploy side's validation (every field) + ONNX I/O sizes
+    try:  # the deploy side's validation (every field) + ONNX I/O sizes
+        OnnxPolicy(policy_dir, robot, metadata=meta if edited else None)
     except PolicyMismatchError as exc:
         problems = list(exc.problems)
     grouped: dict[str, list[str]] = {}
+    if edited:
+        shown = ", ".join(edited[:EMBEDDED_KEYS_SHOWN]) + (f" (+{len(edited) - EMBEDDED_KEYS_SHOWN} more)"
+                                                           if len(edited) > EMBEDDED_KEYS_SHOWN else "")
+        grouped["artefact"] = [f"{METADATA_FILE} differs from the copy embedded in {ONNX_FILE} in {shown} (edited "
+                               f"after export: deploy refuses it; the other items are judged by the embedded copy; "
+                               f"re-export, or restore {METADATA_FILE})"]
     for f, m in problems:
         grouped.setdefault(_item_of(f), []).append(f"{f}: {m}")
     kind = robot.get("kind")
@@ -344,7 +403,7 @@ def check_metadata(policy_dir: Path, robot: dict) -> Section:
         else:
             items.append(Item(name, PASS, ok.get(name, "matches")))
     return _section("metadata", items, f"{len(items)} items match the robot config {robot.get('name')!r}",
-                    {"problems": [list(p) for p in problems]})
+                    {"problems": [list(p) for p in problems], "embedded_differs": edited})
 
 
 def _rate_text(meta: dict, robot: dict) -> str:
@@ -385,7 +444,7 @@ def check_onnx(policy_dir: Path, checkpoint: str | Path | None = None, use_torch
     policy_dir = Path(policy_dir)
     items: list[Item] = []
     try:
-        meta = load_metadata(policy_dir)
+        meta, _ = judged_metadata(policy_dir)
         sess = _session(policy_dir)
     except PolicyMismatchError as exc:
         return _section("onnx", [Item("load", FAIL, "; ".join(m for _, m in exc.problems))], "")
@@ -572,8 +631,9 @@ def check_replay(policy_dir: Path, episodes: int | None = None, variants: tuple[
     from sim2real.policies.onnx_policy import OnnxPolicy
     from sim2real.tasks import complete_saved_config
 
-    try:
-        pol = OnnxPolicy(policy_dir)  # integrity only: the replay runs the policy's own training config
+    try:  # integrity only: the replay runs the policy's own training config
+        meta, edited = judged_metadata(policy_dir)
+        pol = OnnxPolicy(policy_dir, metadata=meta if edited else None)
     except PolicyMismatchError as exc:
         return _section("replay", [Item("load", FAIL, str(exc))], "")
     meta = pol.metadata
@@ -646,35 +706,63 @@ def run_check(policy_dir: str | Path, robot: dict, *, replay: bool = True, episo
     return report
 
 
-def write_json(report: Report, path: str | Path) -> Path:
-    """Write ``report.to_dict()`` to ``path`` atomically (a temporary file in the same folder, then os.replace)."""
+def check_json_path(path: str | Path) -> Path:
+    """``path`` if :func:`write_json` can write it: checked before a check runs (its folder is not created).
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder.
+        FileNotFoundError: its folder does not exist.
+        NotADirectoryError: its parent is not a folder.
+        PermissionError: its folder is not writable.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(report.to_dict(), f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    parent = path.parent
+    if path.is_dir():
+        raise IsADirectoryError(f"--json {path}: is a folder; give the report's file path, e.g. {path / CHECK_FILE}")
+    if not parent.exists():
+        raise FileNotFoundError(f"--json {path}: folder {parent} does not exist (it is not created)")
+    if not parent.is_dir():
+        raise NotADirectoryError(f"--json {path}: {parent} is not a folder")
+    try:  # a file of the writer's kind, created and removed: what the write needs, whoever runs it
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise PermissionError(f"--json {path}: folder {parent} is not writable ({exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
     return path
 
 
-def _stored_check(policy_dir: Path, fp: dict) -> tuple[dict | None, str | None]:
-    """(a fresh ``check.json`` beside the policy, or None; a note when one exists but is stale/unreadable)."""
+def write_json(report: Report, path: str | Path) -> Path:
+    """Write ``report.to_dict()`` to ``path`` atomically
+    (:func:`~sim2real.deploy.session.atomic_write_bytes`: a temporary file in the same folder, fsync, os.replace).
+
+    Raises:
+        OSError: ``path``'s folder is missing (it is not created: see :func:`check_json_path`) or not writable.
+    """
+    from sim2real.deploy.session import atomic_write_bytes
+
+    path = Path(path)
+    atomic_write_bytes(path, json.dumps(report.to_dict(), indent=2).encode())
+    return path
+
+
+def _stored_check(policy_dir: Path, fp: dict) -> tuple[dict | None, str | None, str | None]:
+    """(a fresh ``check.json`` beside the policy or None, a note when one is stale, why one is unreadable or None).
+    Unreadable: not readable, not JSON, or not a report (an object with a ``fingerprint`` object and a ``verdict``
+    of PASS/WARN/FAIL); stale: a report for another fingerprint."""
     path = Path(policy_dir) / CHECK_FILE
     if not path.is_file():
-        return None, None
+        return None, None, None
     try:
         stored = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None, f"{path} is unreadable: ignored"
-    if not isinstance(stored, dict) or stored.get("fingerprint") != fp:
-        return None, f"{path} is stale (the policy or the robot config changed since): ignored"
-    return stored, None
+    except (OSError, ValueError) as exc:
+        return None, None, " ".join(str(exc).split())[:160]
+    if not isinstance(stored, dict) or not isinstance(stored.get("fingerprint"), dict) \
+            or stored.get("verdict") not in (PASS, WARN, FAIL):
+        return None, None, "not a sim2real check report"
+    if stored["fingerprint"] != fp:
+        return None, f"{path} is stale (the policy or the robot config changed since): ignored", None
+    return stored, None, None
 
 
 def deploy_gate(policy_dir: str | Path, robot: dict, force: bool = False, log=None) -> Report:
@@ -687,7 +775,11 @@ def deploy_gate(policy_dir: str | Path, robot: dict, force: bool = False, log=No
         PolicyMismatchError: ``policy_dir`` is not a folder.
         PolicyCheckFailed: verdict FAIL without ``force`` (a :class:`PolicyMismatchError`: the CLI prints one
             ``error:`` line naming the failed sections and exits 2). With ``force`` a loud warning goes to ``log``
-            (default stderr) instead.
+            (default stderr) instead, saying what ``force`` overrides and that a metadata FAIL is not overridden
+            (the deploy node refuses that policy next).
+        CheckReportUnreadable: ``check.json`` beside the policy cannot be read, without ``force`` and when the
+            policy's own sections pass (a :class:`PolicyMismatchError`: one ``error:`` line). With ``force``: a
+            warning to ``log``.
     """
     log = log or (lambda text: print(text, file=sys.stderr))
     t0 = time.perf_counter()
@@ -696,19 +788,36 @@ def deploy_gate(policy_dir: str | Path, robot: dict, force: bool = False, log=No
         raise PolicyMismatchError([("policy", f"policy folder not found: {policy_dir}")])
     sections = [check_metadata(policy_dir, robot), check_onnx(policy_dir, use_torch=False)]
     fp = fingerprint(policy_dir, robot)
-    stored, note = _stored_check(policy_dir, fp)
+    stored, note, unreadable = _stored_check(policy_dir, fp)
     if note:
         log(f"note: {note}")
     if stored is not None and stored.get("verdict") == FAIL:
-        failed = [s for s in stored.get("sections", []) if s.get("status") == FAIL
+        failed = [s for s in stored.get("sections", []) if isinstance(s, dict) and s.get("status") == FAIL
                   and s.get("name") not in ("metadata", "onnx")]
         for s in failed:
-            sections.append(Section(s["name"], FAIL, f"{s.get('summary')} (from {CHECK_FILE})"))
+            sections.append(Section(str(s.get("name")), FAIL, f"{s.get('summary')} (from {CHECK_FILE})"))
     report = Report(str(policy_dir), str(robot.get("name")), sections, fp, time.perf_counter() - t0)
-    if report.verdict == FAIL:
+    check_cmd = f"sim2real check --policy {policy_dir} --robot {robot.get('name')}"
+    if report.verdict == FAIL and not force:
         why = "; ".join(f"{s.name}: {s.summary}" for s in report.failed())
+        raise PolicyCheckFailed(f"policy check FAIL ({why}); see `{check_cmd}`, or deploy anyway with --force",
+                                report)
+    if unreadable is not None:
+        path = policy_dir / CHECK_FILE
         if not force:
-            raise PolicyCheckFailed(f"policy check FAIL ({why}); see `sim2real check --policy {policy_dir} "
-                                    f"--robot {robot.get('name')}`, or deploy anyway with --force", report)
-        log("!" * 78 + f"\nWARNING: --force: deploying a policy that FAILS its pre-flight check: {why}\n" + "!" * 78)
+            raise CheckReportUnreadable(f"check report {path} is unreadable ({unreadable}): rerun `{check_cmd} "
+                                        f"--json {path}`, or deploy anyway with --force")
+        log(f"WARNING: --force: check report {path} is unreadable ({unreadable}): deploying without its verdict")
+    if report.verdict == FAIL:
+        overridden = [s for s in report.failed() if s.name != "metadata"]
+        refused = [s for s in report.failed() if s.name == "metadata"]
+        lines = []
+        if overridden:
+            lines.append("WARNING: --force: " + ("deploying despite" if not refused else "overriding") + " the "
+                         "pre-flight check's FAIL of " + "; ".join(f"{s.name}: {s.summary}" for s in overridden))
+        if refused:
+            lines.append(f"WARNING: --force does not override the metadata FAIL ({refused[0].summary}): the deploy "
+                         f"node refuses a policy whose metadata does not match the robot, so this deploy stops "
+                         f"before any ROS traffic")
+        log("!" * 78 + "\n" + "\n".join(lines) + "\n" + "!" * 78)
     return report

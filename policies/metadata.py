@@ -121,18 +121,39 @@ def embedded_copy(meta: dict) -> dict:
     return copy
 
 
-def compare_with_embedded(meta: dict, onnx_path: Path) -> list[tuple[str, str]]:
-    """Fields where ``metadata.json`` differs from the copy exported inside the ONNX model's metadata_props."""
+def embedded_metadata(onnx_path: Path) -> dict:
+    """The copy of the metadata exported inside ``policy.onnx`` (its metadata_props :data:`EMBEDDED_KEY`; all of
+    ``metadata.json`` but ``onnx.sha256``, see :func:`embedded_copy`).
+
+    Raises:
+        PolicyMismatchError: (field ``onnx.file``) the file cannot be parsed or carries no sim2real metadata.
+    """
     import onnx
 
     try:
         model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:  # protobuf decode errors of a corrupt file
-        return [("onnx.file", f"cannot parse {onnx_path}: {exc}")]
+        raise PolicyMismatchError([("onnx.file", f"cannot parse {onnx_path}: {exc}")]) from None
     props = {p.key: p.value for p in model.metadata_props}
     if EMBEDDED_KEY not in props:
-        return [("onnx.file", f"{onnx_path} carries no sim2real metadata (not exported by sim2real export)")]
-    inside = flatten(json.loads(props[EMBEDDED_KEY]))
+        raise PolicyMismatchError([("onnx.file", f"{onnx_path} carries no sim2real metadata (not exported by "
+                                                 f"sim2real export)")])
+    try:
+        inside = json.loads(props[EMBEDDED_KEY])
+    except ValueError as exc:
+        raise PolicyMismatchError([("onnx.file", f"{onnx_path}: its sim2real metadata is not valid JSON: {exc}")]
+                                  ) from None
+    if not isinstance(inside, dict):
+        raise PolicyMismatchError([("onnx.file", f"{onnx_path}: its sim2real metadata is not a JSON object")])
+    return inside
+
+
+def compare_with_embedded(meta: dict, onnx_path: Path) -> list[tuple[str, str]]:
+    """Fields where ``metadata.json`` differs from the copy exported inside the ONNX model's metadata_props."""
+    try:
+        inside = flatten(embedded_metadata(onnx_path))
+    except PolicyMismatchError as exc:
+        return exc.problems
     outside = flatten(embedded_copy(meta))
     return [(k, f"metadata.json has {outside.get(k)!r}, policy.onnx was exported with {inside.get(k)!r}")
             for k in sorted(set(inside) | set(outside)) if inside.get(k) != outside.get(k)]

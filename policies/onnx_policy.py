@@ -19,19 +19,22 @@ class OnnxPolicy:
         robot: robot config of the machine this runs on (defaults to the one recorded in the metadata,
             which then checks only the artefact's integrity).
         control_period_s: the caller's fixed control period, if any.
+        metadata: the metadata to validate and run with instead of ``metadata.json`` (``sim2real check`` passes
+            the copy embedded in ``policy.onnx`` when ``metadata.json`` was edited; the deploy nodes never do).
 
     Raises:
         PolicyMismatchError: metadata missing, damaged, or not matching the robot (names each field);
             also when onnxruntime cannot load the file.
     """
 
-    def __init__(self, policy_dir: str | Path, robot: dict | None = None, control_period_s: float | None = None):
+    def __init__(self, policy_dir: str | Path, robot: dict | None = None, control_period_s: float | None = None,
+                 metadata: dict | None = None):
         import onnxruntime as ort
 
         self.policy_dir = Path(policy_dir)
         if not self.policy_dir.is_dir():
             raise PolicyMismatchError([("policy", f"policy folder not found: {self.policy_dir}")])
-        self.metadata = load_metadata(self.policy_dir)
+        self.metadata = load_metadata(self.policy_dir) if metadata is None else metadata
         robot = robot if robot is not None else self.metadata.get("robot", {}).get("params", {})
         validate_metadata(self.metadata, robot, self.policy_dir, control_period_s)
         opts = ort.SessionOptions()

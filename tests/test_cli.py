@@ -9,6 +9,7 @@ exception, which a user would see as a traceback, fails the test).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -16,6 +17,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -259,3 +261,61 @@ def test_invalid_ros_names_are_refused():
     _assert_clean_error(sim2real_main("standin", "--namespace", "bad ns!", check=False), "--namespace")
     _assert_clean_error(sim2real_main("deploy", "--policy", "unused", "--robot", "crazyflie2", "--node-name",
                                       "bad-name", check=False), "--node-name")
+
+
+ROS_COMMANDS = [["deploy", "--policy", "policies/pretrained/quadrotor-hover", "--robot", "crazyflie2"],
+                ["standin", "--robot", "crazyflie2"],
+                ["bridge", "crazyflie", "--uri", "radio://0/80/2M/E7E7E7E7E7"],
+                ["bridge", "unitree", "--interface", "lo"]]
+
+
+@pytest.mark.parametrize("argv", ROS_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_rclpy_that_cannot_load_is_one_error_line(monkeypatch, argv):
+    monkeypatch.setitem(sys.modules, "rclpy", None)  # `import rclpy` raises ImportError, as a broken install does
+    proc = sim2real_main(*argv, check=False)
+    _assert_clean_error(proc, "cannot load rclpy (", "pip install", "ros-rclpy")
+
+
+def test_ros_commands_in_a_system_site_packages_venv_name_the_fix(tmp_path):
+    import rclpy
+
+    if sys.prefix != sys.base_prefix or not Path(rclpy.__file__).resolve().is_relative_to(Path(sys.prefix).resolve()):
+        pytest.skip("needs this Python to be a base interpreter holding the ROS wheels")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    # A fresh shell's environment: not the library path this interpreter's ROS bootstrap set (children inherit it)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "_ROS_WHEELS_BOOTSTRAP_COMPLETE")}
+    env["PYTHONWARNINGS"] = "ignore"
+    repo = Path(__file__).resolve().parents[1]
+    for argv in ROS_COMMANDS[:2]:
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "sim2real", *argv], capture_output=True, text=True,
+                              cwd=repo, env=env, timeout=300)
+        _assert_clean_error(proc, "cannot load rclpy (librcl", f"a venv ({venv})", "--system-site-packages",
+                            "use a plain venv", "pip install --ignore-installed ros-rclpy", "ros-std-msgs")
+
+
+def test_domain_id_is_checked_up_front_for_every_command_that_takes_it(capsys):
+    from sim2real.cli import build_parser, dds_domain_id
+
+    parser = build_parser()
+
+    def actions(p):
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from actions(sub)
+            else:
+                yield action
+
+    takers = [a for a in actions(parser) if "--domain-id" in a.option_strings]
+    assert takers and all(a.type is dds_domain_id for a in takers)
+    argv = ["bridge", "unitree", "--interface", "eth0", "--domain-id"]
+    assert parser.parse_args(argv + ["232"]).domain_id == 232 and parser.parse_args(argv + ["0"]).domain_id == 0
+    for bad in ("300", "233", "-1", "x"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(argv + [bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith("sim2real bridge unitree: error: argument --domain-id: ") and "interface" not in err
+        assert (f"a DDS domain id is 0-232, got '{bad}'" if bad != "x" else "not an integer: 'x'") in err

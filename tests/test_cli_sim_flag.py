@@ -72,3 +72,35 @@ def test_help_says_quadrotor_tasks_refuse_sim(capsys):
         cli.main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "refused on the quadrotor tasks" in text and "--distributed" in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--task", "quadrotor-hover", "--set", "sim.backend=mujoco-warp"],
+    ["train", "--task", "quadrotor-swarm", "--set", "seed=2", "--set", "sim.nthread=2"],
+    ["eval", "--task", "quadrotor-hover", "--checkpoint", "best", "--set", "sim.backend=mujoco"],
+    ["play", "--task", "quadrotor-swarm", "--set", "sim=1"],
+])
+def test_set_sim_keys_refused_on_quadrotor_tasks_as_sim_is(tmp_path, argv):
+    proc = sim2real_main(*argv, "--runs-root", tmp_path, check=False)
+    override = next(a for a in argv if a.startswith("sim"))
+    _assert_refused(proc, f"--set {override}: task {argv[2]} has no 'sim' config block", "torch dynamics",
+                    "not MuJoCo", "apply only to the MuJoCo-backed tasks quadruped-jump, humanoid-footsteps")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_and_play_do_not_point_at_a_device_flag_they_lack(capsys):
+    for command in ("eval", "play"):
+        args = cli.build_parser().parse_args([command, "--task", "quadrotor-hover"])
+        assert not hasattr(args, "device")  # no --device: the help and the refusal must not offer one
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "torch dynamics on the torch device they were trained on (train --device)" in text
+        assert "any --device" not in text
+        proc = sim2real_main(command, "--task", "quadrotor-hover", "--sim", "mujoco", check=False)
+        _assert_refused(proc, "eval and play use the device it was trained on; for the GPU: train with --device "
+                              "cuda, without --sim")
+    args = cli.build_parser().parse_args(["train", "--task", "quadrotor-hover"])
+    assert hasattr(args, "device")
+    proc = sim2real_main("train", "--task", "quadrotor-hover", "--sim", "mujoco", check=False)
+    _assert_refused(proc, "(for the GPU: --device cuda, without --sim)")

@@ -408,6 +408,37 @@ def test_hg_lowcmd_echoes_mode_machine(bridge, sdk):
     assert [m.mode for m in msg.motor_cmd] == [1] * 12 + [0] * 23 and msg.motor_cmd[5].kp == 10.0
 
 
+def test_no_lowstate_for_1_s_warns_naming_interface_and_domain_then_throttled(bridge):
+    node, transport = bridge(interface="eth7", domain_id=3)
+    t0 = node.lowstate_arrival  # the start
+
+    def silence_warnings():
+        return [t for lvl, t in node.log_lines if lvl == "warning" and t.startswith("no LowState")]
+
+    node.tick(t0 + 0.9)
+    assert silence_warnings() == [] and node.fault == "disarmed"
+    node.tick(t0 + 1.2)  # disarmed: nothing else would say so
+    (text,) = silence_warnings()
+    assert text.startswith("no LowState on rt/lowstate for 1.2 s (network interface 'eth7', DDS domain 3): check the "
+                           "cable")
+    assert "--interface" in text and "--domain-id" in text and "sport mode is off" in text
+    for dt in (1.3, 3.0, 6.1):  # throttled: once per LOWSTATE_WARN_EVERY_S (5 s)
+        node.tick(t0 + dt)
+    assert len(silence_warnings()) == 1
+    node.tick(t0 + 6.3)
+    assert len(silence_warnings()) == 2 and "for 6.3 s" in silence_warnings()[-1]
+    bad = lowstate(standing_state())
+    bad.motor_state[5].q = float("nan")
+    assert node.on_lowstate(bad, t0 + 20.0) is None  # dropped, but the robot is talking: no silence
+    node.tick(t0 + 20.9)
+    node.on_lowstate(lowstate(standing_state()), t0 + 21.5)
+    node.tick(t0 + 22.4)
+    assert len(silence_warnings()) == 2 and node.fault == "disarmed"
+    assert len(transport.written) == 8  # every tick still wrote its damping command
+    node.tick(t0 + 22.6)  # 1.1 s after the last LowState, 16 s after the last warning
+    assert len(silence_warnings()) == 3 and "for 1.1 s" in silence_warnings()[-1]
+
+
 def test_close_writes_damping_then_stops(bridge):
     node, transport = bridge(exit_damping_s=0.02)
     node.arm()
@@ -518,6 +549,15 @@ def test_cli_runs_unarmed_against_the_fake_robot_and_refuses_robots_without_a_bl
     assert main(["bridge", "unitree", "--robot", "jvrc1", "--interface", "lo"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: robot 'jvrc1' has no 'unitree:' block")
+
+
+def test_cli_without_a_robot_warns_naming_interface_and_domain(capfd, namespace, dds):
+    rc = main(["bridge", "unitree", "--interface", "lo", "--domain-id", str(DDS_DOMAIN), "--namespace", namespace,
+               "--duration", "1.6"])
+    assert rc == 0
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if "no LowState on rt/lowstate for" in ln]
+    assert len(lines) == 1 and f"(network interface 'lo', DDS domain {DDS_DOMAIN})" in lines[0], err
 
 
 def test_sdk_is_imported_lazily_with_a_clear_error(monkeypatch):

@@ -150,3 +150,99 @@ def test_json_report_is_atomic_and_check_json_goes_stale(tmp_path):
     with pytest.raises(C.PolicyCheckFailed, match="metadata"):  # ... and this robot does not match the policy
         C.deploy_gate(policy, other, log=notes.append)
     assert any("stale" in n for n in notes)
+
+
+def test_metadata_json_edited_after_export_is_an_artefact_fail_judged_by_the_embedded_copy(tmp_path, capsys):
+    policy = tmp_path / "jump"
+    shutil.copytree(JUMP, policy)
+    meta = json.loads((policy / METADATA_FILE).read_text())
+    names = list(meta["robot"]["joint_names"])
+    names[FL_THIGH], names[FR_THIGH] = names[FR_THIGH], names[FL_THIGH]
+    meta["robot"]["joint_names"] = names  # only metadata.json: policy.onnx (and its embedded copy) untouched
+    meta["observation"]["policy"][0]["scale"] = 0.5
+    (policy / METADATA_FILE).write_text(json.dumps(meta, indent=2))
+    assert C.judged_metadata(policy)[1] == ["observation.policy[0].scale", "robot.joint_names"]
+    report = C.run_check(policy, load_robot("go2"), replay=False)
+    section = report.sections[0]
+    status = {i.name: i.status for i in section.items}
+    assert status.pop("artefact") == C.FAIL and set(status.values()) == {C.PASS}  # joints, observation: PASS
+    artefact = next(i for i in section.items if i.name == "artefact")
+    assert artefact.message.startswith("metadata.json differs from the copy embedded in policy.onnx in "
+                                       "observation.policy[0].scale, robot.joint_names (edited after export")
+    assert "12 joints, names and order match" in next(i.message for i in section.items if i.name == "joints")
+    assert section.data["embedded_differs"] == ["observation.policy[0].scale", "robot.joint_names"]
+    assert report.sections[1].status == C.WARN and report.verdict == C.FAIL
+    # deploy reads metadata.json and refuses it for that difference: the gate says why, in the artefact item
+    assert main(["deploy", "--policy", str(policy), "--robot", "go2", "--activate"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "metadata: artefact: metadata.json differs from the copy embedded" in err[0]
+    # the untouched export is judged by metadata.json itself (nothing differs)
+    assert C.judged_metadata(JUMP)[1] == [] and C.run_check(JUMP, load_robot("go2"), replay=False).verdict == C.WARN
+
+
+@pytest.mark.parametrize("content, why", [('{"verdict": "FA', "Unterminated string"), ("[1, 2]", "not a sim2real"),
+                                          ('{"verdict": "PASS"}', "not a sim2real check report"),
+                                          ('{"verdict": [], "fingerprint": {}}', "not a sim2real check report")])
+def test_unreadable_check_json_refuses_deploy_unless_force(tmp_path, capsys, content, why):
+    policy = tmp_path / "hover"
+    shutil.copytree(HOVER, policy)
+    robot = load_robot("crazyflie2")
+    (policy / C.CHECK_FILE).write_text(content)
+    with pytest.raises(C.CheckReportUnreadable, match=f"check report {policy / C.CHECK_FILE} is unreadable "
+                                                      rf"\(.*{why}.*\): rerun `sim2real check --policy {policy} "
+                                                      rf"--robot crazyflie2 --json {policy / C.CHECK_FILE}`, or "
+                                                      "deploy anyway with --force"):
+        C.deploy_gate(policy, robot)
+    assert main(["deploy", "--policy", str(policy), "--robot", "crazyflie2", "--activate"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines()]
+    assert len(err) == 1 and err[0].startswith(f"error: check report {policy / C.CHECK_FILE} is unreadable")
+    logs = []
+    gate = C.deploy_gate(policy, robot, force=True, log=logs.append)
+    assert gate.verdict == C.WARN and len(logs) == 1
+    assert logs[0].startswith("WARNING: --force: check report") and "deploying without its verdict" in logs[0]
+    # none at all is fine, a stale one a note (unchanged)
+    (policy / C.CHECK_FILE).unlink()
+    logs = []
+    assert C.deploy_gate(policy, robot, log=logs.append).verdict == C.WARN and logs == []
+
+
+def test_force_banner_says_what_force_overrides_and_that_a_metadata_fail_is_not(swapped_names, permuted_outputs,
+                                                                                 tmp_path):
+    robot = load_robot("go2")
+    logs = []
+    C.deploy_gate(swapped_names, robot, force=True, log=logs.append)
+    (banner,) = logs
+    assert "WARNING: --force does not override the metadata FAIL (joints:" in banner
+    assert "the deploy node refuses a policy whose metadata does not match the robot" in banner
+    assert "deploying" not in banner
+    policy = tmp_path / "permuted"
+    shutil.copytree(permuted_outputs, policy)
+    report = C.run_check(policy, robot, episodes=8, variants=("nominal",))
+    assert report.sections[2].status == C.FAIL
+    C.write_json(report, policy / C.CHECK_FILE)
+    logs = []
+    C.deploy_gate(policy, robot, force=True, log=logs.append)
+    (banner,) = logs
+    assert "WARNING: --force: deploying despite the pre-flight check's FAIL of replay: " in banner
+    assert "does not override" not in banner
+
+
+def test_json_path_is_checked_before_the_run_and_no_folder_is_created(tmp_path, capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(C, "run_check", lambda *a, **k: calls.append(a))  # must not be reached
+    refused = [(tmp_path, f"--json {tmp_path}: is a folder; give the report's file path"),
+               (tmp_path / "missing" / "check.json", f"folder {tmp_path / 'missing'} does not exist")]
+    if Path("/proc").is_dir():  # a folder nobody can create files in, root included
+        refused.append((Path("/proc/check.json"), "folder /proc is not writable"))
+    for path, why in refused:
+        assert main(["check", "--policy", str(HOVER), "--robot", "crazyflie2", "--json", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and why in err[0], err
+    assert calls == [] and not (tmp_path / "missing").exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    out = tmp_path / "report.json"
+    assert main(["check", "--policy", str(HOVER), "--robot", "crazyflie2", "--no-replay", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["verdict"] == C.WARN and [p.name for p in tmp_path.iterdir()] == [out.name]
+    with pytest.raises(FileNotFoundError):  # the writer itself creates no folder either
+        C.write_json(C.run_check(HOVER, load_robot("crazyflie2"), replay=False), tmp_path / "nope" / "check.json")
+    assert not (tmp_path / "nope").exists()
