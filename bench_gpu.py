@@ -9,16 +9,21 @@ kernels (reported as ``compile_s``; cached by warp under ``wp.config.kernel_cach
 
 Without CUDA it says so and, with ``--quick``, runs the same code at 4 envs on the CPU (MuJoCo Warp on the CPU,
 2 timed steps, a 1-iteration training run) so the script itself is testable; without ``--quick`` it stops there.
-(Isaac Lab/Newton is not measured: the backend is not built yet.)
+Where the Isaac Lab extra is installed (Python 3.12) it also measures ``--sim isaaclab`` (Isaac Lab 3.0 on Newton's
+MuJoCo Warp solver) and prints its ratio to MuJoCo Warp measured side by side. That environment pins MuJoCo 3.12,
+which lacks the C MuJoCo backend's ``mujoco.batch``: there the C MuJoCo rows say so and are skipped.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import time
 
 import torch
+
+from sim2real.configs import ConfigError
 
 TASKS = ("quadruped-jump", "humanoid-footsteps")
 SIZES, STEPS, ITERATIONS = (4096, 16384), 20, 30
@@ -82,6 +87,15 @@ def bench_gpu(quick: bool = False, overrides: list[str] | None = None) -> dict:
     overrides = list(overrides or [])
     backends = {"mujoco-warp": ["sim.backend=mujoco-warp", f"device={device}"],
                 "mujoco": ["sim.backend=mujoco", "sim.nthread=0", "device=cpu"]}
+    if importlib.util.find_spec("isaaclab") is not None:
+        backends["isaaclab"] = ["sim.backend=isaaclab", f"device={device}"]
+    try:
+        from sim2real.sim.mujoco_backend import batch_class
+
+        batch_class()
+    except ConfigError as exc:
+        print(f"C MuJoCo not measured: {exc}")
+        del backends["mujoco"]
     print(f"{'task':20s} {'backend':12s} {'device':6s} {'envs':>6s} {'env-steps/s':>12s}")
     compile_s = None
     for task in TASKS:
@@ -100,10 +114,13 @@ def bench_gpu(quick: bool = False, overrides: list[str] | None = None) -> dict:
                 del env
                 if cuda:
                     torch.cuda.empty_cache()
-        for n in sizes:  # the ratio, measured side by side in this run
-            ratio = out[task][f"mujoco-warp/{n}"]["env_steps_per_s"] / out[task][f"mujoco/{n}"]["env_steps_per_s"]
-            out[task][f"ratio/{n}"] = ratio
-            print(f"{task:20s} mujoco-warp ({device}) / mujoco (cpu) at {n} envs: x{ratio:.2f}", flush=True)
+        for n in sizes:  # the ratios, measured side by side in this run
+            for key, (a, b) in (("ratio", ("mujoco-warp", "mujoco")), ("isaaclab_ratio", ("isaaclab", "mujoco-warp"))):
+                if a in backends and b in backends:
+                    ratio = out[task][f"{a}/{n}"]["env_steps_per_s"] / out[task][f"{b}/{n}"]["env_steps_per_s"]
+                    out[task][f"{key}/{n}"] = ratio
+                    print(f"{task:20s} {a} ({device}) / {b} ({backends[b][-1].split('=')[1]}) at {n} envs: "
+                          f"x{ratio:.2f}", flush=True)
         result = _train(task, overrides + backends["mujoco-warp"], sizes[0], iterations)
         out[task]["train"] = result
         print(f"{task:20s} train on mujoco-warp ({device}): {iterations} iterations x {sizes[0]} envs in "

@@ -16,7 +16,7 @@ from sim2real.tasks import make_env
 
 
 def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_episodes: int | None = None,
-             seed: int | None = None) -> dict:
+             seed: int | None = None, sim_backend: str | None = None) -> dict:
     """Run the held-out set and return the task's metrics.
 
     Args:
@@ -24,6 +24,7 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
         policy: maps the ``policy`` observation group ``[N, D]`` to actions ``[N, A]`` (deterministic).
         num_episodes: defaults to ``cfg["eval"]["num_episodes"]``.
         seed: defaults to ``cfg["eval"]["seed"]``.
+        sim_backend: run the held-out env on this ``sim.backend`` instead of the config's (legged tasks).
 
     Returns:
         ``{"task", <the env's summarize_outcomes(...)>, "num_episodes", "seed"}``: every task reports at least
@@ -32,6 +33,8 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
     """
     n = int(num_episodes or cfg["eval"]["num_episodes"])
     seed = int(cfg["eval"]["seed"] if seed is None else seed)
+    if sim_backend is not None and sim_backend != cfg.get("sim", {}).get("backend", sim_backend):
+        cfg = {**cfg, "sim": {**cfg["sim"], "backend": sim_backend}}
     saved_rng = rng_state()
     try:
         torch.manual_seed(seed)

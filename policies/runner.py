@@ -148,12 +148,15 @@ class Sim2RealRunner(OnPolicyRunner):
             self.logger.writer.add_image("Curriculum/task_space", image, it, dataformats="HWC")
 
     def evaluate_and_keep_best(self, it: int) -> dict:
-        """Score the current policy on the held-out set; write ``best.pt`` when it improves."""
+        """Score the current policy on the held-out set; write ``best.pt`` when it improves. A run on
+        ``--sim isaaclab`` scores on MuJoCo Warp (the solver of Isaac Lab's ``newton_mjwarp`` physics), since Isaac
+        Lab keeps one simulation per process and the training envs hold it."""
         policy = self.alg.get_policy()
         self.alg.eval_mode()
+        backend = "mujoco-warp" if self.task_cfg.get("sim", {}).get("backend") == "isaaclab" else None
         try:
             metrics = evaluate(self.task_cfg, lambda o: policy({"policy": o}),
-                               num_episodes=self.task_cfg["train"]["eval_episodes"])
+                               num_episodes=self.task_cfg["train"]["eval_episodes"], sim_backend=backend)
         finally:
             self.alg.train_mode()
         metrics["iteration"] = it

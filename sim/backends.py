@@ -3,9 +3,9 @@ the worlds behind the one sim interface of :class:`~sim2real.sim.mujoco_backend.
 
 * ``mujoco`` (default): C MuJoCo, ``mujoco.batch.Batch`` over the CPU cores.
 * ``mujoco-warp``: :class:`~sim2real.sim.mujoco_warp_backend.MujocoWarpBackend` (CUDA; also runs on the CPU).
-* ``isaaclab``: reserved for the optional Isaac Lab extra (``pip install ".[isaaclab]"``, Python 3.12). Not built
-  yet: without the extra it is refused with one line saying how to install it; with it, with one line saying the
-  backend is not implemented in this version.
+* ``isaaclab``: :class:`~sim2real.sim.isaaclab_backend.IsaacLabBackend`, an Isaac Lab 3.0 scene on Newton's MuJoCo
+  Warp solver (the optional extra ``pip install ".[isaaclab]"``, Python 3.12; CUDA, also runs on the CPU). Without
+  the extra it is refused with one line saying how to install it.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def check_backend(name: str) -> None:
     if name == "isaaclab":
         if importlib.util.find_spec("isaaclab") is None:
             raise ConfigError(isaaclab_missing_message())
-        raise ConfigError("--sim isaaclab: the Isaac Lab backend is not implemented in this version of sim2real "
-                          "(issue 8); use --sim mujoco-warp for GPU simulation")
+        from sim2real.sim.isaaclab_backend import import_isaaclab
+
+        import_isaaclab()
     if name == "mujoco-warp":
         from sim2real.sim.mujoco_warp_backend import import_mujoco_warp
 
@@ -48,6 +49,10 @@ def make_legged_backend(robot: dict, num_envs: int, sim_cfg: dict, device: str =
         from sim2real.sim.mujoco_warp_backend import MujocoWarpBackend
 
         return MujocoWarpBackend(robot, num_envs, sim_cfg, device=device, **kwargs)
+    if name == "isaaclab":
+        from sim2real.sim.isaaclab_backend import IsaacLabBackend
+
+        return IsaacLabBackend(robot, num_envs, sim_cfg, device=device, **kwargs)
     from sim2real.sim.mujoco_backend import MujocoBackend
 
     return MujocoBackend(robot, num_envs, sim_cfg, device=device, **kwargs)

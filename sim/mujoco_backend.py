@@ -23,8 +23,6 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 import torch
-from mujoco.batch import Batch
-
 from sim2real.configs import ConfigError
 from sim2real.sim.robot import LeggedRobot, resolve_joint_values, resolve_mjcf
 
@@ -64,6 +62,18 @@ class ModelIndex:
     held_stiffness: np.ndarray = None      # [H] N m/rad
     held_damping: np.ndarray = None        # [H] N m s/rad
     held_torque_limit: np.ndarray = None   # [H] N m
+
+
+def batch_class():
+    """``mujoco.batch.Batch`` (MuJoCo 4). Raises ConfigError (one line) on an older MuJoCo, such as the 3.12 that
+    the Isaac Lab extra pins."""
+    try:
+        from mujoco.batch import Batch
+    except ImportError:
+        raise ConfigError(f"--sim mujoco needs MuJoCo 4.0 (mujoco.batch); this environment has MuJoCo "
+                          f"{mujoco.__version__} (the Isaac Lab extra pins 3.12): use --sim isaaclab or "
+                          f"--sim mujoco-warp here, or a Python 3.11 environment for the C MuJoCo backend") from None
+    return Batch
 
 
 def apply_solver_settings(spec: mujoco.MjSpec, sim_cfg: dict) -> None:
@@ -388,7 +398,7 @@ class MujocoBackend:
                  obstacle: bool = False, terrain_boxes: int = 0):
         self._compile(robot, sim_cfg, terrain, obstacle, terrain_boxes)
         self.num_envs, self.device = int(num_envs), device
-        self.batch = Batch(self.model, self.num_envs, int(sim_cfg.get("nthread", 0)))
+        self.batch = batch_class()(self.model, self.num_envs, int(sim_cfg.get("nthread", 0)))
         self._qpos = self.batch.bind("qpos")
         self._qvel = self.batch.bind("qvel")
         self._ctrl = self.batch.bind("ctrl")

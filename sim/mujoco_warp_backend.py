@@ -86,6 +86,16 @@ def import_mujoco_warp():
     return wp, mjw
 
 
+def quiet_iteration_limits(opt, mjw) -> None:
+    """No "iterations limit reached" print per step: the fast solver settings cap the iterations on purpose.
+    ``opt`` is a mujoco_warp ``Option`` (``warn_overflow`` is bit flags in mujoco-warp 4, one bool in 3.12, the
+    version the Isaac Lab extra pins); other overflow warnings stay on in 4."""
+    if isinstance(opt.warn_overflow, (bool, np.bool_)):
+        opt.warn_overflow = False
+    else:
+        opt.warn_overflow &= ~int(mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS)
+
+
 def _rows(ids: torch.Tensor, device) -> torch.Tensor:
     return torch.as_tensor(ids, device=device).long().reshape(-1)
 
@@ -127,8 +137,7 @@ class MujocoWarpBackend:
             except NotImplementedError as exc:
                 raise ConfigError(f"robot.mjcf: the model uses a feature MuJoCo Warp lacks: {exc}") from None
             self.d = mjw.put_data(self.model, mjd, nworld=n, nconmax=NCONMAX, njmax=NJMAX)
-        # The fast solver settings cap the iterations on purpose: no "iterations limit reached" print per step.
-        self.m.opt.warn_overflow &= ~int(mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS)
+        quiet_iteration_limits(self.m.opt, mjw)
         if not getattr(wp.config, "_sim2real_compile_note", False):
             wp.config._sim2real_compile_note = True
             print(f"MuJoCo Warp on {self.wp_device}: kernels compile on first use (about a minute on a CPU), cached in "
