@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from sim2real.configs import ConfigError
 from sim2real.tasks import make_env
 
 # A visual stand-in for a quadrotor: a flat body, four rotor discs, a floor and a goal marker. Only used for
@@ -128,7 +129,17 @@ def play(cfg: dict, policy, output: Path, duration_s: float | None = None, video
     ``.gif``), else, or with ``video=False``, trajectory plots as PNG. Plots are always written beside a video.
     ``duration_s``: simulated seconds; ``None`` lets the task choose (5 s; humanoid-footsteps: until the plans end;
     quadrotor-swarm: one episode; quadruped-jump always plays one episode per command).
-    ``plans``: humanoid-footsteps only, footstep plans to play (default: generated plans of ``eval.modes``)."""
+    ``plans``: humanoid-footsteps only, footstep plans to play (default: generated plans of ``eval.modes``).
+
+    Raises:
+        ConfigError: a legged task on a ``sim.backend`` other than ``mujoco`` (play records and renders the worlds
+            through C MuJoCo's batch).
+    """
+    backend = cfg.get("sim", {}).get("backend", "mujoco")
+    if backend != "mujoco":
+        raise ConfigError(f"play --sim {backend}: play records and renders through C MuJoCo (sim.backend mujoco); "
+                          f"play this policy with --sim mujoco (in a Python 3.11 environment if this one has the "
+                          f"isaaclab extra); training and eval run on every backend")
     if cfg["task"] == "humanoid-footsteps":
         from sim2real.policies.play_footsteps import play_footsteps
 

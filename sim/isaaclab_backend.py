@@ -15,7 +15,9 @@ How the scene is built:
     ``damping``, effort limit = the model's torque limit; held joints with their own gains), so PD runs at the
     physics rate inside the solver as on the MuJoCo backends.
   * The ground: a static box whose top is at z = 0, shared by every env (Newton keeps each env in its own world,
-    so envs never touch each other; all env origins are at the world origin, as on the MuJoCo backends).
+    so envs never touch each other; all env origins are at the world origin, as on the MuJoCo backends). Its
+    friction is 0 and each robot shape's starts at the larger of its own and the MJCF floor's, so contacts see
+    C MuJoCo's nominal friction (the larger of two geoms') and :meth:`IsaacLabBackend.set_friction` sets it per env.
   * The obstacle and the terrain boxes: kinematic boxes per env whose size (Newton ``shape_scale``) and pose are
     written per env; an absent one is parked out of reach.
   * Contacts: Isaac Lab contact sensors on the bodies carrying the feet and on the termination bodies; ``foot_contact``
@@ -215,6 +217,12 @@ class IsaacLabBackend:
     def __init__(self, robot: dict, num_envs: int, sim_cfg: dict, device: str = "cpu", terrain=None,
                  obstacle: bool = False, terrain_boxes: int = 0):
         il = import_isaaclab()
+        if _LIVE and _LIVE[0]() is not None:
+            gc.collect()  # an env dropped by its owner may still sit in a reference cycle
+        if _LIVE and _LIVE[0]() is not None:
+            raise ConfigError("--sim isaaclab: Isaac Lab runs one simulation per process and one is already built; "
+                              "close() it first (training's held-out evaluation runs on --sim mujoco-warp for this "
+                              "reason)")
         if terrain is not None:
             raise ConfigError("--sim isaaclab: heightfield terrain is not supported on this backend "
                               "(use --sim mujoco or --sim mujoco-warp)")
@@ -230,7 +238,7 @@ class IsaacLabBackend:
         kd = dict(zip(names, list(legged.damping) + list(i.held_damping)))
         effort = dict(zip(names, list(i.torque_limit) + list(i.held_torque_limit)))
         init_q = dict(zip(names, list(legged.default_pose) + list(i.held_joint_pos)))
-        esc = {n: "^" + n.replace(".", r"\.") + "$" for n in names}  # exact-name regexes for Isaac Lab
+        esc = {n: "^" + re.escape(n) + "$" for n in names}  # exact-name regexes for Isaac Lab
         body = lambda b: m.body(int(b)).name  # noqa: E731
         self.foot_body_names = [body(m.site_bodyid[s]) for s in i.foot_sites]
         self.term_body_names = list(legged.termination_contact_bodies)
@@ -242,8 +250,9 @@ class IsaacLabBackend:
                 prim_path="/World/ground",
                 spawn=sim_utils.CuboidCfg(size=tuple(2 * h for h in GROUND_HALF),
                                           collision_props=sim_utils.UsdPhysicsCollisionCfg(),
-                                          physics_material=il["RigidBodyMaterialBaseCfg"](static_friction=1.0,
-                                                                                              dynamic_friction=1.0)),
+                                          # 0: the robot's shapes decide (set_friction)
+                                          physics_material=il["RigidBodyMaterialBaseCfg"](static_friction=0.0,
+                                                                                              dynamic_friction=0.0)),
                 init_state=il["AssetBaseCfg"].InitialStateCfg(pos=(0.0, 0.0, -GROUND_HALF[2]))),
             "robot": il["ArticulationCfg"](
                 prim_path="/World/envs/env_.*/Robot",
@@ -278,12 +287,6 @@ class IsaacLabBackend:
             cone="elliptic" if opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC else "pyramidal",
             impratio=float(opt.impratio))
         physics = il["NewtonCfg"](solver_cfg=solver)
-        if _LIVE and _LIVE[0]() is not None:
-            gc.collect()  # an env dropped by its owner may still sit in a reference cycle
-        if _LIVE and _LIVE[0]() is not None:
-            raise ConfigError("--sim isaaclab: Isaac Lab runs one simulation per process and one is already built; "
-                              "close() it first (training's held-out evaluation runs on --sim mujoco-warp for this "
-                              "reason)")
         sim_utils.SimulationContext.clear_instance()
         self.sim = sim_utils.SimulationContext(sim_utils.SimulationCfg(dt=self.timestep, device=device,
                                                                        physics=physics))
@@ -331,6 +334,14 @@ class IsaacLabBackend:
         self._nominal_damping = self._t(self.robot.data.joint_viscous_friction_coeff)[:, self._jidx].clone() \
             if hasattr(self.robot.data, "joint_viscous_friction_coeff") else None
         self._box_scale = [self._shape_scale(b) for b in self._boxes]
+        import warp as wp
+
+        model = self.sim.physics_manager.get_model()  # zero-copy [N, S] view of the robot shapes' friction
+        self._mu = wp.to_torch(self.robot._root_view.get_attribute("shape_material_mu", model)).reshape(n, -1)
+        floor = [g for g in i.ground_geoms if not m.geom(int(g)).name.startswith("sim2real_")]  # the MJCF's own
+        floor_mu = float(m.geom_friction[floor, 0].max()) if floor else 1.0
+        self._mu.clamp_(min=floor_mu)  # nominal: the larger of each shape's and the MJCF floor's, as in C MuJoCo
+        self._model_changed()
         d = self.robot.data  # nominal inertial properties as the scene built them (Isaac Lab body order)
         self._nominal_mass = self._t(d.body_mass)[0].clone()
         self._nominal_inertia = self._t(d.body_inertia)[0].reshape(-1, 9).clone()
@@ -416,10 +427,8 @@ class IsaacLabBackend:
             "base_ang_vel_b": self._t(d.root_link_ang_vel_b).clone(),
             "joint_pos": self._t(d.joint_pos)[:, self._jidx],
             "joint_vel": self._t(d.joint_vel)[:, self._jidx],
-            "foot_contact": feet.reshape(self.num_envs, -1, 3).norm(dim=-1)[:, self._feet_cols]
-            if feet.shape[-1] == 3 or feet.dim() == 3 else feet[:, self._feet_cols],
-            "body_contact": bodies.reshape(self.num_envs, -1, 3).norm(dim=-1)[:, self._body_cols]
-            if bodies.shape[-1] == 3 or bodies.dim() == 3 else bodies[:, self._body_cols],
+            "foot_contact": feet.norm(dim=-1)[:, self._feet_cols],  # [N, S, 3] normal force vectors -> [N, F]
+            "body_contact": bodies.norm(dim=-1)[:, self._body_cols],
             "foot_pos_w": foot_pos,
             "foot_yaw_w": torch.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)),
         }
@@ -466,14 +475,11 @@ class IsaacLabBackend:
 
     # --- domain randomisation (per env) -------------------------------------------------------------------------
     def set_friction(self, ids: torch.Tensor, friction: torch.Tensor) -> None:
-        """Friction coefficient ``[M]`` of every shape of the robot in worlds ``ids`` (Newton's one ``mu``; the
-        ground keeps 1.0 and the contact takes the robot's value as MuJoCo takes the larger of two)."""
-        import warp as wp
-
-        model = self.sim.physics_manager.get_model()
-        mu = wp.to_torch(self.robot._root_view.get_attribute("shape_material_mu", model)).reshape(self.num_envs, -1)
-        rows = torch.as_tensor(ids, device=mu.device).long().reshape(-1)
-        mu[rows] = friction.to(mu.device, mu.dtype).reshape(-1, 1)
+        """Sliding friction coefficient ``[M]`` of the robot's contacts with the ground in worlds ``ids``: every
+        robot shape's ``mu`` (the contact takes the larger of two shapes' values, as in MuJoCo, and the ground's
+        is 0, so the robot's decides)."""
+        rows = torch.as_tensor(ids, device=self._mu.device).long().reshape(-1)
+        self._mu[rows] = friction.to(self._mu.device, self._mu.dtype).reshape(-1, 1)
         self._model_changed()
 
     def set_body_mass(self, ids: torch.Tensor, scale: torch.Tensor, base_added: torch.Tensor,

@@ -104,3 +104,16 @@ def test_eval_and_play_do_not_point_at_a_device_flag_they_lack(capsys):
     assert hasattr(args, "device")
     proc = sim2real_main("train", "--task", "quadrotor-hover", "--sim", "mujoco", check=False)
     _assert_refused(proc, "(for the GPU: --device cuda, without --sim)")
+
+
+@pytest.mark.parametrize("backend", ["mujoco-warp", "isaaclab"])
+def test_play_on_a_backend_it_cannot_render_is_one_clear_error(backend, tmp_path):
+    """play records the worlds through C MuJoCo's batch: other backends are refused before any env is built."""
+    from sim2real.configs import ConfigError
+    from sim2real.policies.play import play
+    from sim2real.tasks import task_config
+
+    cfg = task_config("quadruped-jump", [f"sim.backend={backend}"])
+    with pytest.raises(ConfigError, match=f"play --sim {backend}: .*--sim mujoco"):
+        play(cfg, policy=None, output=tmp_path / "play.gif")
+    assert not any(tmp_path.iterdir())

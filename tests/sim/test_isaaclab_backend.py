@@ -107,6 +107,15 @@ def test_obstacle_boxes_mass_push_and_gains(go2):
     _spawn(b, torch.zeros(n))
     s = _hold(b, 100)
     assert s["base_pos_w"][0, 2] < s["base_pos_w"][3, 2] - 0.02, s["base_pos_w"][:, 2]
+    # Friction DR: pushed sideways at 1 m/s, the robot on mu 0.05 slides farther than on mu 1.0.
+    b.set_pd(ids, torch.ones(n), torch.ones(n), torch.ones(n))
+    b.set_friction(ids, torch.tensor([0.05, 1.0, 0.05, 1.0]))
+    _spawn(b, torch.zeros(n))
+    _hold(b, 10)
+    b.push(ids, torch.tensor([[0.0, 1.0, 0.0]] * n))
+    slide = _hold(b, 25)["base_pos_w"][:, 1]
+    assert slide[0] > slide[1] + 0.05 and slide[2] > slide[3] + 0.05, slide
+    b.set_friction(ids, torch.ones(n))
     tau = b.joint_torque()
     assert tau.shape == (n, 12) and torch.isfinite(tau).all()
     assert not b.unstable.any()
