@@ -154,20 +154,6 @@ def robot_usd(robot: dict, converter) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return usda
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "robot.xml").write_text(xml)
-    try:
-        converter.Converter(scene=False).convert(str(tmp / "robot.xml"), str(tmp / "robot"))
-    except Exception as exc:
-        raise ConfigError(f"robot.mjcf: {path.name} does not convert to USD for Isaac Lab: {exc}") from None
-    if not (tmp / "robot" / "robot.usda").is_file():
-        raise ConfigError(f"robot.mjcf: the USD converter wrote no robot.usda for {path.name}")
-    try:
-        os.replace(tmp, out)  # atomic: a half-written conversion is never taken for a finished one
-    except OSError:  # another process finished first
-        pass
-    return usda
 
 
 def _bodies_regex(names: list[str]) -> str:
