@@ -59,7 +59,6 @@ import weakref
 from pathlib import Path
 
 import mujoco
-import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
