@@ -16,8 +16,9 @@ How the scene is built:
     physics rate inside the solver as on the MuJoCo backends.
   * The ground: a static box whose top is at z = 0, shared by every env (Newton keeps each env in its own world,
     so envs never touch each other; all env origins are at the world origin, as on the MuJoCo backends). Its
-    friction is 0 and each robot shape's starts at the larger of its own and the MJCF floor's, so contacts see
-    C MuJoCo's nominal friction (the larger of two geoms') and :meth:`IsaacLabBackend.set_friction` sets it per env.
+    friction is ``GROUND_MU`` (1e-3) and each robot shape's starts at the larger of its own and the MJCF floor's,
+    so contacts see C MuJoCo's nominal friction (the larger of two geoms') and
+    :meth:`IsaacLabBackend.set_friction` sets it per env.
   * The obstacle and the terrain boxes: kinematic boxes per env whose size (Newton ``shape_scale``) and pose are
     written per env; an absent one is parked out of reach.
   * Contacts: Isaac Lab contact sensors on the bodies carrying the feet and on the termination bodies; ``foot_contact``
@@ -75,6 +76,8 @@ NCONMAX, NJMAX = 64, 192
 MAXVAL = 1e10
 #: The live backend (a weak reference): Isaac Lab keeps one simulation per process.
 _LIVE: list = []
+#: Ground friction: below any robot value, so the larger-of-two rule takes the robot's (MuJoCo's minimum is 1e-5).
+GROUND_MU = 1e-3
 #: Ground box: half sizes [m] (its top face is z = 0).
 GROUND_HALF = (100.0, 100.0, 0.5)
 
@@ -235,9 +238,9 @@ class IsaacLabBackend:
                 prim_path="/World/ground",
                 spawn=sim_utils.CuboidCfg(size=tuple(2 * h for h in GROUND_HALF),
                                           collision_props=sim_utils.UsdPhysicsCollisionCfg(),
-                                          # 0: the robot's shapes decide (set_friction)
-                                          physics_material=il["RigidBodyMaterialBaseCfg"](static_friction=0.0,
-                                                                                              dynamic_friction=0.0)),
+                                          # ~0: the robot's shapes decide (set_friction); MuJoCo warns below 1e-5
+                                          physics_material=il["RigidBodyMaterialBaseCfg"](
+                                              static_friction=GROUND_MU, dynamic_friction=GROUND_MU)),
                 init_state=il["AssetBaseCfg"].InitialStateCfg(pos=(0.0, 0.0, -GROUND_HALF[2]))),
             "robot": il["ArticulationCfg"](
                 prim_path="/World/envs/env_.*/Robot",
@@ -462,7 +465,7 @@ class IsaacLabBackend:
     def set_friction(self, ids: torch.Tensor, friction: torch.Tensor) -> None:
         """Sliding friction coefficient ``[M]`` of the robot's contacts with the ground in worlds ``ids``: every
         robot shape's ``mu`` (the contact takes the larger of two shapes' values, as in MuJoCo, and the ground's
-        is 0, so the robot's decides)."""
+        is ``GROUND_MU``, so the robot's decides)."""
         rows = torch.as_tensor(ids, device=self._mu.device).long().reshape(-1)
         self._mu[rows] = friction.to(self._mu.device, self._mu.dtype).reshape(-1, 1)
         self._model_changed()
