@@ -273,10 +273,7 @@ def _policy_fn(args):
     get_task(args.task)
     _check_sim_flag(args, args.task)
     path, data = ck.load_task_checkpoint(args.checkpoint or "latest", args.task, args.runs_root)
-    runner, cfg, _ = load_runner(path, data=data)
-    from sim2real.configs import apply_overrides
-
-    cfg = apply_overrides(cfg, list(args.overrides))
+    runner, cfg, _ = load_runner(path, data=data, overrides=list(args.overrides))
     get_task(cfg["task"]).check(cfg)
     return torch_policy(runner), cfg
 

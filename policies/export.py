@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 import torch
 
+from sim2real.configs import apply_overrides
 from sim2real.policies.checkpoints import CheckpointError, atomic_write_bytes, load_checkpoint
 from sim2real.policies.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
 from sim2real.policies.runner import Sim2RealRunner
@@ -32,10 +33,13 @@ class ExportError(RuntimeError):
     """The exported ONNX graph does not reproduce the torch policy, or the output folder is unusable."""
 
 
-def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None) -> tuple[Sim2RealRunner, dict, dict]:
+def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None,
+                overrides: list[str] | None = None) -> tuple[Sim2RealRunner, dict, dict]:
     """Rebuild the runner of a checkpoint (its own resolved config) and load the weights.
 
-    ``data``: the checkpoint dict when the caller has already loaded it.
+    ``data``: the checkpoint dict when the caller has already loaded it. ``overrides``: ``KEY=VALUE`` config
+    overrides (``--set``, ``--sim``) applied before the env is built, so a policy trained on a backend this
+    environment lacks (e.g. ``isaaclab``) loads on the one the user names.
 
     Returns:
         (runner, config, checkpoint dict). Raises :class:`~sim2real.policies.checkpoints.CheckpointError`.
@@ -45,6 +49,8 @@ def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None) -
     if added:
         print(f"note: {Path(checkpoint).name} was saved before these config keys existed; using their defaults: "
               f"{', '.join(added)}", file=sys.stderr)
+    if overrides:
+        cfg = apply_overrides(cfg, list(overrides))
     env = make_env(cfg, num_envs=num_envs)
     runner = Sim2RealRunner(env, cfg, None, device=cfg["device"], progress=False)
     try:

@@ -39,6 +39,10 @@ def check_backend(name: str) -> None:
         from sim2real.sim.mujoco_warp_backend import import_mujoco_warp
 
         import_mujoco_warp()
+    if name == "mujoco":
+        from sim2real.sim.mujoco_backend import batch_class
+
+        batch_class()
 
 
 def make_legged_backend(robot: dict, num_envs: int, sim_cfg: dict, device: str = "cpu", **kwargs):

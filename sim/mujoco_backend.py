@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 import torch
+
 from sim2real.configs import ConfigError
 from sim2real.sim.robot import LeggedRobot, resolve_joint_values, resolve_mjcf
 

@@ -162,3 +162,21 @@ def test_onnx_policy_runs_batches(tiny_policy):
     out1 = pol(np.zeros((1, 22), np.float32))
     out8 = pol(np.zeros((8, 22), np.float32))
     np.testing.assert_allclose(out8, np.repeat(out1, 8, axis=0), rtol=1e-6, atol=1e-6)
+
+
+def test_load_runner_applies_overrides_before_building_the_env(tiny_run):
+    """A checkpoint saved on something this machine lacks (here a CUDA device; in practice --sim isaaclab outside
+    its Python 3.12 environment) loads when the override names what is here: eval/play --sim/--set reach the env."""
+    import copy
+
+    from sim2real.policies.checkpoints import load_checkpoint
+
+    path = list_checkpoints(tiny_run)[-1]
+    data = copy.deepcopy(load_checkpoint(path))
+    data["infos"]["config"]["device"] = "cuda:7"
+    from sim2real.configs import ConfigError
+
+    with pytest.raises(ConfigError, match="'cuda:7' requested but CUDA is not available"):
+        load_runner(path, data=data)
+    runner, cfg, _ = load_runner(path, data=data, overrides=["device=cpu"])
+    assert cfg["device"] == "cpu" and runner.env.device == "cpu"
