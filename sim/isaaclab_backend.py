@@ -149,6 +149,8 @@ def robot_usd(robot: dict, converter) -> Path:
             raise ConfigError(f"robot.mjcf: {path.name} does not convert to USD for Isaac Lab: {exc}") from None
         if not (tmp / "robot" / "robot.usda").is_file():
             raise ConfigError(f"robot.mjcf: the USD converter wrote no robot.usda for {path.name}")
+        if out.exists() and not usda.is_file():  # a damaged entry (its robot.usda gone): replace it, not keep it
+            shutil.rmtree(out, ignore_errors=True)
         try:
             os.replace(tmp, out)  # atomic: a half-written conversion is never taken for a finished one
         except OSError:  # another process finished the same conversion first

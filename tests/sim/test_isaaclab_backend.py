@@ -158,3 +158,15 @@ def test_train_cli_one_iteration(tmp_path, capsys):
     runs = list(tmp_path.glob("quadruped-jump/*"))
     assert len(runs) == 1 and (runs[0] / "best.pt").is_file(), list(tmp_path.rglob("*"))
     assert "eval (iteration 0)" in out.out + out.err
+
+
+def test_a_cache_entry_missing_its_usda_is_converted_again(tmp_path, monkeypatch):
+    import mujoco_usd_converter
+
+    from sim2real.sim.isaaclab_backend import robot_usd
+
+    monkeypatch.setenv("SIM2REAL_CACHE", str(tmp_path))
+    usda = robot_usd(load_robot("go2"), mujoco_usd_converter)
+    usda.unlink()  # a damaged entry: its folder and Payload/ are left
+    assert robot_usd(load_robot("go2"), mujoco_usd_converter) == usda and usda.is_file()
+    assert [p.name for p in tmp_path.joinpath("isaaclab").iterdir()] == [usda.parents[1].name]  # no tmp left
