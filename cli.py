@@ -84,11 +84,11 @@ def _check_sim_flag(args, task: str) -> None:
     if backend is None and not sim_sets:
         return
     from sim2real.configs import ConfigError, load_yaml
-    from sim2real.tasks import TASKS, get_task
+    from sim2real.tasks import get_task, tasks
 
-    if "sim" in load_yaml(get_task(task).config):
+    if "sim" in load_yaml(get_task(task).config_path):
         return
-    choosing = ", ".join(name for name, spec in TASKS.items() if "sim" in load_yaml(spec.config))
+    choosing = ", ".join(name for name, spec in tasks().items() if "sim" in load_yaml(spec.config_path))
     # train has --device; eval and play have none: they run on the device of the checkpoint's or policy's config
     gpu = ("for the GPU: --device cuda, without --sim" if hasattr(args, "device") else
            "eval and play use the device it was trained on; for the GPU: train with --device cuda, without --sim")
@@ -124,10 +124,10 @@ def _task_cfg(args, extra: list[str] | None = None) -> dict:
 # --- commands ---------------------------------------------------------------------------------------------
 def cmd_list(args) -> int:
     from sim2real.configs import available_robots, load_robot
-    from sim2real.tasks import TASKS
+    from sim2real.tasks import tasks
 
     print("tasks:")
-    for spec in TASKS.values():
+    for spec in tasks().values():
         print(f"  {spec.name:20s} {spec.description}")
     print("robots:")
     for name in available_robots():
@@ -186,14 +186,14 @@ def cmd_train(args) -> int:
         if distributed and str(saved["device"]).split(":")[0] != "cuda":
             raise ConfigError(f"config key 'device' cannot change on --resume (the checkpoint was trained with "
                               f"{saved['device']!r}); --distributed trains on cuda:LOCAL_RANK: start a new run instead")
-        get_task(args.task).check(cfg)
+        get_task(args.task).check_config(cfg)
     else:
         cfg = _task_cfg(args, extra)
     setup = None
     if distributed:  # this rank's device and seed (base seed + RANK: every rank samples its own envs)
         setup = dist_mod.distributed_setup(os.environ, args.device, int(cfg["seed"]))
         cfg = apply_overrides(cfg, [f"device={setup.device}", f"seed={setup.seed}"])
-        get_task(args.task).check(cfg)
+        get_task(args.task).check_config(cfg)
     main_rank = setup is None or setup.is_main  # only rank 0 writes: run directory, checkpoints, logs, eval, export
     _seed_everything(int(cfg["seed"]))
     env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
@@ -237,7 +237,7 @@ def cmd_train(args) -> int:
         print(f"eval (iteration {m['iteration']}): "
               + ", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float) and k != "score"))
     if args.export:
-        from sim2real.policies.export import export_policy
+        from sim2real.policies.artefact.export import export_policy
 
         best = run_dir / "best.pt"
         source = best if best.is_file() else ck.list_checkpoints(run_dir)[-1]
@@ -251,7 +251,7 @@ def _policy_fn(args):
 
     if args.policy:
         from sim2real.configs import apply_overrides, load_yaml, merge_checked
-        from sim2real.policies.onnx_policy import load_exported
+        from sim2real.policies.artefact.onnx_policy import load_exported
         from sim2real.tasks import get_task
 
         if args.task:
@@ -262,10 +262,10 @@ def _policy_fn(args):
         if args.config:
             cfg = merge_checked(cfg, load_yaml(args.config))
         cfg = apply_overrides(cfg, list(args.overrides))
-        get_task(cfg["task"]).check(cfg)
+        get_task(cfg["task"]).check_config(cfg)
         return policy, cfg
     from sim2real.policies import checkpoints as ck
-    from sim2real.policies.export import load_runner, torch_policy
+    from sim2real.policies.artefact.export import load_runner, torch_policy
     from sim2real.tasks import get_task
 
     if not args.task:
@@ -274,7 +274,7 @@ def _policy_fn(args):
     _check_sim_flag(args, args.task)
     path, data = ck.load_task_checkpoint(args.checkpoint or "latest", args.task, args.runs_root)
     runner, cfg, _ = load_runner(path, data=data, overrides=list(args.overrides))
-    get_task(cfg["task"]).check(cfg)
+    get_task(cfg["task"]).check_config(cfg)
     return torch_policy(runner), cfg
 
 
@@ -301,7 +301,7 @@ def cmd_eval(args) -> int:
         text = json.dumps(metrics, indent=2)
         print(text)
     if args.output:
-        from sim2real.policies.checkpoints import atomic_write_bytes
+        from sim2real.configs.durable import atomic_write_bytes
 
         atomic_write_bytes(Path(args.output), text.encode())
     return 0
@@ -346,7 +346,7 @@ def cmd_play(args) -> int:
 
 def cmd_export(args) -> int:
     from sim2real.policies import checkpoints as ck
-    from sim2real.policies.export import export_policy
+    from sim2real.policies.artefact.export import export_policy
 
     path, _ = ck.load_task_checkpoint(args.checkpoint, args.task, args.runs_root)
     out = Path(args.output) if args.output else path.parent / "policy"
@@ -398,7 +398,7 @@ def _check_ros_names(args) -> None:
 def cmd_deploy(args) -> int:
     robot, _ = _robot_kind(args)
     _check_ros_names(args)  # (before the deploy modules, which import rclpy)
-    from sim2real.deploy.policy_node import deploy_main
+    from sim2real.deploy.nodes.quadrotor import deploy_main
 
     if args.policy is not None and getattr(args, "finetune", None) is None:
         from sim2real.policies.check import deploy_gate
@@ -442,7 +442,7 @@ def cmd_standin(args) -> int:
         if args.gap is not None or args.latency_s is not None:
             raise ConfigError(f"--gap and --latency-s apply to the quadrotor stand-in; robot '{robot.get('name')}' "
                               f"is {kind!r}")
-        from sim2real.hardware.sim_legged import standin_main as legged_standin_main
+        from sim2real.hardware.standins.legged import standin_main as legged_standin_main
 
         return legged_standin_main(args, robot)
     if args.mjcf is not None:
@@ -452,13 +452,13 @@ def cmd_standin(args) -> int:
     if args.drones is not None:
         if args.gap is not None or args.latency_s is not None:
             raise ConfigError("--gap and --latency-s apply to the single quadrotor stand-in, not to --drones")
-        from sim2real.hardware.sim_quadrotor import resolve_standin_options
-        from sim2real.hardware.sim_swarm import swarm_standin_main
+        from sim2real.hardware.standins.quadrotor import resolve_standin_options
+        from sim2real.hardware.standins.swarm import swarm_standin_main
 
         resolve_standin_options(args)  # the defaults of the scales
 
         return swarm_standin_main(args, robot)
-    from sim2real.hardware.sim_quadrotor import standin_main
+    from sim2real.hardware.standins.quadrotor import standin_main
 
     return standin_main(args)
 
@@ -468,16 +468,16 @@ def cmd_bridge(args) -> int:
         _robot_kind(args)  # the namespace default: /<robot name>
     _check_ros_names(args)
     if args.bridge == "unitree":
-        from sim2real.hardware.unitree_bridge import bridge_main as unitree_bridge_main
+        from sim2real.hardware.unitree.bridge import bridge_main as unitree_bridge_main
 
         return unitree_bridge_main(args)
-    from sim2real.hardware.crazyflie_bridge import bridge_main
+    from sim2real.hardware.crazyflie.bridge import bridge_main
 
     return bridge_main(args)
 
 
 def cmd_finetune(args) -> int:
-    from sim2real.policies.finetune_cli import finetune_main
+    from sim2real.deploy.finetune.cli import finetune_main
 
     return finetune_main(args)
 
@@ -611,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--duration", type=positive_float, default=None, help="stop after this long (s; default: run)")
     b.set_defaults(func=cmd_bridge)
 
-    from sim2real.policies.finetune_cli import add_finetune_arguments
+    from sim2real.deploy.finetune.cli import add_finetune_arguments
 
     p = sub.add_parser("finetune", help="on-robot fine-tuning sessions: an edge actor and a learner (residual SAC, "
                                         "RLPD)")
@@ -654,8 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from sim2real.configs import ConfigError
     from sim2real.policies.checkpoints import CheckpointError
-    from sim2real.policies.export import ExportError
-    from sim2real.policies.metadata import PolicyMismatchError
+    from sim2real.policies.artefact.export import ExportError
+    from sim2real.policies.artefact.metadata import PolicyMismatchError
     from sim2real.tasks import UnknownTaskError
 
     try:

@@ -1,6 +1,6 @@
 """User-editable configuration: YAML files in this folder plus ``--set key=value`` overrides.
 
-A task's YAML (``configs/tasks/<task>.yaml``) is the schema: every key a user may set appears there with its
+A task's YAML (``tasks/<task>/config.yaml``) is the schema: every key a user may set appears there with its
 default, and an override or a user file may only set keys that exist, with a value of the same kind
 (bool, int, float, str, or a list of the same length). Anything else raises :class:`ConfigError` naming the key.
 Robots are described by ``configs/robots/<name>.yaml`` (or a path to such a file) and resolved into the
@@ -19,7 +19,6 @@ import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent
 ROBOTS_DIR = CONFIG_DIR / "robots"
-TASKS_DIR = CONFIG_DIR / "tasks"
 CURRICULA_FILE = CONFIG_DIR / "curricula.yaml"
 
 
@@ -47,7 +46,7 @@ def available_robots() -> list[str]:
 
 
 #: Top-level blocks of a robot config that describe the real robot's vendor interface for a hardware bridge
-#: (``unitree``: :mod:`sim2real.hardware.unitree_bridge`), not the robot a policy is trained on.
+#: (``unitree``: :mod:`sim2real.hardware.unitree.bridge`), not the robot a policy is trained on.
 #: :func:`load_robot` leaves them out, so training configs, exported policies' metadata and their hashes do not
 #: depend on them; :func:`load_robot_interface` reads one.
 INTERFACE_KEYS = ("unitree",)

@@ -116,7 +116,7 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                         "fall: damping mode until the node is activated again; --finetune: a tilt beyond this ends "
                         "the episode (safety envelope) (rad, default 1.0)")
     add_finetune_deploy_arguments(p)
-    g = p.add_argument_group("quadrotor swarm (a quadrotor-swarm policy; see sim2real.deploy.swarm_node)")
+    g = p.add_argument_group("quadrotor swarm (a quadrotor-swarm policy; see sim2real.deploy.nodes.swarm)")
     g.add_argument("--drones", default=None, metavar="NAMES",
                    help="comma-separated names of the drones this process flies (or a count N: cf0..cf{N-1}); "
                         "topics <swarm-ns>/<name>/odom, goal, estop, cmd/ctbr|cmd/motors")
@@ -155,8 +155,8 @@ def port(text: str) -> int:
 
 
 def add_finetune_deploy_arguments(p: argparse.ArgumentParser) -> None:
-    """``sim2real deploy --finetune SESSION`` options (see :mod:`sim2real.deploy.finetune_node`)."""
-    g = p.add_argument_group("fine-tuning (a quadrotor-hover session; see sim2real.deploy.finetune_node)")
+    """``sim2real deploy --finetune SESSION`` options (see :mod:`sim2real.deploy.finetune.node`)."""
+    g = p.add_argument_group("fine-tuning (a quadrotor-hover session; see sim2real.deploy.finetune.node)")
     g.add_argument("--finetune", default=None, metavar="SESSION",
                    help="run the node in fine-tuning mode for this session folder: its base policy plus the current "
                         "residual version, episodes with resets, transitions and topics recorded to "
@@ -229,7 +229,7 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
                    help="quadrotor: extra command latency: each command takes effect this long after it arrives "
                         "(s, default 0, or --gap's)")
     p.add_argument("--gap", default=None, metavar="NAME",
-                   help="quadrotor: a reality gap of sim2real.hardware.reality_gap.REALITY_GAPS (e.g. quadrotor: "
+                   help="quadrotor: a reality gap of sim2real.hardware.standins.reality_gap.REALITY_GAPS (e.g. quadrotor: "
                         "mass x1.2, thrust x0.8, latency 2-3 control steps -> 0.025 s, the middle at 10 ms); "
                         "each range gives its middle; explicit --mass-scale/--thrust-scale/--inertia-scale/"
                         "--motor-time-constant/--latency-s win")
@@ -259,7 +259,7 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
                    help="legged robot: joint damping held without fresh commands (N m s/rad, default 2)")
     p.add_argument("--duration", type=positive_float, default=None, metavar="S",
                    help="run this long, then exit (s; default: until Ctrl-C)")
-    g = p.add_argument_group("quadrotor swarm (see sim2real.hardware.sim_swarm)")
+    g = p.add_argument_group("quadrotor swarm (see sim2real.hardware.standins.swarm)")
     g.add_argument("--drones", default=None, metavar="N|NAMES",
                    help="simulate a swarm: N drones cf0..cf{N-1}, or comma-separated names, in a room of columns")
     g.add_argument("--swarm-ns", default="/swarm", metavar="NS",

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from sim2real.policies.metadata import PolicyMismatchError
+from sim2real.policies.artefact.metadata import PolicyMismatchError
 from sim2real.tasks.humanoid_footsteps.plans import LEFT, RIGHT, FootstepPlan, plans_to_tensor
 from sim2real.tasks.humanoid_footsteps.tracker import FootstepTracker
 

@@ -30,7 +30,7 @@ def measure_inference_latency(policy_dir: str | Path, n: int = 2000, warmup: int
     Raises:
         PolicyMismatchError: the policy is missing or damaged. ValueError: ``n`` < 1.
     """
-    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -66,17 +66,17 @@ def measure_control_period(policy_dir: str | Path, rate_hz: float, duration_s: f
     if not (rate_hz > 0 and duration_s > 0):
         raise ValueError(f"rate and duration must be positive, got {rate_hz} Hz, {duration_s} s")
     from sim2real.deploy.ros_env import isolate_ros_environment
-    from sim2real.policies.metadata import load_metadata
-    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.policies.artefact.metadata import load_metadata
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
     OnnxPolicy(policy_dir)  # refuse a damaged policy before starting ROS
     robot = load_metadata(Path(policy_dir))["robot"]["params"]
     isolate_ros_environment()
     from rclpy.lifecycle import TransitionCallbackReturn
 
-    from sim2real.deploy.policy_node import PolicyNode
+    from sim2real.deploy.nodes.quadrotor import PolicyNode
     from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
-    from sim2real.hardware.sim_quadrotor import SimQuadrotorNode
+    from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
 
     ns = namespace or f"/sim2real_bench_{os.getpid()}"
     with ros_context() as ctx:

@@ -78,6 +78,8 @@ from mcap.records import Statistics, SummaryOffset
 from mcap.well_known import MessageEncoding, Profile, SchemaEncoding
 from mcap.writer import LIBRARY_IDENTIFIER as _MCAP_LIBRARY
 
+from sim2real.configs.durable import fsync_dir
+
 __all__ = [
     "DEFAULT_TOPIC", "FLOAT32_MULTI_ARRAY", "FLOAT32_MULTI_ARRAY_MSGDEF", "RecordingWarning", "RecoveryReport",
     "TopicRecorder", "TransitionLayout", "TransitionRecorder", "read_transitions", "recover_mcap",
@@ -523,19 +525,6 @@ def _looks_closed(path: Path) -> bool:
 # Writing: one segment file, then a directory of segments
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def _check_compression(compression: str) -> str:
     if compression not in ("", "zstd", "lz4"):
         raise ValueError(f"compression must be '', 'zstd' or 'lz4', got {compression!r}")
@@ -568,7 +557,7 @@ class _SegmentWriter:
         Header(profile=Profile.ROS2, library=_library()).write(b)
         self._write(MCAP_MAGIC + b.end())
         self._sync()
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     @property
     def n_messages(self) -> int:
@@ -761,7 +750,7 @@ def _rewrite_recovered(path: Path, messages: list[tuple[Schema | None, Channel, 
         raise
     report.damaged_path = str(_keep_damaged(path))
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 class _SessionWriter:

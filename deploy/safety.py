@@ -19,7 +19,7 @@ The safe command is :meth:`QuadrotorAction.safe_command` (motors idle). A fault 
 
 :class:`InputMonitor` applies the same e-stop and input semantics to a node with several streamed inputs (the
 legged deploy node: ``joint_states`` and ``imu``; its safe command is the damping mode, see
-:mod:`sim2real.deploy.legged_node`).
+:mod:`sim2real.deploy.nodes.legged`).
 """
 
 from __future__ import annotations

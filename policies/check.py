@@ -3,8 +3,8 @@
 Sections, each ``PASS`` / ``WARN`` / ``FAIL`` with what was measured:
 
 1. **metadata** (:func:`check_metadata`): the policy's metadata against the robot config, through the deploy side's
-   own validation (:class:`~sim2real.policies.onnx_policy.OnnxPolicy` ->
-   :func:`~sim2real.policies.metadata.validate_metadata`, which collects every differing field), sorted into items:
+   own validation (:class:`~sim2real.policies.artefact.onnx_policy.OnnxPolicy` ->
+   :func:`~sim2real.policies.artefact.metadata.validate_metadata`, which collects every differing field), sorted into items:
    action interface vs robot kind, joint/motor names and their ORDER resolved by name (a permutation of the robot's
    joints names the swapped pairs), default pose, PD gains, action scale/clip (per joint by name), the control
    rate against the robot's ``control_rate_hz``, the observation layout, the other robot parameters and the
@@ -16,7 +16,7 @@ Sections, each ``PASS`` / ``WARN`` / ``FAIL`` with what was measured:
 2. **onnx** (:func:`check_onnx`): ``policy.onnx`` under onnxruntime. With the torch weights (the checkpoint the
    export was made from, recorded in ``training.checkpoint``, or ``checkpoint=``): max abs error of onnxruntime vs
    torch on :data:`PARITY_SAMPLES` observations around the normaliser's statistics (batches of 1 and 64, some
-   +-100 sigma away; :func:`~sim2real.policies.export.parity_inputs`), FAIL beyond ``|diff| <= PARITY_ATOL +
+   +-100 sigma away; :func:`~sim2real.policies.artefact.export.parity_inputs`), FAIL beyond ``|diff| <= PARITY_ATOL +
    PARITY_RTOL |torch|`` (1e-4 + 1e-4 relative, the export's own guard). Without them (``sim2real export`` writes
    only ``policy.onnx`` + ``metadata.json``; the shipped policies carry no checkpoint): WARN, after checking that
    the outputs are finite, deterministic (two runs bit-identical), batch-1 shaped ``[1, A]`` and that batch 1 and
@@ -59,10 +59,16 @@ from pathlib import Path
 
 import numpy as np
 
-from sim2real.policies.metadata import (
-    METADATA_FILE, ONNX_FILE, PolicyMismatchError, embedded_copy, embedded_metadata, flatten, load_metadata,
-    sha256_file,
+from sim2real.policies.artefact.metadata import (
+    METADATA_FILE,
+    ONNX_FILE,
+    PolicyMismatchError,
+    embedded_copy,
+    embedded_metadata,
+    flatten,
+    load_metadata,
 )
+from sim2real.configs.durable import sha256_file
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
@@ -340,7 +346,7 @@ def judged_metadata(policy_dir: Path) -> tuple[dict, list[str]]:
 
 def check_metadata(policy_dir: Path, robot: dict) -> Section:
     """Section 1 (see the module docstring). Never raises for a bad policy: every problem becomes a FAIL item."""
-    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
     policy_dir = Path(policy_dir)
     try:
@@ -495,7 +501,7 @@ def check_onnx(policy_dir: Path, checkpoint: str | Path | None = None, use_torch
 def _torch_parity(ckpt: Path, meta: dict, sess, data: dict) -> Item:
     from sim2real.configs import config_hash
     from sim2real.policies.checkpoints import CheckpointError
-    from sim2real.policies.export import load_runner, parity_errors
+    from sim2real.policies.artefact.export import load_runner, parity_errors
 
     try:
         runner, cfg, _ = load_runner(ckpt)
@@ -552,7 +558,7 @@ def replay_variant(cfg: dict, onnx, meta: dict, variant: str, episodes: int, see
     from sim2real.tasks import get_task, make_env
 
     cfg = apply_overrides(cfg, variant_overrides(cfg, variant))
-    get_task(cfg["task"]).check(cfg)
+    get_task(cfg["task"]).check_config(cfg)
     seed = int(cfg["eval"]["seed"] if seed is None else seed)
     deploy_obs = cfg["task"] in ("quadrotor-hover", "quadruped-jump")
     builder = _deploy_builder(meta) if deploy_obs else None
@@ -628,7 +634,7 @@ def check_replay(policy_dir: Path, episodes: int | None = None, variants: tuple[
     """Section 3 (see the module docstring): ``episodes`` per variant (default :data:`DEFAULT_EPISODES`) of
     ``variants`` (default: :data:`DEFAULT_VARIANTS` of the task, else all of :data:`VARIANTS`); ``nominal`` always
     runs first."""
-    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
     from sim2real.tasks import complete_saved_config
 
     try:  # integrity only: the replay runs the policy's own training config
@@ -734,12 +740,12 @@ def check_json_path(path: str | Path) -> Path:
 
 def write_json(report: Report, path: str | Path) -> Path:
     """Write ``report.to_dict()`` to ``path`` atomically
-    (:func:`~sim2real.deploy.session.atomic_write_bytes`: a temporary file in the same folder, fsync, os.replace).
+    (:func:`~sim2real.configs.durable.atomic_write_bytes`: a temporary file in the same folder, fsync, os.replace).
 
     Raises:
         OSError: ``path``'s folder is missing (it is not created: see :func:`check_json_path`) or not writable.
     """
-    from sim2real.deploy.session import atomic_write_bytes
+    from sim2real.configs.durable import atomic_write_bytes
 
     path = Path(path)
     atomic_write_bytes(path, json.dumps(report.to_dict(), indent=2).encode())

@@ -11,7 +11,6 @@ import os
 import random
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,41 +18,14 @@ import numpy as np
 import torch
 import yaml
 
+from sim2real.configs.durable import atomic_write_bytes
+
 RUNS_ROOT = Path(os.environ.get("SIM2REAL_RUNS", "runs"))
 _MODEL_RE = re.compile(r"^model_(\d+)\.pt$")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable or does not belong to the task."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder, fsync and rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_torch_save(obj, path: Path) -> None:
-    """``torch.save`` through :func:`atomic_write_bytes`."""
-    import io
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    atomic_write_bytes(Path(path), buf.getvalue())
 
 
 def rng_state() -> dict:

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from sim2real.policies.checkpoints import atomic_write_bytes
+from sim2real.configs.durable import atomic_write_bytes
 from sim2real.tasks import make_env
 
 #: Kinds of the collision events recorded by :func:`rollout_swarm`.

@@ -1,15 +1,24 @@
 """Task registry: observations, rewards, terminations, commands and domain randomisation as batched torch code.
 
-``get_task(name)`` returns a :class:`TaskSpec`; ``make_env(cfg)`` builds the rsl-rl ``VecEnv`` of a resolved config.
+``get_task(name)`` returns a task's :class:`~sim2real.tasks.spec.TaskSpec`; ``make_env(cfg)`` builds the rsl-rl ``VecEnv`` of a resolved config.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import importlib.util
+import os
+import pkgutil
+import sys
+from dataclasses import replace
 from pathlib import Path
 
-from sim2real.configs import TASKS_DIR, resolve_task_config
+from sim2real.configs import resolve_task_config
+from sim2real.tasks.spec import TaskSpec
+
+#: Folders of extra task packages, separated by ``os.pathsep`` (each folder one task: an ``__init__.py`` defining
+#: ``SPEC``); read when the registry is first used.
+TASK_PATH_ENV = "SIM2REAL_TASK_PATH"
 
 
 class UnknownTaskError(KeyError):
@@ -19,66 +28,70 @@ class UnknownTaskError(KeyError):
         return self.args[0]
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    """A registered task: its default config file, env class and config value checks (``module:attr``)."""
-
-    name: str
-    config: Path
-    env_class: str
-    checks: str
-    description: str
-
-    def load_env_class(self):
-        return _resolve(self.env_class)
-
-    def check(self, cfg: dict) -> None:
-        """Raise :class:`~sim2real.configs.ConfigError` naming the first config value out of range."""
-        _resolve(self.checks)(cfg)
+_REGISTRY: dict[str, TaskSpec] = {}
+_DISCOVERED = False
 
 
-def _resolve(path: str):
-    module, attr = path.split(":")
-    return getattr(importlib.import_module(module), attr)
+def register_task(spec: TaskSpec, package: str | None = None, folder: Path | None = None) -> TaskSpec:
+    """Register ``spec`` (``package``/``folder``: where its relative hooks and config file resolve; default: the
+    spec's own). Registering a name again replaces the earlier spec. Returns the registered spec."""
+    spec = replace(spec, package=package or spec.package, folder=Path(folder or spec.folder))
+    _REGISTRY[spec.name] = spec
+    return spec
 
 
-TASKS: dict[str, TaskSpec] = {
-    "quadrotor-hover": TaskSpec(
-        "quadrotor-hover",
-        TASKS_DIR / "quadrotor_hover.yaml",
-        "sim2real.tasks.quadrotor_hover.env:QuadrotorHoverEnv",
-        "sim2real.tasks.quadrotor_hover.checks:check_config",
-        "Crazyflie-class quadrotor: reach and hold a goal position from random initial states",
-    ),
-    "quadruped-jump": TaskSpec(
-        "quadruped-jump",
-        TASKS_DIR / "quadruped_jump.yaml",
-        "sim2real.tasks.quadruped_jump.env:QuadrupedJumpEnv",
-        "sim2real.tasks.quadruped_jump.checks:check_config",
-        "Go2-class quadruped: jump in place, forward/diagonal to landing targets, and over obstacles (MuJoCo)",
-    ),
-    "humanoid-footsteps": TaskSpec(
-        "humanoid-footsteps",
-        TASKS_DIR / "humanoid_footsteps.yaml",
-        "sim2real.tasks.humanoid_footsteps.env:HumanoidFootstepsEnv",
-        "sim2real.tasks.humanoid_footsteps.checks:check_config",
-        "JVRC-1-class humanoid: walk on planned footsteps (any direction, turning, stepping in place, stairs) (MuJoCo)",
-    ),
-    "quadrotor-swarm": TaskSpec(
-        "quadrotor-swarm",
-        TASKS_DIR / "quadrotor_swarm.yaml",
-        "sim2real.tasks.quadrotor_swarm.env:QuadrotorSwarmEnv",
-        "sim2real.tasks.quadrotor_swarm.checks:check_config",
-        "Crazyflie-class quadrotor swarm: fly to goals through column obstacles without collisions (attention policy)",
-    ),
-}
+def register_task_folder(folder: str | Path) -> TaskSpec:
+    """Import the task package in ``folder`` (its ``__init__.py`` defines ``SPEC``) and register its spec.
+
+    Raises:
+        UnknownTaskError: the folder has no ``__init__.py`` or it defines no ``SPEC``.
+    """
+    folder = Path(folder).resolve()
+    init = folder / "__init__.py"
+    if not init.is_file():
+        raise UnknownTaskError(f"task folder {folder} has no __init__.py (a task package defines SPEC there)")
+    name = f"sim2real_task_{folder.name}"
+    module = sys.modules.get(name)
+    if module is None:
+        loader_spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module
+        loader_spec.loader.exec_module(module)
+    spec = getattr(module, "SPEC", None)
+    if not isinstance(spec, TaskSpec):
+        raise UnknownTaskError(f"task folder {folder}: its __init__.py defines no SPEC = TaskSpec(...)")
+    return register_task(spec, package=name, folder=folder)
+
+
+def _discover() -> None:
+    """Register the task packages under this folder, then those of ``$SIM2REAL_TASK_PATH``."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    here = Path(__file__).resolve().parent
+    for info in sorted(pkgutil.iter_modules([str(here)]), key=lambda m: m.name):
+        if info.ispkg:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            spec = getattr(module, "SPEC", None)
+            if isinstance(spec, TaskSpec) and spec.name not in _REGISTRY:
+                register_task(spec, package=module.__name__, folder=here / info.name)
+    for entry in filter(None, os.environ.get(TASK_PATH_ENV, "").split(os.pathsep)):
+        register_task_folder(entry)
+
+
+def tasks() -> dict[str, TaskSpec]:
+    """Every registered task by name (in registration order: the package's own, then extra folders)."""
+    _discover()
+    return dict(_REGISTRY)
 
 
 def get_task(name: str) -> TaskSpec:
     """The registered task ``name``; raises :class:`UnknownTaskError` listing the known tasks."""
-    if name not in TASKS:
-        raise UnknownTaskError(f"unknown task '{name}' (available: {', '.join(sorted(TASKS))})")
-    return TASKS[name]
+    _discover()
+    if name not in _REGISTRY:
+        raise UnknownTaskError(f"unknown task '{name}' (available: {', '.join(sorted(_REGISTRY))})")
+    return _REGISTRY[name]
 
 
 def task_config(name: str, overrides: list[str] | None = None, user_file: str | None = None) -> dict:
@@ -88,8 +101,8 @@ def task_config(name: str, overrides: list[str] | None = None, user_file: str | 
         UnknownTaskError, ConfigError (unknown key, wrong kind or value out of range; the message names the key).
     """
     spec = get_task(name)
-    cfg = resolve_task_config(spec.config, overrides, user_file)
-    spec.check(cfg)
+    cfg = resolve_task_config(spec.config_path, overrides, user_file)
+    spec.check_config(cfg)
     return cfg
 
 
@@ -102,7 +115,7 @@ def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
     """
     import copy
 
-    defaults = resolve_task_config(get_task(cfg["task"]).config)
+    defaults = resolve_task_config(get_task(cfg["task"]).config_path)
     out, added = copy.deepcopy(cfg), []
 
     def fill(dst: dict, src: dict, prefix: str) -> None:

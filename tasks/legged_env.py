@@ -81,7 +81,7 @@ class LeggedTaskEnv(HasTaskCurriculum, VecEnv):
                 self._state[k][ids] = v[ids]
 
     def metadata(self) -> dict:
-        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
+        """What an exported policy of this task must carry (see :mod:`sim2real.policies.artefact.metadata`)."""
         return {
             "task": self.TASK,
             "control_period_s": self.control_dt,

@@ -62,7 +62,7 @@ def tiny_run(tmp_path_factory) -> Path:
 def tiny_policy(tiny_run, tmp_path_factory) -> Path:
     """The export (policy.onnx + metadata.json) of the tiny run's last checkpoint."""
     from sim2real.policies.checkpoints import list_checkpoints
-    from sim2real.policies.export import export_policy
+    from sim2real.policies.artefact.export import export_policy
 
     return export_policy(list_checkpoints(tiny_run)[-1], tmp_path_factory.mktemp("policy"), "testrev")
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sim2real.bench_curricula import bench_curricula, held_out_grid
+from sim2real.bench.curricula import bench_curricula, held_out_grid
 from sim2real.configs import ConfigError
 
 SMALL = ["env.num_envs=32", "train.num_steps_per_env=8", "env.episode_length_s=0.3"]

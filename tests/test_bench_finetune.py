@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sim2real.bench_finetune import PRETRAINED, bench_finetune
+from sim2real.bench.finetune import PRETRAINED, bench_finetune
 
 # tiny: 600 control steps, a learner that publishes within them, 16 held-out episodes
 SMALL = ["eval.episodes=16", "learner.warmup=10", "learner.publish_every=5", "learner.batch_size=32",

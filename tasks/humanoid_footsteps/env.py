@@ -56,7 +56,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
     """Batched footstep following (see the module docstring).
 
     Args:
-        cfg: resolved task config (``configs/tasks/humanoid_footsteps.yaml``).
+        cfg: resolved task config (``tasks/humanoid_footsteps/config.yaml``).
         num_envs: overrides ``cfg["env"]["num_envs"]``.
         device: torch device of every tensor (the physics runs on the CPU).
         eval_mode: plans of ``eval.modes`` at mode level ``eval.level`` on terrain difficulty

@@ -209,13 +209,13 @@ def format_plans(plans: list[FootstepPlan]) -> str:
 
 
 def save_plans(plans: list[FootstepPlan], path: str | os.PathLike) -> None:
-    """Write ``plans`` to ``path`` atomically (:func:`~sim2real.policies.checkpoints.atomic_write_bytes`: a
+    """Write ``plans`` to ``path`` atomically (:func:`~sim2real.configs.durable.atomic_write_bytes`: a
     temporary file in the same directory, fsync, ``os.replace``; missing parent folders are created).
 
     Raises:
         ValueError: see ``format_plans``; OSError: the directory cannot be written.
     """
-    from sim2real.policies.checkpoints import atomic_write_bytes
+    from sim2real.configs.durable import atomic_write_bytes
 
     atomic_write_bytes(Path(path), format_plans(plans).encode())
 

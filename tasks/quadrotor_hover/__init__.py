@@ -1,1 +1,27 @@
 """Task ``quadrotor-hover``: reach and hold a goal position (Crazyflie-class quadrotor)."""
+
+from sim2real.tasks.spec import (
+    BenchSpec, CheckSpec, CurriculaBenchSpec, DeploySpec, FinetuneSpec, ReplayCriterion, TaskSpec,
+)
+
+SPEC = TaskSpec(
+    name="quadrotor-hover",
+    description="Crazyflie-class quadrotor: reach and hold a goal position from random initial states",
+    env_class=".env:QuadrotorHoverEnv",
+    checks=".checks:check_config",
+    play=".play:play",
+    # position error at the end of each 5 s episode; success (5 cm, 0.1 m/s for 1 s) is shown, not judged: the
+    # shipped policy holds about 4-10 cm (docs/benchmarks.md)
+    check=CheckSpec(
+        criterion=ReplayCriterion("pos_error_mean", "m", 0.15, 0.08, lower_is_better=True, fail_abs=0.3,
+                                  fail_ratio=3.0, warn_ratio=1.5, guard=("crash_rate", 0.05, 0.2),
+                                  show=("success_rate", "crash_rate", "pos_error_median")),
+        episodes=64, fine_physics=5, deploy_observations=True),
+    deploy=DeploySpec(node="quadrotor"),
+    finetune=FinetuneSpec(gap_metric="pos_error_mean", higher_is_better=False, reward=".rewards:finetune_reward"),
+    # The hover's success tolerance is widened to 10 cm and 0.2 m/s for every teacher: at the task's 5 cm the
+    # held-out success of one policy swings between evaluations, which would drown the differences between teachers.
+    bench=BenchSpec(entries=("throughput", "hover-time", "curricula", "finetune"),
+                    curricula=CurriculaBenchSpec(space="start", hand_written="levels",
+                                                 overrides=("env.success_pos_tol=0.1", "env.success_vel_tol=0.2"))),
+)

@@ -39,7 +39,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
     """Batched quadrotor hover task.
 
     Args:
-        cfg: resolved task config (see ``configs/tasks/quadrotor_hover.yaml``).
+        cfg: resolved task config (see ``tasks/quadrotor_hover/config.yaml``).
         num_envs: overrides ``cfg["env"]["num_envs"]``.
         device: torch device of every tensor.
         eval_mode: the held-out evaluation set: full difficulty (space ``difficulty``) or uniform over the whole
@@ -257,7 +257,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
             self.adr.load_state_dict(state["adr"])
 
     def metadata(self) -> dict:
-        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
+        """What an exported policy of this task must carry (see :mod:`sim2real.policies.artefact.metadata`)."""
         return {
             "task": "quadrotor-hover",
             "control_period_s": self.control_dt,

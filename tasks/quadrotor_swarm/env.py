@@ -50,7 +50,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
     """Batched quadrotor swarm task (see the module docstring).
 
     Args:
-        cfg: resolved task config (``configs/tasks/quadrotor_swarm.yaml``).
+        cfg: resolved task config (``tasks/quadrotor_swarm/config.yaml``).
         num_envs: number of rooms (overrides ``cfg["env"]["num_envs"]``).
         device: torch device of every tensor.
         eval_mode: held-out setting: ``eval.num_drones`` drones per room at obstacle density ``eval.density`` with
@@ -448,7 +448,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
                 "embed_dim": int(t["embed_dim"]), "num_heads": int(t["num_heads"])}
 
     def metadata(self) -> dict:
-        """What an exported policy of this task must carry (see :mod:`sim2real.policies.metadata`)."""
+        """What an exported policy of this task must carry (see :mod:`sim2real.policies.artefact.metadata`)."""
         return {
             "task": "quadrotor-swarm",
             "control_period_s": self.control_dt,

@@ -43,7 +43,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
     """Batched quadruped jumping task (see the module docstring).
 
     Args:
-        cfg: resolved task config (``configs/tasks/quadruped_jump.yaml``).
+        cfg: resolved task config (``tasks/quadruped_jump/config.yaml``).
         num_envs: overrides ``cfg["env"]["num_envs"]``.
         device: torch device of every tensor (the physics runs on the CPU).
         eval_mode: the curriculum is fixed at ``cfg["eval"]["difficulty"]`` and not updated.

@@ -24,9 +24,8 @@ def write_linear_policy(out_dir: Path, weight: np.ndarray, bias, interface: str 
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from sim2real.policies.metadata import (
-        EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy, sha256_file,
-    )
+    from sim2real.policies.artefact.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
+    from sim2real.configs.durable import sha256_file
     from sim2real.tasks import make_env, task_config
 
     cfg = task_config("quadrotor-hover", [f"env.action_interface={interface}"])
@@ -102,9 +101,8 @@ def write_task_policy(out_dir: Path, env_of, name: str, bias, weight: np.ndarray
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from sim2real.policies.metadata import (
-        EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy, sha256_file,
-    )
+    from sim2real.policies.artefact.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
+    from sim2real.configs.durable import sha256_file
 
     cfg, env = env_of(json.dumps(robot, sort_keys=True) if robot is not None else None)
     meta_env = env.metadata()

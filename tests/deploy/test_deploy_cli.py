@@ -13,7 +13,8 @@ import yaml
 
 from sim2real.cli import main
 from sim2real.configs import load_robot
-from sim2real.policies.metadata import METADATA_FILE, ONNX_FILE, sha256_file
+from sim2real.policies.artefact.metadata import METADATA_FILE, ONNX_FILE
+from sim2real.configs.durable import sha256_file
 
 ROBOT = load_robot("crazyflie2")
 

@@ -1,4 +1,4 @@
-"""The edge actor of a fine-tuning session (deploy/finetune_actor.py), in process, with the shipped hover policy as
+"""The edge actor of a fine-tuning session (deploy/finetune/actor.py), in process, with the shipped hover policy as
 its base: verified versions only, swapped only between episodes, and a robot that keeps flying (and recording) its
 last good policy when the learner goes away."""
 
@@ -15,13 +15,14 @@ import pytest
 import torch
 
 import sim2real
-from sim2real.deploy.finetune_actor import EdgeActor, expected_metadata, transition_sizes
-from sim2real.deploy.policy_channel import ActorLink, LearnerLink, pack_package, pack_policy, read_header
+from sim2real.deploy.finetune.actor import EdgeActor, expected_metadata, transition_sizes
+from sim2real.deploy.finetune.policy_channel import ActorLink, LearnerLink, pack_package, pack_policy, read_header
 from sim2real.deploy.recording import TransitionLayout, TransitionRecorder, read_transitions
 from sim2real.deploy.ros_testing import wait_for
-from sim2real.deploy.session import FinetuneSession, sha256_bytes
-from sim2real.policies.finetune import base_policy, finetune_config, residual_spec, standin_task_config
-from sim2real.policies.residual_sac import ResidualActor, ResidualSpec, residual_input
+from sim2real.deploy.finetune.session import FinetuneSession
+from sim2real.configs.durable import sha256_bytes
+from sim2real.deploy.finetune.runner import base_policy, finetune_config, residual_spec, standin_task_config
+from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, residual_input
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 
@@ -302,7 +303,7 @@ def test_swap_at_hold_takes_a_version_at_the_next_hold_boundary_inside_the_episo
 
 # ------------------------------------------------------------------ 3. the learner goes away, the robot flies on
 def test_learner_disconnect_keeps_the_last_good_policy_and_recording(parts, link_pair, caplog):
-    from sim2real.hardware.reality_gap import SimulatedRobot
+    from sim2real.hardware.standins.reality_gap import SimulatedRobot
 
     session, cfg, base, task_cfg, spec = parts
     learner, link = link_pair

@@ -1,4 +1,4 @@
-"""The fine-tuning deploy node (deploy/finetune_node.py) in-process, on a SimQuadrotorNode stand-in, with a session of
+"""The fine-tuning deploy node (deploy/finetune/node.py) in-process, on a SimQuadrotorNode stand-in, with a session of
 the shipped hover policy: episodes and resets, recorded transitions (versions, rewards, observation parity with the
 stand-in's odometry), versions taken only between episodes, the operator protocol, teleop interventions, the safety
 envelope's safe stop, the topic recording, and the CLI's refusals.
@@ -24,13 +24,13 @@ from std_msgs.msg import Bool, Float32MultiArray, String
 
 import sim2real
 from sim2real.configs import load_robot
-from sim2real.deploy.finetune_node import (
+from sim2real.deploy.finetune.node import (
     PHASE_EPISODE, PHASE_READY, PHASE_SAFE_STOP, STATUS_FIELDS, FinetuneNode, FinetuneOptions, HoverReward,
 )
 from sim2real.deploy.recording import read_transitions
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from sim2real.deploy.ros_testing import TopicRecorder, wait_until
-from sim2real.hardware.sim_quadrotor import SimQuadrotorNode
+from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 ROBOT = load_robot("crazyflie2")
@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 # --------------------------------------------------------------------------------------------------- helpers
 @pytest.fixture
 def session(tmp_path):
-    from sim2real.policies.finetune import open_session
+    from sim2real.deploy.finetune.runner import open_session
 
     s, _ = open_session(tmp_path / "session", PRETRAINED, resume=False, overrides=SESSION_OVERRIDES)
     return s
@@ -87,10 +87,10 @@ class FakeLink:
 
 def version_package(session, version: int, mu_bias: float) -> bytes:
     """A signed residual version whose deterministic residual is ``tanh(mu_bias)`` on every action."""
-    from sim2real.deploy.finetune_actor import expected_metadata
-    from sim2real.deploy.policy_channel import pack_policy
-    from sim2real.policies.finetune import residual_spec
-    from sim2real.policies.residual_sac import ResidualActor
+    from sim2real.deploy.finetune.actor import expected_metadata
+    from sim2real.deploy.finetune.policy_channel import pack_policy
+    from sim2real.deploy.finetune.runner import residual_spec
+    from sim2real.deploy.finetune.residual_sac import ResidualActor
 
     spec = residual_spec(session, session.read_config())
     actor = ResidualActor(spec).zero_()
@@ -217,7 +217,7 @@ def odometry_observations(odoms: list, goal, obs_builder) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------- the reward
 def test_hover_reward_equals_the_task_envs_reward():
     """HoverReward (the node's) gives the evaluation env's reward for the same states, actions and crashes."""
-    from sim2real.policies.onnx_policy import load_exported
+    from sim2real.policies.artefact.onnx_policy import load_exported
     from sim2real.tasks import make_env
     from sim2real.tasks.state import RobotState
 
@@ -287,7 +287,7 @@ def test_auto_episodes_record_tagged_transitions_and_swap_versions_only_between_
     assert [(d["version"], d["accepted"], d["episode"]) for d in decisions] == [(1, True, 1)]
 
     # Actions: version 0 = the base policy exactly; version 1 adds its (deterministic) residual.
-    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
     base = OnnxPolicy(session.base_dir)
     np.testing.assert_allclose(tr["base_action"], base(tr["obs"]), atol=1e-5)
@@ -457,8 +457,8 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
 # --------------------------------------------------------------------------------------------------- the CLI
 def test_deploy_finetune_refuses_other_robots_and_policies(session, tmp_path, capsys, swarm_policy):
     from sim2real.cli import main
-    from sim2real.deploy.session import FinetuneSession
-    from sim2real.policies.finetune import finetune_config
+    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.deploy.finetune.runner import finetune_config
 
     def error(argv) -> str:
         assert main(argv) == 2

@@ -19,7 +19,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from sensor_msgs.msg import Imu, JointState
 
 from sim2real.configs import load_robot
-from sim2real.deploy.legged_node import LeggedPolicyNode
+from sim2real.deploy.nodes.legged import LeggedPolicyNode
 from sim2real.deploy.ros_conversions import fill_footstep_poses, fill_imu, fill_odometry
 from sim2real.tasks.humanoid_footsteps.plans import LEFT, RIGHT
 
@@ -306,7 +306,7 @@ def test_the_policy_starts_stepping_in_place_at_its_own_feet_and_the_tracker_adv
 
 def test_gait_metadata_is_required_for_footstep_policies():
     from sim2real.deploy.footsteps import FootstepInput
-    from sim2real.policies.metadata import PolicyMismatchError
+    from sim2real.policies.artefact.metadata import PolicyMismatchError
 
     base = {"gait": {"step_period_s": 0.5, "half_width_m": 0.1, "foot_offset_x_m": 0.0},
             "training": {"task_config": {"env": {"num_plan_steps": 32}}}}

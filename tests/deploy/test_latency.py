@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim2real.deploy.latency import measure_control_period, measure_inference_latency
-from sim2real.policies.metadata import PolicyMismatchError
+from sim2real.policies.artefact.metadata import PolicyMismatchError
 
 
 def test_inference_latency_percentiles(linear_policy):

@@ -22,7 +22,7 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, Float32MultiArray
 
 from sim2real.configs import load_robot
-from sim2real.deploy.legged_node import LeggedPolicyNode
+from sim2real.deploy.nodes.legged import LeggedPolicyNode
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from sim2real.deploy.ros_testing import TopicRecorder, wait_until
 

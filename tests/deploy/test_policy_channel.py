@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from sim2real.deploy.policy_channel import (
+from sim2real.deploy.finetune.policy_channel import (
     POLICY_MAGIC, ActorLink, LearnerLink, PolicyRejected, TransitionBatch, decode_transitions, encode_transitions,
     pack_package, pack_policy, read_header, verify_policy,
 )
@@ -380,7 +380,7 @@ def test_replayed_heartbeat_is_ignored():
     import hmac as _hmac
     import json
 
-    from sim2real.deploy.policy_channel import HEARTBEAT_MAGIC
+    from sim2real.deploy.finetune.policy_channel import HEARTBEAT_MAGIC
 
     with ActorLink("tcp://127.0.0.1:9", "tcp://127.0.0.1:9", key=KEY) as actor:
         def body(t):

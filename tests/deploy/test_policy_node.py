@@ -20,7 +20,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from std_msgs.msg import Bool, Float32MultiArray
 
 from sim2real.configs import load_robot
-from sim2real.deploy.policy_node import PolicyNode
+from sim2real.deploy.nodes.quadrotor import PolicyNode
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from sim2real.deploy.ros_testing import TopicRecorder, wait_until
 

@@ -12,10 +12,16 @@ import pytest
 import torch
 import yaml
 
-from sim2real.deploy import session as session_mod
-from sim2real.deploy.policy_channel import pack_policy, read_header
-from sim2real.deploy.session import (
-    FinetuneSession, append_jsonl, atomic_write_bytes, atomic_write_json, read_jsonl, sha256_bytes, sha256_file,
+from sim2real.deploy.finetune import session as session_mod
+from sim2real.deploy.finetune.policy_channel import pack_policy, read_header
+from sim2real.deploy.finetune.session import FinetuneSession
+from sim2real.configs.durable import (
+    append_jsonl,
+    atomic_write_bytes,
+    atomic_write_json,
+    read_jsonl,
+    sha256_bytes,
+    sha256_file,
 )
 
 META = {"task": "quadrotor-hover", "obs_dim": 22, "act_dim": 4}
@@ -310,7 +316,7 @@ def test_one_actor_per_session_another_process_is_refused_naming_its_pid(session
     import sys
 
     ready = tmp_path / "ready"
-    code = ("import pathlib, sys, time; from sim2real.deploy.session import FinetuneSession; "
+    code = ("import pathlib, sys, time; from sim2real.deploy.finetune.session import FinetuneSession; "
             "s = FinetuneSession.open(sys.argv[1]); cm = s.exclusive('actor'); cm.__enter__(); "
             "pathlib.Path(sys.argv[2]).touch(); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(session.path), str(ready)])

@@ -21,12 +21,12 @@ from std_msgs.msg import Bool, Float32MultiArray
 
 from sim2real.cli import main
 from sim2real.configs import load_robot
-from sim2real.deploy.policy_node import PolicyNode
+from sim2real.deploy.nodes.quadrotor import PolicyNode
 from sim2real.deploy.ros_conversions import fill_odometry, obstacles_to_message, world_to_message
 from sim2real.deploy.ros_runtime import BackgroundSpin, latched_qos
 from sim2real.deploy.ros_testing import TopicRecorder, wait_until
-from sim2real.deploy.swarm_node import SwarmPolicyNode, check_swarm_policy
-from sim2real.policies.metadata import PolicyMismatchError
+from sim2real.deploy.nodes.swarm import SwarmPolicyNode, check_swarm_policy
+from sim2real.policies.artefact.metadata import PolicyMismatchError
 from sim2real.sim.rotations import random_quat_within
 from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
@@ -351,7 +351,7 @@ def test_deploy_cli_dispatches_and_refuses(capsys, swarm_policy, linear_policy):
 
 
 def test_the_standin_takes_its_world_from_a_swarm_policy(swarm_policy, linear_policy):
-    from sim2real.hardware.sim_swarm import SwarmWorld
+    from sim2real.hardware.standins.swarm import SwarmWorld
 
     default = SwarmWorld.load()
     world = SwarmWorld.load(swarm_policy(overrides=("world.obstacle_radius=0.25", "env.restitution=0.3")))

@@ -25,8 +25,9 @@ import torch
 
 import sim2real
 from sim2real.deploy.recording import RecordingWarning, read_transitions
-from sim2real.deploy.session import FinetuneSession, read_jsonl, sha256_file
-from sim2real.policies.finetune import pid_running
+from sim2real.deploy.finetune.session import FinetuneSession
+from sim2real.configs.durable import read_jsonl, sha256_file
+from sim2real.deploy.finetune.runner import pid_running
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 FLUSH_EVERY = 50
@@ -112,7 +113,7 @@ def check_versions(data: dict, decisions: list[dict], hold_steps: int) -> None:
 
 
 def hold_steps_of(session_dir: Path) -> int:
-    from sim2real.policies.finetune import session_config
+    from sim2real.deploy.finetune.runner import session_config
 
     return int(session_config(FinetuneSession.open(session_dir))["hold_steps"])
 
@@ -298,7 +299,7 @@ def test_a_learner_of_the_session_left_running_is_stopped_before_a_new_one_start
     """``finetune run --learner local`` never runs two learners on one session (both would publish versions and
     write checkpoints): the one named in learner/endpoints.json is stopped first if it is a learner of this
     session; a process that merely reuses the pid is left alone."""
-    from sim2real.policies.finetune import _stop_stale_learner
+    from sim2real.deploy.finetune.runner import _stop_stale_learner
 
     session_dir = tmp_path / "session"
     (session_dir / "learner").mkdir(parents=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim2real.deploy import legged_node
+from sim2real.deploy.nodes import legged as legged_node
 from sim2real.deploy.ros_testing import spawn_cli, stop_process
 
 import sim2real

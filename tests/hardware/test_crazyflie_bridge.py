@@ -28,7 +28,7 @@ from sim2real.cli import build_parser, cmd_bridge, main
 from sim2real.deploy.ros_conversions import odometry_to_sample
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from sim2real.deploy.ros_testing import TopicRecorder, wait_until
-from sim2real.hardware.crazyflie_bridge import (
+from sim2real.hardware.crazyflie.bridge import (
     LOG_BLOCKS, MOTOR_INTERFACE_REFUSAL, CrazyflieBridgeError, CrazyflieBridgeNode, LogBlockAligner,
     check_policy_interface, collective_thrust_to_command, ctbr_to_setpoint, load_cflib,
 )
@@ -519,7 +519,7 @@ def test_cflib_is_imported_lazily_with_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "cflib", None)  # as if not installed
     with pytest.raises(CrazyflieBridgeError, match=r"needs cflib, which is not installed .*pip install cflib==0\.1\."):
         load_cflib()
-    code = ("import sys; sys.modules['cflib'] = None; import sim2real.cli, sim2real.hardware.crazyflie_bridge; "
+    code = ("import sys; sys.modules['cflib'] = None; import sim2real.cli, sim2real.hardware.crazyflie.bridge; "
             "print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

@@ -1,11 +1,11 @@
-"""The stand-in robots' reality gaps (hardware/reality_gap.py): outside the training DR ranges, able to hover."""
+"""The stand-in robots' reality gaps (hardware/standins/reality_gap.py): outside the training DR ranges, able to hover."""
 
 from __future__ import annotations
 
 import pytest
 
 from sim2real.configs import CONFIG_DIR, load_robot, resolve_task_config
-from sim2real.hardware.reality_gap import (
+from sim2real.hardware.standins.reality_gap import (
     MIN_THRUST_TO_WEIGHT, REALITY_GAPS, check_thrust_to_weight, shifted_config, thrust_to_weight,
 )
 

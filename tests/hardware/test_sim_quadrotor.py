@@ -16,7 +16,7 @@ from sim2real.cli import main
 from sim2real.configs import load_robot
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from sim2real.deploy.ros_testing import TopicRecorder, wait_until
-from sim2real.hardware.sim_quadrotor import SimQuadrotorNode
+from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.tasks.actions import QuadrotorAction
 
@@ -222,7 +222,7 @@ def test_latency_zero_applies_commands_on_arrival(ros_ctx, namespace):
 
 def test_standin_gap_presets_and_explicit_flags():
     from sim2real.cli import build_parser
-    from sim2real.hardware.sim_quadrotor import gap_standin_settings, resolve_standin_options
+    from sim2real.hardware.standins.quadrotor import gap_standin_settings, resolve_standin_options
 
     def resolved(*argv):
         return resolve_standin_options(build_parser().parse_args(["standin", *argv]))

@@ -20,7 +20,7 @@ from sim2real.configs import load_robot
 from sim2real.deploy.ros_conversions import command_to_message, obstacles_from_message, odometry_to_sample
 from sim2real.deploy.ros_runtime import BackgroundSpin, latched_qos
 from sim2real.deploy.ros_testing import TopicRecorder, wait_until
-from sim2real.hardware.sim_swarm import CONTACT_KINDS, SimSwarmNode, SwarmWorld, column_grid
+from sim2real.hardware.standins.swarm import CONTACT_KINDS, SimSwarmNode, SwarmWorld, column_grid
 from sim2real.sim.rotations import quat_from_yaw, quat_to_rotmat
 
 ROBOT = load_robot("crazyflie2")
@@ -126,7 +126,7 @@ def test_odometry_pose_in_world_twist_in_body_frame(swarm):
     node.dyn.quat_w[0] = quat_from_yaw(torch.tensor([math.pi / 2]))[0]
     node.dyn.lin_vel_w[0] = torch.tensor([0.0, 0.3, 0.1])
     node.dyn.ang_vel_b[0] = torch.tensor([0.0, 0.0, 0.4])
-    from sim2real.hardware.sim_quadrotor import odometry_message
+    from sim2real.hardware.standins.quadrotor import odometry_message
 
     msg = odometry_message(node.get_clock().now().to_msg(), node.dyn, 0)
     assert (msg.header.frame_id, msg.child_frame_id) == ("world", "base_link")

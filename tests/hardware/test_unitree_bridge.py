@@ -35,7 +35,7 @@ from sim2real.configs import load_robot, load_robot_interface
 from sim2real.deploy.ros_conversions import JointOrder, imu_to_sample, joint_command_messages
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from sim2real.deploy.ros_testing import TopicRecorder, wait_for, wait_until
-from sim2real.hardware.unitree_bridge import (
+from sim2real.hardware.unitree.bridge import (
     POS_STOP_F, SDK_INSTALL_SCRIPT, VEL_STOP_F, DdsTransport, UnitreeBridgeError, UnitreeBridgeNode,
     damping_command, load_unitree_sdk, open_dds, safe_command, unitree_config,
 )
@@ -130,7 +130,7 @@ def test_go2_block_maps_motors_by_name_with_unitree_limits(cfg):
 
 
 def test_unitree_block_stays_out_of_training_configs_and_policy_metadata():
-    from sim2real.policies.metadata import validate_metadata
+    from sim2real.policies.artefact.metadata import validate_metadata
     from sim2real.tasks import task_config
 
     assert "unitree" not in GO2 and "unitree" not in task_config("quadruped-jump")["robot"]
@@ -565,6 +565,6 @@ def test_sdk_is_imported_lazily_with_a_clear_error(monkeypatch):
     with pytest.raises(UnitreeBridgeError, match=rf"needs Unitree SDK2 .*not installed .*run {SDK_INSTALL_SCRIPT}"):
         load_unitree_sdk()
     code = ("import sys; sys.modules['unitree_sdk2py'] = None; sys.modules['cyclonedds'] = None; "
-            "import sim2real.cli, sim2real.hardware.unitree_bridge; print('ok')")
+            "import sim2real.cli, sim2real.hardware.unitree.bridge; print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

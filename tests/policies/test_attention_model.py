@@ -16,7 +16,7 @@ from rsl_rl.runners import OnPolicyRunner
 from tensordict import TensorDict
 
 from sim2real.policies.attention import SlotNormalization, SwarmAttentionModel, SwarmLayout
-from sim2real.policies.export import _make_batch_symbolic
+from sim2real.policies.artefact.export import _make_batch_symbolic
 
 # self [0, 5) | neighbours [5, 29) = 4 slots x 6 | obstacles [29, 37) | mask [37, 41) | self [41, 43)
 K, F, G = 4, 6, 8

@@ -15,7 +15,8 @@ from onnx import helper, numpy_helper
 from sim2real.cli import main
 from sim2real.configs import config_hash, load_robot
 from sim2real.policies import check as C
-from sim2real.policies.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, embedded_copy, sha256_file
+from sim2real.policies.artefact.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, embedded_copy
+from sim2real.configs.durable import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 HOVER = REPO / "policies" / "pretrained" / "quadrotor-hover"

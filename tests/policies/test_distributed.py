@@ -154,7 +154,7 @@ class FakeRunner:
 def torchrun(monkeypatch, tmp_path):
     """A function (rank) -> (exit status, runner, seeds, exports, shutdowns) running ``sim2real train --distributed``
     in-process as that rank of 2, with torch.cuda mocked and stand-ins for the env, runner and export."""
-    import sim2real.policies.export as export
+    import sim2real.policies.artefact.export as export
     import sim2real.policies.runner as runner_mod
     import sim2real.tasks as tasks
 
@@ -208,7 +208,7 @@ def test_rank_1_resume_reads_but_does_not_write(torchrun, tmp_path):
     torchrun(0)
     (run_dir,) = (tmp_path / "runs" / "quadrotor-hover").iterdir()
     # a checkpoint as rank 0 saves one (the stand-in runner's load is all a resume needs here)
-    from sim2real.policies.checkpoints import atomic_torch_save
+    from sim2real.configs.durable import atomic_torch_save
 
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     atomic_torch_save({"actor_state_dict": {}, "iter": 3, "infos": {"config": saved}}, run_dir / "model_2.pt")

@@ -13,9 +13,9 @@ import torch
 
 from sim2real.configs import load_robot
 from sim2real.policies.checkpoints import list_checkpoints
-from sim2real.policies.export import load_runner, parity_inputs, torch_policy
-from sim2real.policies.metadata import PolicyMismatchError, load_metadata, validate_metadata
-from sim2real.policies.onnx_policy import OnnxPolicy
+from sim2real.policies.artefact.export import load_runner, parity_inputs, torch_policy
+from sim2real.policies.artefact.metadata import PolicyMismatchError, load_metadata, validate_metadata
+from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
 
 def test_export_is_one_self_contained_file_with_symbolic_batch(tiny_policy):
@@ -103,7 +103,7 @@ def _mutated(value):
 def pytest_generate_tests(metafunc):
     if "metadata_field" in metafunc.fixturenames:
         # The field list comes from a real export's metadata schema (built without training).
-        from sim2real.policies.metadata import build_metadata
+        from sim2real.policies.artefact.metadata import build_metadata
         from sim2real.tasks import make_env, task_config
 
         cfg = task_config("quadrotor-hover", ["env.num_envs=1"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sim2real.configs import ConfigError
-from sim2real.policies import finetune as ft
+from sim2real.deploy.finetune import runner as ft
 
 PRETRAINED = Path(__file__).resolve().parents[2] / "policies" / "pretrained"
 
@@ -68,7 +68,7 @@ def test_earlier_sessions_join_the_prior_data_and_mismatched_ones_are_refused(tm
     """RLPD's prior data from an earlier session: its recorded control steps become learner transitions (one per
     held residual) in the new session's prior buffer; a session of another base policy or another hold is refused
     by name."""
-    from sim2real.policies.finetune_learner import transitions_from_recording
+    from sim2real.deploy.finetune.learner import transitions_from_recording
 
     hover = PRETRAINED / "quadrotor-hover"
     earlier, cfg = ft.open_session(tmp_path / "earlier", hover, resume=False, overrides=["hold_steps=10"])
@@ -123,6 +123,6 @@ def test_a_damaged_learner_checkpoint_gives_a_fresh_learner_fed_from_the_recordi
     assert "is damaged" in caplog.text and "rebuilt from the session's recordings" in caplog.text
     assert fresh.updates == 0
     # every complete held residual of the recording is back in the online buffer
-    from sim2real.policies.finetune_learner import transitions_from_recording
+    from sim2real.deploy.finetune.learner import transitions_from_recording
 
     assert fresh.buffer.online.size() == len(transitions_from_recording(session.path, 10)["reward"]) > 0

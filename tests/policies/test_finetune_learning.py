@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from sim2real.deploy.session import FinetuneSession
-from sim2real.policies import finetune as ft
+from sim2real.deploy.finetune.session import FinetuneSession
+from sim2real.deploy.finetune import runner as ft
 
 PRETRAINED = Path(__file__).resolve().parents[2] / "policies" / "pretrained" / "quadrotor-hover"
 ROBOT_MINUTES = 15_000 * 0.01 / 60.0  # 15 000 control steps at 100 Hz: 150 s of robot time (improvements measured

@@ -9,8 +9,8 @@ import torch
 
 from sim2real.policies.attention import SwarmAttentionModel
 from sim2real.policies.checkpoints import list_checkpoints
-from sim2real.policies.export import export_policy, load_runner, torch_policy
-from sim2real.policies.onnx_policy import OnnxPolicy
+from sim2real.policies.artefact.export import export_policy, load_runner, torch_policy
+from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
 OVERRIDES = ["env.num_envs=4", "env.drones_per_env=4", "train.num_steps_per_env=8", "train.save_interval=2",
              "train.eval_interval=2", "train.eval_episodes=2", "eval.num_drones=4"]

@@ -55,7 +55,7 @@ def test_layout_offsets_match_the_model_layout_and_metadata():
     assert offsets["neighbor_mask"] == (ml["mask"][0], k)
     assert sum(d["size"] for d in layout) == env.obs.dim == env.get_observations()["policy"].shape[-1]
     # The exported metadata validates against the term registry (task-sized blocks included).
-    from sim2real.policies.metadata import build_metadata, validate_metadata
+    from sim2real.policies.artefact.metadata import build_metadata, validate_metadata
 
     meta = build_metadata(env, env.cfg, None, {"seed": 1, "git_revision": "x", "iteration": 0, "checkpoint": "-"})
     validate_metadata(meta, env.cfg["robot"])

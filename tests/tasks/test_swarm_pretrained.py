@@ -23,7 +23,7 @@ AT_GOAL_MIN, COLLISIONS_MAX = 0.5, 6.0
 def shipped():
     if not (PRETRAINED / "policy.onnx").is_file():
         pytest.skip(f"no shipped policy at {PRETRAINED}")
-    from sim2real.policies.onnx_policy import load_exported
+    from sim2real.policies.artefact.onnx_policy import load_exported
 
     policy, cfg = load_exported(PRETRAINED, "quadrotor-swarm")
     return policy, apply_overrides(cfg, SETTING)

@@ -8,16 +8,16 @@ Each control step (:meth:`EdgeActor.act`, then :meth:`EdgeActor.record`):
   ``[1, D]`` (built by the task's ObservationBuilder, as in training) to ``a_base`` ``[1, A]``;
 * every ``hold_steps`` control steps (from each episode's start), the current residual version maps
   ``[o, a_base]`` to ``r`` ``[1, A]`` in (-1, 1), sampled from its squashed Gaussian while fine-tuning (SAC's
-  behaviour policy), its mean otherwise; ``r`` is held in between (see :mod:`sim2real.policies.residual_sac`);
+  behaviour policy), its mean otherwise; ``r`` is held in between (see :mod:`sim2real.deploy.finetune.residual_sac`);
   version 0 is the zero residual;
 * the robot executes ``a = clip(a_base + residual_scale * r, -1, 1)``;
 * the control-step transition is appended to the session's MCAP recording (durable at every flush, see
   :mod:`sim2real.deploy.recording`) with the version that chose it; each completed hold (``hold_steps`` steps or
-  an episode end) becomes one learner transition (:func:`~sim2real.policies.residual_sac.macro_transitions`),
+  an episode end) becomes one learner transition (:func:`~sim2real.deploy.finetune.residual_sac.macro_transitions`),
   queued for the learner.
 
 At an episode end (:meth:`EdgeActor.end_episode`) the recording is flushed, the queue sent, and the newest package
-the learner published is verified (:func:`sim2real.deploy.policy_channel.verify_policy`: session key, newer
+the learner published is verified (:func:`sim2real.deploy.finetune.policy_channel.verify_policy`: session key, newer
 version, metadata, parameter names/shapes, finite weights). Only then is it stored in the session and swapped in;
 with ``swap_at="hold"`` the newest package is also taken at every hold boundary inside an episode (there the residual
 is redrawn anyway, and any version's residual is bounded by the same ``residual_scale`` around the frozen base: a
@@ -38,9 +38,9 @@ import time
 import numpy as np
 import torch
 
-from sim2real.deploy.policy_channel import PolicyRejected, read_header, verify_policy
-from sim2real.deploy.session import sha256_bytes
-from sim2real.policies.residual_sac import (
+from sim2real.deploy.finetune.policy_channel import PolicyRejected, read_header, verify_policy
+from sim2real.configs.durable import sha256_bytes
+from sim2real.deploy.finetune.residual_sac import (
     ResidualActor, ResidualSpec, actor_template, compose_action, macro_transitions, residual_input,
 )
 
@@ -77,12 +77,12 @@ class EdgeActor:
     """See the module docstring.
 
     Args:
-        session: the :class:`~sim2real.deploy.session.FinetuneSession`.
+        session: the :class:`~sim2real.deploy.finetune.session.FinetuneSession`.
         base: callable ``obs [1, D] tensor -> a_base [1, A] tensor`` (the base ONNX policy).
         spec: the residual's sizes and bound.
         recorder: a :class:`~sim2real.deploy.recording.TransitionRecorder` on ``session.recordings_dir`` (or None:
             nothing recorded, for evaluation).
-        link: an :class:`~sim2real.deploy.policy_channel.ActorLink` (None: no learner, the control session).
+        link: an :class:`~sim2real.deploy.finetune.policy_channel.ActorLink` (None: no learner, the control session).
         explore: sample the residual (fine-tuning) instead of its mean (evaluation).
         hold_steps: control steps a residual is held.
         send_every: learner transitions per batch sent (also sent at every episode end).

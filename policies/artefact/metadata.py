@@ -19,13 +19,13 @@ field edited in ``metadata.json`` after export is refused by name too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
 
 from sim2real.configs import config_hash, lookup as _get
-from sim2real.tasks import TASKS
+from sim2real.configs.durable import sha256_file
+from sim2real.tasks import tasks
 from sim2real.tasks.actions import ACTION_INTERFACES, JointPositionAction, QuadrotorAction
 from sim2real.tasks.observations import OBS_TERMS
 
@@ -41,14 +41,6 @@ class PolicyMismatchError(ValueError):
         self.fields = [f for f, _ in problems]
         self.problems = problems
         super().__init__("policy refused: " + "; ".join(f"{f}: {m}" for f, m in problems))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def action_scaling(robot: dict, interface: str) -> dict:
@@ -239,7 +231,7 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
     if version is not None and version != SCHEMA_VERSION:
         problems.append(("schema_version", f"policy schema {version}, this sim2real reads {SCHEMA_VERSION}"))
     task = need("task", str)
-    if task is not None and task not in TASKS:
+    if task is not None and task not in tasks():
         problems.append(("task", f"unknown task '{task}'"))
 
     # Robot identity and parameters.

@@ -1,7 +1,7 @@
 """``sim2real bridge unitree``: a real Unitree robot on the legged deploy topics, over Unitree SDK2 for Python.
 
-The bridge plays the part the stand-in (:mod:`sim2real.hardware.sim_legged`) plays in simulation: the legged
-policy node (``sim2real deploy --robot go2``, :mod:`sim2real.deploy.legged_node`) cannot tell them apart. The SDK
+The bridge plays the part the stand-in (:mod:`sim2real.hardware.standins.legged`) plays in simulation: the legged
+policy node (``sim2real deploy --robot go2``, :mod:`sim2real.deploy.nodes.legged`) cannot tell them apart. The SDK
 (``unitree_sdk2py`` from ``unitree-sdk2py-dimos==1.0.3``, on CycloneDDS 0.10.2: ``.ci/install-unitree-sdk``) is
 imported lazily (:func:`load_unitree_sdk`), so the rest of the project imports without it. The DDS side is
 injectable (``transport=``, see :class:`DdsTransport`), which is how the tests drive the bridge without a robot.
@@ -93,7 +93,7 @@ SDK_INSTALL_SCRIPT = ".ci/install-unitree-sdk"
 FAMILIES = {"unitree_go": 20, "unitree_hg": 35}
 LOWSTATE_TOPIC, LOWCMD_TOPIC = "rt/lowstate", "rt/lowcmd"
 TARGETS_TOPIC, GAINS_TOPIC = "cmd/joint_targets", "cmd/joint_gains"
-IMU_FRAME = "imu"  # as the stand-in (sim2real.hardware.sim_legged)
+IMU_FRAME = "imu"  # as the stand-in (sim2real.hardware.standins.legged)
 #: Motor modes: servo (PMSM, the PD loop runs on the motor) and off.
 MOTOR_SERVO, MOTOR_OFF = 0x01, 0x00
 #: unitree_go commands: head bytes, the low-level flag, and the vendor's "no position / velocity loop" sentinels.

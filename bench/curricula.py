@@ -152,7 +152,7 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
             "per_point": per_point.tolist(), "per_seed": per_seed, "train_s": wall}
     print(format_table(result))
     if out_dir is not None:
-        from sim2real.policies.checkpoints import atomic_write_bytes
+        from sim2real.configs.durable import atomic_write_bytes
 
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(out_dir / "curricula.json", json.dumps(result, indent=2).encode())

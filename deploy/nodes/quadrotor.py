@@ -40,8 +40,8 @@ from sim2real.deploy.ros_conversions import (
 )
 from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import SafetyLayer
-from sim2real.policies.metadata import PolicyMismatchError
-from sim2real.policies.onnx_policy import OnnxPolicy
+from sim2real.policies.artefact.metadata import PolicyMismatchError
+from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.observations import ObservationBuilder
 
@@ -309,9 +309,9 @@ class PolicyNode(LifecycleNode):
 def deploy_main(args) -> int:
     """``sim2real deploy``: validate the policy against the robot, start the node, spin until ``--duration``
     or Ctrl-C / SIGTERM (then publish the safe command once and shut down). ``--finetune SESSION`` runs
-    :class:`~sim2real.deploy.finetune_node.FinetuneNode` (``finetune_deploy_main``). A ``kind: legged`` robot runs
-    :class:`~sim2real.deploy.legged_node.LeggedPolicyNode` instead (``legged_deploy_main``); ``--drones`` or a
-    ``quadrotor-swarm`` policy the swarm nodes (:func:`~sim2real.deploy.swarm_node.swarm_deploy_main`).
+    :class:`~sim2real.deploy.finetune.node.FinetuneNode` (``finetune_deploy_main``). A ``kind: legged`` robot runs
+    :class:`~sim2real.deploy.nodes.legged.LeggedPolicyNode` instead (``legged_deploy_main``); ``--drones`` or a
+    ``quadrotor-swarm`` policy the swarm nodes (:func:`~sim2real.deploy.nodes.swarm.swarm_deploy_main`).
 
     Raises:
         PolicyMismatchError: the policy does not fit the robot or is damaged (the CLI prints ``error: ...``
@@ -323,7 +323,7 @@ def deploy_main(args) -> int:
 
     robot = load_robot(args.robot)
     if getattr(args, "finetune", None) is not None:
-        from sim2real.deploy.finetune_node import finetune_deploy_main
+        from sim2real.deploy.finetune.node import finetune_deploy_main
 
         return finetune_deploy_main(args, robot)
     if args.policy is None:
@@ -331,13 +331,13 @@ def deploy_main(args) -> int:
 
         raise ConfigError("sim2real deploy needs --policy DIR (or --finetune SESSION)")
     if robot.get("kind") == "legged":
-        from sim2real.deploy.legged_node import legged_deploy_main
+        from sim2real.deploy.nodes.legged import legged_deploy_main
 
         if args.namespace is None:
             args.namespace = f"/{robot.get('name')}"
         return legged_deploy_main(args, robot)
     if getattr(args, "drones", None) is not None or _policy_task(args.policy) == "quadrotor-swarm":
-        from sim2real.deploy.swarm_node import swarm_deploy_main
+        from sim2real.deploy.nodes.swarm import swarm_deploy_main
 
         return swarm_deploy_main(args, robot)
     if args.namespace is None:
@@ -359,7 +359,7 @@ def deploy_main(args) -> int:
 
 def _policy_task(policy_dir) -> str | None:
     """The ``task`` of a policy's metadata, or None when it cannot be read (:class:`OnnxPolicy` then says why)."""
-    from sim2real.policies.metadata import load_metadata
+    from sim2real.policies.artefact.metadata import load_metadata
 
     try:
         return load_metadata(Path(policy_dir)).get("task")

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from sim2real.policies.metadata import ONNX_FILE, PolicyMismatchError, load_metadata, validate_metadata
+from sim2real.policies.artefact.metadata import ONNX_FILE, PolicyMismatchError, load_metadata, validate_metadata
 
 
 class OnnxPolicy:

@@ -1,7 +1,7 @@
 """``sim2real bench finetune``: how much of the reality gap a fine-tuning session recovers in N minutes of robot time.
 
 For the base policy (default: the shipped ``quadrotor-hover`` policy) and the stand-in of its robot kind
-(:data:`sim2real.hardware.reality_gap.REALITY_GAPS`), one run:
+(:data:`sim2real.hardware.standins.reality_gap.REALITY_GAPS`), one run:
 
 1. scores the base policy on the nominal simulator and on the stand-in (the task's held-out set, ``eval.seed``);
 2. per seed, runs a session (``finetune run``: learner child process + edge actor) for ``minutes`` of stand-in time
@@ -9,7 +9,7 @@ For the base policy (default: the shipped ``quadrotor-hover`` policy) and the st
 3. per seed, runs the control session (``--learner off``, the same actor and recording, no learner: it ends on
    version 0), stepped as fast as possible since nothing learns, and scores it the same way.
 
-It prints a table (the task's gap metric, :data:`sim2real.policies.finetune.GAP_METRICS`: the hover's mean final
+It prints a table (the task's gap metric, :data:`sim2real.deploy.finetune.runner.GAP_METRICS`: the hover's mean final
 position error [m], the jump's success rate; success and crash rates; gap recovered = ``(before - after) / (before -
 nominal)`` on the gap metric, signs turned where higher is better) and writes ``finetune.json`` under ``--out``.
 """
@@ -23,13 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-PRETRAINED = Path(__file__).resolve().parent / "policies" / "pretrained"
+from sim2real.policies.artefact import PRETRAINED_DIR
+
+PRETRAINED = PRETRAINED_DIR
 
 
 def bench_finetune(policy_dir=None, minutes: float = 10.0, seeds: int = 3, out=None, overrides=None,
                    realtime: bool = True) -> dict:
-    from sim2real.deploy.session import FinetuneSession
-    from sim2real.policies import finetune as ft
+    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.deploy.finetune import runner as ft
 
     policy_dir = Path(policy_dir) if policy_dir else PRETRAINED / "quadrotor-hover"
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
@@ -72,7 +74,7 @@ def bench_finetune(policy_dir=None, minutes: float = 10.0, seeds: int = 3, out=N
     print_table(summary, minutes)
     result = {"policy": str(policy_dir), "minutes": minutes, "seeds": seeds, "realtime": realtime, "rows": rows,
               "summary": summary}
-    from sim2real.deploy.session import atomic_write_json
+    from sim2real.configs.durable import atomic_write_json
 
     atomic_write_json(out / "finetune.json", json.loads(json.dumps(result, default=float)))
     print(f"results: {out / 'finetune.json'}")

@@ -7,12 +7,12 @@
 * ``inference``: ONNX inference latency per step (p50/p99) and the policy node's control-period error (p50/p99)
   at 50 Hz and 100 Hz against the stand-in robot.
 * ``jump-throughput`` / ``footsteps-throughput``: ``quadruped-jump`` / ``humanoid-footsteps`` env-steps/s against
-  the raw MuJoCo physics floor and a Gymnasium ``SyncVectorEnv`` (:mod:`sim2real.bench_legged`); ``--set KEY=VALUE``
+  the raw MuJoCo physics floor and a Gymnasium ``SyncVectorEnv`` (:mod:`sim2real.bench.legged`); ``--set KEY=VALUE``
   overrides the task config (e.g. ``robot.mjcf=<path to the real JVRC-1 scene.xml>``).
 * ``swarm``: ``quadrotor-swarm`` success, collisions per drone-minute and drone-steps/s at 8 and 32 drones per
-  room and 20% / 80% obstacle density (:mod:`sim2real.bench_swarm`; ``--policy DIR``, default the shipped one).
+  room and 20% / 80% obstacle density (:mod:`sim2real.bench.swarm`; ``--policy DIR``, default the shipped one).
 * ``gpu``: the legged tasks at 4096 / 16384 envs on MuJoCo Warp (CUDA) and C MuJoCo (all CPU cores), plus a short
-  training run per task (:mod:`sim2real.bench_gpu`); without CUDA it says so, ``--quick`` runs a tiny CPU version.
+  training run per task (:mod:`sim2real.bench.gpu`); without CUDA it says so, ``--quick`` runs a tiny CPU version.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from sim2real.policies.artefact import PRETRAINED_DIR
 
 
 def bench_throughput(quick: bool = False) -> dict:
@@ -132,7 +134,7 @@ def bench_hover_time(quick: bool = False, target: float = 0.9, budget_s: float =
 def bench_inference(quick: bool = False) -> dict:
     from sim2real.deploy.latency import measure_control_period, measure_inference_latency
 
-    policy_dir = Path(__file__).resolve().parent / "policies" / "pretrained" / "quadrotor-hover"
+    policy_dir = PRETRAINED_DIR / "quadrotor-hover"
     lat = measure_inference_latency(policy_dir, n=500 if quick else 5000)
     print(f"ONNX inference (batch 1): p50 {lat['p50_us']:.1f} us, p99 {lat['p99_us']:.1f} us "
           f"(p99 = {lat['p99_us'] / 1e4 * 100:.2f}% of a 100 Hz control period)")
@@ -148,9 +150,9 @@ def bench_inference(quick: bool = False) -> dict:
 def run_bench(args) -> int:
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
-    from sim2real.bench_legged import bench_footsteps_throughput, bench_jump_throughput
-    from sim2real.bench_curricula import bench_curricula
-    from sim2real.bench_swarm import bench_swarm
+    from sim2real.bench.legged import bench_footsteps_throughput, bench_jump_throughput
+    from sim2real.bench.curricula import bench_curricula
+    from sim2real.bench.swarm import bench_swarm
 
     benches = {"throughput": bench_throughput, "hover-time": bench_hover_time, "inference": bench_inference,
                "jump-throughput": bench_jump_throughput, "footsteps-throughput": bench_footsteps_throughput,
@@ -162,11 +164,11 @@ def run_bench(args) -> int:
         benches["curricula"] = lambda quick, overrides: bench_curricula(
             args.task, int(args.budget), teachers, args.seeds, args.grid, args.repeats, overrides, args.out)
     if args.name == "gpu":
-        from sim2real.bench_gpu import bench_gpu
+        from sim2real.bench.gpu import bench_gpu
 
         benches["gpu"] = lambda quick, overrides: bench_gpu(quick=quick, overrides=overrides)
     if args.name == "finetune":
-        from sim2real.bench_finetune import bench_finetune
+        from sim2real.bench.finetune import bench_finetune
 
         benches["finetune"] = lambda quick, overrides: bench_finetune(
             getattr(args, "policy", None), 1.0 if quick else args.minutes, args.seeds, args.out, overrides)
@@ -185,7 +187,7 @@ def run_bench(args) -> int:
         else:
             results[name] = fn(quick=args.quick)
     if args.output:
-        from sim2real.policies.checkpoints import atomic_write_bytes
+        from sim2real.configs.durable import atomic_write_bytes
 
         atomic_write_bytes(Path(args.output), json.dumps(results, indent=2, default=float).encode())
     return 0

@@ -1,9 +1,9 @@
 """``sim2real deploy --finetune SESSION``: the quadrotor deploy node in fine-tuning mode (the edge actor on ROS 2).
 
-:class:`FinetuneNode` is a :class:`~sim2real.deploy.policy_node.PolicyNode` (same lifecycle, odometry handling,
+:class:`FinetuneNode` is a :class:`~sim2real.deploy.nodes.quadrotor.PolicyNode` (same lifecycle, odometry handling,
 observation, :class:`~sim2real.deploy.safety.SafetyLayer` and command publishing) whose policy is a fine-tuning
 session's base policy (``<session>/base``, a ``quadrotor-hover`` policy) plus the session's current residual,
-run by :class:`~sim2real.deploy.finetune_actor.EdgeActor`. Quadrotor-hover only.
+run by :class:`~sim2real.deploy.finetune.actor.EdgeActor`. Quadrotor-hover only.
 
 Topics, relative to the node's namespace (default ``/crazyflie``); frames as in PolicyNode (world frame ``world``,
 the odometry's ``header.frame_id``):
@@ -82,7 +82,7 @@ qualified names, wall-clock log times), flushed at episode ends, every ``topic_f
 shutdown. Each episode's outcome (end reason, return, goal, start, final position error, interventions) is a line
 of ``<session>/metrics.jsonl`` (written by :meth:`EdgeActor.end_episode`).
 
-Learner link: an :class:`~sim2real.deploy.policy_channel.ActorLink` to ``<session>/learner/endpoints.json``
+Learner link: an :class:`~sim2real.deploy.finetune.policy_channel.ActorLink` to ``<session>/learner/endpoints.json``
 (written by ``sim2real finetune learner``), else to the session config's ``link`` host and ports, or to the given
 ``learner_host``/``learner_ports``; ``learner="off"``: none. A missing or silent learner is not an error: the node
 keeps flying (and recording) its last good version.
@@ -110,9 +110,9 @@ from nav_msgs.msg import Odometry
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import Bool, Float32MultiArray, MultiArrayDimension, String
 
-from sim2real.deploy.policy_node import PolicyNode, record_fault
+from sim2real.deploy.nodes.quadrotor import PolicyNode, record_fault
 from sim2real.deploy.ros_conversions import command_from_message, robot_state
-from sim2real.policies.metadata import PolicyMismatchError
+from sim2real.policies.artefact.metadata import PolicyMismatchError
 
 #: Phase codes of ``finetune/status``.
 PHASE_EPISODE, PHASE_RESET, PHASE_SAFE_STOP, PHASE_READY = 0, 1, 2, 3
@@ -129,7 +129,7 @@ class HoverReward:
     One source of truth: the terms come from :func:`sim2real.tasks.quadrotor_hover.rewards.compute` (this object is
     the minimal env it reads: ``cfg``, ``actions``, ``last_actions``), weighted by
     :func:`sim2real.tasks.reward_sum.weighted_reward_sum` with the weights of the base policy's training config
-    (``metadata.json`` -> ``training.task_config``, completed like :func:`~sim2real.policies.onnx_policy.
+    (``metadata.json`` -> ``training.task_config``, completed like :func:`~sim2real.policies.artefact.onnx_policy.
     load_exported` does), at the full penalty scale of the task's evaluation mode (the curriculum's penalty
     schedule at its end). So the reward is the one the simulator's evaluation env (and the stand-in of ``finetune
     run``) gives for the same state, actions and termination.
@@ -319,10 +319,10 @@ class FinetuneNode(PolicyNode):
 
     Args:
         session_dir: a fine-tuning session folder (``sim2real finetune run`` creates one; or
-            :func:`sim2real.policies.finetune.open_session`).
+            :func:`sim2real.deploy.finetune.runner.open_session`).
         robot: robot config of the machine this runs on (a quadrotor).
         options: :class:`FinetuneOptions` (default: all defaults).
-        link: an object with the :class:`~sim2real.deploy.policy_channel.ActorLink` interface (``send``, ``poll``,
+        link: an object with the :class:`~sim2real.deploy.finetune.policy_channel.ActorLink` interface (``send``, ``poll``,
             ``learner_alive``, ``close``) used instead of one built from the options (tests, an in-process
             learner); the node closes it at cleanup (a later configure builds its own).
         namespace, node_name, state_timeout_s, context: as :class:`PolicyNode`.
@@ -339,8 +339,8 @@ class FinetuneNode(PolicyNode):
     def __init__(self, session_dir, robot: dict, options: FinetuneOptions | None = None, *, link=None,
                  namespace: str = "/crazyflie", node_name: str = "policy_node", state_timeout_s: float = 0.1,
                  context=None):
-        from sim2real.deploy.session import FinetuneSession
-        from sim2real.policies.finetune import session_config
+        from sim2real.deploy.finetune.session import FinetuneSession
+        from sim2real.deploy.finetune.runner import session_config
 
         self.options = replace(options) if options is not None else FinetuneOptions()
         self.options.check()
@@ -392,9 +392,9 @@ class FinetuneNode(PolicyNode):
         return ret
 
     def _configure_finetune(self) -> None:
-        from sim2real.deploy.finetune_actor import EdgeActor, transition_sizes
+        from sim2real.deploy.finetune.actor import EdgeActor, transition_sizes
         from sim2real.deploy.recording import TopicRecorder, TransitionLayout, TransitionRecorder
-        from sim2real.policies.finetune import residual_spec
+        from sim2real.deploy.finetune.runner import residual_spec
         from sim2real.tasks import complete_saved_config
 
         opts, cfg = self.options, self.finetune_cfg
@@ -442,8 +442,8 @@ class FinetuneNode(PolicyNode):
         opts, cfg = self.options, self.finetune_cfg
         if opts.learner == "off":
             return None
-        from sim2real.deploy.policy_channel import ActorLink
-        from sim2real.policies.finetune import ENDPOINTS_FILE, pid_running
+        from sim2real.deploy.finetune.policy_channel import ActorLink
+        from sim2real.deploy.finetune.runner import ENDPOINTS_FILE, pid_running
 
         path = self.session.learner_dir / ENDPOINTS_FILE
         local = json.loads(path.read_text()) if path.is_file() else None
@@ -885,10 +885,10 @@ def finetune_deploy_main(args, robot: dict) -> int:
         FileNotFoundError: no session there. PolicyMismatchError: the base policy does not fit the robot.
     """
     from sim2real.configs import ConfigError
-    from sim2real.deploy.policy_node import run_policy_nodes
+    from sim2real.deploy.nodes.quadrotor import run_policy_nodes
     from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
-    from sim2real.deploy.session import FinetuneSession
-    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
     if robot.get("kind") != "quadrotor":
         raise ConfigError(f"--finetune flies quadrotors; robot '{robot.get('name')}' is {robot.get('kind')!r}")

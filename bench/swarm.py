@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
-DEFAULT_POLICY = Path(__file__).resolve().parent / "policies" / "pretrained" / "quadrotor-swarm"
+from sim2real.policies.artefact import PRETRAINED_DIR
+
+DEFAULT_POLICY = PRETRAINED_DIR / "quadrotor-swarm"
 
 
 def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float]:
@@ -40,7 +42,7 @@ def bench_swarm(quick: bool = False, policy_dir: str | None = None) -> dict:
     from sim2real.configs import apply_overrides
     from sim2real.policies.evaluation import evaluate
 
-    from sim2real.policies.onnx_policy import load_exported
+    from sim2real.policies.artefact.onnx_policy import load_exported
 
     policy, base = load_exported(Path(policy_dir) if policy_dir else DEFAULT_POLICY, "quadrotor-swarm")
     sizes = [(8, 0.2), (8, 0.8), (32, 0.2), (32, 0.8)]

@@ -86,7 +86,7 @@ def residual_input(obs: torch.Tensor | np.ndarray, base_action: torch.Tensor | n
 
 
 def macro_transitions(steps: dict[str, np.ndarray], hold: int) -> dict[str, np.ndarray]:
-    """Control-step transitions (sorted by seq, fields of :func:`sim2real.deploy.finetune_actor.transition_sizes`)
+    """Control-step transitions (sorted by seq, fields of :func:`sim2real.deploy.finetune.actor.transition_sizes`)
     -> the learner's held-residual transitions: one per ``(episode, step // hold)`` group of consecutive steps.
 
     Each keeps ``obs``/``base_action``/``version`` of its first step, the mean ``residual`` of its steps (equal to

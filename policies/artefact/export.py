@@ -23,8 +23,9 @@ import onnx
 import torch
 
 from sim2real.configs import apply_overrides
-from sim2real.policies.checkpoints import CheckpointError, atomic_write_bytes, load_checkpoint
-from sim2real.policies.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
+from sim2real.policies.checkpoints import CheckpointError, load_checkpoint
+from sim2real.configs.durable import atomic_write_bytes
+from sim2real.policies.artefact.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
 from sim2real.policies.runner import Sim2RealRunner
 from sim2real.tasks import complete_saved_config, make_env
 

@@ -1,6 +1,6 @@
 """``sim2real deploy --drones NAMES``: a ``quadrotor-swarm`` policy flying several drones, behind the safety layer.
 
-Two layouts, the same node class (:class:`SwarmPolicyNode`, a :class:`~sim2real.deploy.policy_node.PolicyNode`
+Two layouts, the same node class (:class:`SwarmPolicyNode`, a :class:`~sim2real.deploy.nodes.quadrotor.PolicyNode`
 with the same lifecycle, e-stop latch, rate handling and safety layer, per drone):
   * default: one lifecycle node per drone, ``<swarm_ns>/<name>/<node_name>``, each running the policy at batch 1;
   * ``--one-node``: one lifecycle node ``<swarm_ns>/<node_name>`` flying every drone of ``--drones`` with one
@@ -43,7 +43,7 @@ from geometry_msgs.msg import PoseArray, PoseStamped
 from nav_msgs.msg import Odometry
 from std_msgs.msg import Bool, Float32MultiArray
 
-from sim2real.deploy.policy_node import (
+from sim2real.deploy.nodes.quadrotor import (
     WORLD_FRAMES, PolicyNode, accept_goal, accept_odometry, record_fault, reset_goal,
 )
 from sim2real.deploy.ros_conversions import (
@@ -51,7 +51,7 @@ from sim2real.deploy.ros_conversions import (
 )
 from sim2real.deploy.ros_runtime import latched_qos
 from sim2real.deploy.safety import SafetyLayer
-from sim2real.policies.metadata import PolicyMismatchError, flatten
+from sim2real.policies.artefact.metadata import PolicyMismatchError, flatten
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
 from sim2real.tasks.state import RobotState
 
@@ -120,7 +120,7 @@ def parse_expect(items: list[str]) -> dict:
 
 class DroneSlot:
     """What a swarm node keeps of one drone it flies (the holder of
-    :func:`~sim2real.deploy.policy_node.accept_odometry` and friends).
+    :func:`~sim2real.deploy.nodes.quadrotor.accept_odometry` and friends).
 
     Attributes:
         name: the drone's name (its topics: ``<swarm_ns>/<name>/...``).
@@ -400,9 +400,9 @@ def swarm_deploy_main(args, robot: dict) -> int:
     """
     from sim2real.configs import ConfigError
     from sim2real.deploy.arguments import check_swarm_names, drone_names, parse_positions
-    from sim2real.deploy.policy_node import run_policy_nodes
+    from sim2real.deploy.nodes.quadrotor import run_policy_nodes
     from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
-    from sim2real.policies.onnx_policy import OnnxPolicy
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
     if args.drones is None:
         raise ConfigError(f"a {SWARM_TASK} policy flies a swarm: name its drones with --drones (e.g. "

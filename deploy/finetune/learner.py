@@ -1,9 +1,9 @@
-"""The learner of a fine-tuning session: residual SAC with RLPD's changes (:mod:`sim2real.policies.residual_sac`),
+"""The learner of a fine-tuning session: residual SAC with RLPD's changes (:mod:`sim2real.deploy.finetune.residual_sac`),
 fed by the robot's transitions and by prior data, publishing signed policy versions.
 
 It runs as its own process (``sim2real finetune learner``), on the robot's computer or elsewhere (cloud-edge: the
 robot only runs inference), bound to two ZeroMQ endpoints the edge actor connects to
-(:class:`~sim2real.deploy.policy_channel.LearnerLink`). Its loop:
+(:class:`~sim2real.deploy.finetune.policy_channel.LearnerLink`). Its loop:
 
 1. take every transition batch that arrived (residual-space transitions: input ``x = [o, a_base]``, action ``r``);
 2. run ``utd`` gradient steps per new online transition (the update-to-data ratio; at most ``max_updates_per_s``
@@ -25,7 +25,7 @@ import logging
 import numpy as np
 import torch
 
-from sim2real.policies.residual_sac import MixedReplayBuffer, ResidualSpec, build_sac, compose_action, export_actor
+from sim2real.deploy.finetune.residual_sac import MixedReplayBuffer, ResidualSpec, build_sac, compose_action, export_actor
 
 log = logging.getLogger("sim2real.finetune.learner")
 
@@ -38,7 +38,7 @@ LEARNER_KEYS = ("n_critics", "target_subset", "hidden", "learning_rate", "batch_
 
 
 def residual_batch(arrays: dict[str, np.ndarray], reward_scale: float):
-    """Learner transitions ``{field: [T, ...]}`` (:func:`~sim2real.policies.residual_sac.macro_transitions`) ->
+    """Learner transitions ``{field: [T, ...]}`` (:func:`~sim2real.deploy.finetune.residual_sac.macro_transitions`) ->
     ``(x [T, D+A], r [T, A], x_next, reward [T], terminated [T])`` in the residual space; ``reward`` is the mean
     reward per control step times ``reward_scale``. Time-outs are not terminations (they bootstrap)."""
     def col(name):
@@ -56,7 +56,7 @@ def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_en
                    hold: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Sim rollouts of the base policy on the training config ``cfg`` (its DR on), with a residual drawn uniformly in
     [-noise, noise] (residual units) and held for ``hold`` control steps: about ``transitions`` learner transitions
-    in the format of :func:`~sim2real.policies.residual_sac.macro_transitions` (reward: mean per control step)."""
+    in the format of :func:`~sim2real.deploy.finetune.residual_sac.macro_transitions` (reward: mean per control step)."""
     from sim2real.tasks import make_env
 
     gen = torch.Generator().manual_seed(seed)
@@ -106,7 +106,7 @@ def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_en
 
 
 def transitions_from_recording(session_dir, hold: int) -> dict[str, np.ndarray]:
-    """The learner transitions (:func:`~sim2real.policies.residual_sac.macro_transitions`, ``hold`` control steps
+    """The learner transitions (:func:`~sim2real.deploy.finetune.residual_sac.macro_transitions`, ``hold`` control steps
     each) of a session's transition recording (``<session_dir>/recordings``, read with
     :func:`~sim2real.deploy.recording.read_transitions`: damaged chunks are skipped with a warning), operator
     interventions included: prior data for a later session on the same base policy. An empty recording gives
@@ -114,7 +114,7 @@ def transitions_from_recording(session_dir, hold: int) -> dict[str, np.ndarray]:
     from pathlib import Path
 
     from sim2real.deploy.recording import read_transitions
-    from sim2real.policies.residual_sac import macro_transitions
+    from sim2real.deploy.finetune.residual_sac import macro_transitions
 
     steps = read_transitions(Path(session_dir) / "recordings")
     steps = {k: v for k, v in steps.items() if k not in ("seq", "time_ns")}

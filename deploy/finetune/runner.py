@@ -1,12 +1,12 @@
 """``sim2real finetune``: on-robot fine-tuning sessions, end to end.
 
-A session (:class:`~sim2real.deploy.session.FinetuneSession`) pairs two processes:
+A session (:class:`~sim2real.deploy.finetune.session.FinetuneSession`) pairs two processes:
 
 * the **learner** (:func:`run_learner`, ``sim2real finetune learner``): residual SAC with RLPD's changes
-  (:mod:`sim2real.policies.finetune_learner`), bound to two ZeroMQ ports, publishing signed policy versions;
+  (:mod:`sim2real.deploy.finetune.learner`), bound to two ZeroMQ ports, publishing signed policy versions;
 * the **edge actor** (:func:`run_actor`, inside ``sim2real finetune run``): the base policy plus the current
   residual on the robot, recording every control step to MCAP and streaming learner transitions
-  (:mod:`sim2real.deploy.finetune_actor`). Here the robot is the stand-in of :mod:`sim2real.hardware.reality_gap`
+  (:mod:`sim2real.deploy.finetune.actor`). Here the robot is the stand-in of :mod:`sim2real.hardware.standins.reality_gap`
   (the training simulator shifted outside its DR ranges), paced to the wall clock.
 
 ``sim2real finetune run --policy DIR --session DIR --minutes N`` creates (or with ``--resume`` reopens) the session,
@@ -32,12 +32,12 @@ import numpy as np
 import torch
 
 from sim2real.configs import CONFIG_DIR, ConfigError, apply_overrides, load_yaml, merge_checked
-from sim2real.policies.residual_sac import ResidualActor, ResidualSpec, compose_action, residual_input
+from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, compose_action, residual_input
 
 log = logging.getLogger("sim2real.finetune")
 
 FINETUNE_FILE = CONFIG_DIR / "finetune.yaml"
-#: The tasks a session can fine-tune (single-robot tasks with a stand-in gap in hardware/reality_gap.py), each with
+#: The tasks a session can fine-tune (single-robot tasks with a stand-in gap in hardware/standins/reality_gap.py), each with
 #: the held-out metric its reality gap is measured on and whether higher is better: the hover's mean final position
 #: error [m]; the jump's success rate (on the low-friction stand-in the landing error hardly changes, but a jump
 #: that lands within tolerance without falling becomes rare).
@@ -149,7 +149,7 @@ def check_finetune_config(cfg: dict) -> None:
     for key, ok, why in checks:
         if not ok:
             raise ConfigError(f"config key '{key}' {why}")
-    from sim2real.hardware.reality_gap import REALITY_GAPS
+    from sim2real.hardware.standins.reality_gap import REALITY_GAPS
 
     gap = cfg["standin"]["gap"]
     if gap not in ("default", "none", *REALITY_GAPS):
@@ -180,7 +180,7 @@ def residual_spec(session, cfg: dict) -> ResidualSpec:
 def base_policy(session, cfg: dict | None = None):
     """``(obs [N, D] -> a_base [N, A], task config)`` of the session's base policy: its training config, with the
     session's episode starts (``start``, quadrotor tasks) when ``cfg`` is given."""
-    from sim2real.policies.onnx_policy import load_exported
+    from sim2real.policies.artefact.onnx_policy import load_exported
 
     base, task_cfg = load_exported(session.base_dir)
     return base, (episode_task_config(task_cfg, cfg) if cfg is not None else task_cfg)
@@ -201,7 +201,7 @@ def episode_task_config(task_cfg: dict, cfg: dict) -> dict:
 
 def standin_task_config(task_cfg: dict, cfg: dict) -> dict:
     """The stand-in robot's task config: the training config shifted by ``standin.gap``."""
-    from sim2real.hardware.reality_gap import REALITY_GAPS, shifted_config
+    from sim2real.hardware.standins.reality_gap import REALITY_GAPS, shifted_config
 
     gap = cfg["standin"]["gap"]
     if gap == "none":
@@ -218,7 +218,7 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
         FileNotFoundError / ValueError: missing base files, not a session, a changed base policy.
         ConfigError: bad config keys/values; on resume, any ``--set``/``--config`` (the session's config is fixed).
     """
-    from sim2real.deploy.session import FinetuneSession
+    from sim2real.deploy.finetune.session import FinetuneSession
 
     if resume:
         if overrides or user_file:
@@ -234,7 +234,7 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
         raise ConfigError(f"{policy_dir}: a fine-tuning session takes a policy of {' or '.join(GAP_METRICS)}, "
                           f"not {meta.get('task')!r}")
     if meta:  # refuse now what would stop every run of the session later (its config cannot change)
-        from sim2real.deploy.session import sha256_file
+        from sim2real.configs.durable import sha256_file
         from sim2real.tasks import complete_saved_config
 
         try:
@@ -252,7 +252,7 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
 # --- the learner process ----------------------------------------------------------------------------------
 def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: int = 0, policy_port: int = 0,
                 duration_s: float | None = None, seed: int | None = None, parent_pid: int | None = None) -> dict:
-    """The learner loop (see :mod:`sim2real.policies.finetune_learner`) until SIGTERM/SIGINT or ``duration_s``,
+    """The learner loop (see :mod:`sim2real.deploy.finetune.learner`) until SIGTERM/SIGINT or ``duration_s``,
     or, with ``parent_pid`` (the local learner of ``finetune run``), until that process is gone (e.g. the actor was
     killed: an orphaned learner would otherwise run forever and later write the session beside a resumed one).
 
@@ -261,7 +261,7 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
     ``online``/``prior`` buffer snapshots when present (prior data are generated once, at the first start).
     Returns counters.
     """
-    from sim2real.deploy.session import FinetuneSession
+    from sim2real.deploy.finetune.session import FinetuneSession
 
     session = FinetuneSession.open(session_dir)
     with session.exclusive("learner"):  # never two learners on one session
@@ -269,9 +269,9 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
 
 
 def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid) -> dict:
-    from sim2real.deploy.finetune_actor import expected_metadata
-    from sim2real.deploy.policy_channel import LearnerLink, pack_policy
-    from sim2real.deploy.session import atomic_write_json, sha256_bytes
+    from sim2real.deploy.finetune.actor import expected_metadata
+    from sim2real.deploy.finetune.policy_channel import LearnerLink, pack_policy
+    from sim2real.configs.durable import atomic_write_json, sha256_bytes
 
     cfg = session_config(session)
     lcfg = cfg["learner"]
@@ -334,15 +334,15 @@ def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s,
 
 
 def make_learner(session, cfg: dict, seed: int | None = None):
-    """The session's :class:`~sim2real.policies.finetune_learner.Learner`: prior data (generated once, at the first
-    start, and kept as the ``prior`` buffer: :func:`~sim2real.policies.finetune_learner.prior_rollouts` of the base
+    """The session's :class:`~sim2real.deploy.finetune.learner.Learner`: prior data (generated once, at the first
+    start, and kept as the ``prior`` buffer: :func:`~sim2real.deploy.finetune.learner.prior_rollouts` of the base
     policy in sim, then the recordings of ``learner.prior_sessions``), then, when the session has one, the learner
     checkpoint ``learner/learner.pt`` and the ``online`` buffer snapshot. A checkpoint or snapshot that cannot be
     read gives a warning and a fresh learner whose online data are rebuilt from the session's recordings.
 
     Raises:
         ValueError: a prior session that is not a session, has another base policy or another ``hold_steps``."""
-    from sim2real.policies.finetune_learner import Learner, prior_rollouts
+    from sim2real.deploy.finetune.learner import Learner, prior_rollouts
 
     lcfg = cfg["learner"]
     seed = int(cfg["seed"] if seed is None else seed)
@@ -384,7 +384,7 @@ def make_learner(session, cfg: dict, seed: int | None = None):
             if "online" in session.buffer_names():
                 learner.load_online_arrays(session.load_buffer("online"))
         except Exception as exc:  # a damaged checkpoint or snapshot: the recordings still hold every transition
-            from sim2real.policies.finetune_learner import transitions_from_recording
+            from sim2real.deploy.finetune.learner import transitions_from_recording
 
             log.warning("the learner checkpoint %s or its online snapshot is damaged (%s: %s): starting a fresh "
                         "learner, its online data rebuilt from the session's recordings", state_path,
@@ -405,7 +405,7 @@ def check_prior_sessions(folders, base_sha256: str, hold_steps: int) -> list:
     """Open every session of ``learner.prior_sessions`` and check that it ran the base policy ``base_sha256`` with
     ``hold_steps``; returns the sessions. Raises ValueError naming the folder otherwise (or when it is not a
     session)."""
-    from sim2real.deploy.session import FinetuneSession
+    from sim2real.deploy.finetune.session import FinetuneSession
 
     out = []
     for folder in folders:
@@ -427,7 +427,7 @@ def check_prior_sessions(folders, base_sha256: str, hold_steps: int) -> list:
 def earlier_sessions_prior(session, cfg: dict) -> list[dict]:
     """The learner transitions recorded by each session of ``learner.prior_sessions`` (RLPD's prior data from
     earlier sessions on the same robot), checked by :func:`check_prior_sessions` (ValueError)."""
-    from sim2real.policies.finetune_learner import transitions_from_recording
+    from sim2real.deploy.finetune.learner import transitions_from_recording
 
     out = []
     for earlier in check_prior_sessions(cfg["learner"]["prior_sessions"], session.base_sha256, cfg["hold_steps"]):
@@ -440,7 +440,7 @@ def earlier_sessions_prior(session, cfg: dict) -> list[dict]:
 
 def checkpoint_learner(session, learner) -> None:
     """Write ``learner/learner.pt`` and the ``online`` buffer snapshot (each atomically)."""
-    from sim2real.deploy.session import atomic_write_bytes
+    from sim2real.configs.durable import atomic_write_bytes
 
     atomic_write_bytes(session.learner_dir / LEARNER_STATE, learner.state_bytes())
     session.save_buffer("online", learner.online_arrays())
@@ -454,7 +454,7 @@ class SyncLearner:
     thread), which is what the learning tests need; on a robot it stalls control while it trains."""
 
     def __init__(self, session, cfg: dict, seed: int | None = None):
-        from sim2real.deploy.finetune_actor import expected_metadata
+        from sim2real.deploy.finetune.actor import expected_metadata
 
         self.session, self.cfg = session, cfg
         self.learner = make_learner(session, cfg, seed)
@@ -466,8 +466,8 @@ class SyncLearner:
         self.sent_batches = 0
 
     def send(self, first_seq: int, arrays: dict) -> bool:
-        from sim2real.deploy.policy_channel import pack_policy
-        from sim2real.deploy.session import sha256_bytes
+        from sim2real.deploy.finetune.policy_channel import pack_policy
+        from sim2real.configs.durable import sha256_bytes
 
         self.learner.add_online(arrays, first_seq)
         self.learner.train()
@@ -598,10 +598,10 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
 
 
 def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop) -> dict:
-    from sim2real.deploy.finetune_actor import EdgeActor, transition_sizes
-    from sim2real.deploy.policy_channel import ActorLink
+    from sim2real.deploy.finetune.actor import EdgeActor, transition_sizes
+    from sim2real.deploy.finetune.policy_channel import ActorLink
     from sim2real.deploy.recording import TransitionLayout, TransitionRecorder
-    from sim2real.hardware.reality_gap import SimulatedRobot
+    from sim2real.hardware.standins.reality_gap import SimulatedRobot
 
     seed = int(cfg["seed"] if seed is None else seed)
     spec = residual_spec(session, cfg)
@@ -683,9 +683,9 @@ def version_state(session, spec: ResidualSpec, version: int):
     """The residual weights of a stored version (verified), or None for version 0."""
     if version <= 0:
         return None
-    from sim2real.deploy.finetune_actor import expected_metadata
-    from sim2real.deploy.policy_channel import verify_policy
-    from sim2real.policies.residual_sac import actor_template
+    from sim2real.deploy.finetune.actor import expected_metadata
+    from sim2real.deploy.finetune.policy_channel import verify_policy
+    from sim2real.deploy.finetune.residual_sac import actor_template
 
     _, state = verify_policy(session.read_version(version), session.load_key(),
                              expected_metadata=expected_metadata(session, spec), template=actor_template(spec),

@@ -52,7 +52,7 @@ def _train(task: str, cfg_overrides: list[str], num_envs: int, iterations: int) 
     import tempfile
     from pathlib import Path
 
-    from sim2real.policies.export import torch_policy
+    from sim2real.policies.artefact.export import torch_policy
     from sim2real.policies.evaluation import evaluate
     from sim2real.policies.runner import Sim2RealRunner
     from sim2real.tasks import make_env, task_config

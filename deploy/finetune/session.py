@@ -41,7 +41,6 @@ Crash-safety contract (the writes of this module; "crash" = kill -9 or power los
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -55,6 +54,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from sim2real.configs.durable import (
+    append_jsonl, atomic_write_bytes, atomic_write_json, atomic_writer, fsync_dir, read_jsonl, sha256_bytes, sha256_file,
+)
+
 SCHEMA_VERSION = 1
 SESSION_FILE = "session.json"
 CONFIG_FILE = "config.yaml"
@@ -67,146 +70,12 @@ RECORDINGS_DIR = "recordings"
 BUFFERS_DIR = "buffers"
 LEARNER_DIR = "learner"
 METRICS_FILE = "metrics.jsonl"
-# The exported-policy files (same names as sim2real.policies.metadata, not imported here: that pulls in the tasks).
+# The exported-policy files (same names as sim2real.policies.artefact.metadata, not imported here: that pulls in the tasks).
 ONNX_FILE = "policy.onnx"
 ONNX_DATA_FILE = "policy.onnx.data"
 METADATA_FILE = "metadata.json"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-# --------------------------------------------------------------------------------------------- crash-safe writes
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_writer(path, mode: int = 0o644):
-    """Context manager yielding a binary file object whose content replaces ``path`` atomically when the block
-    exits without an exception (flush, fsync, ``os.replace``, fsync of the directory); on an exception the temp
-    file is removed and ``path`` is left as it was. ``mode``: the new file's permission bits."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path, data: bytes, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically: after a crash the file holds its old content or ``data``."""
-    with atomic_writer(path, mode) as f:
-        f.write(data)
-
-
-def atomic_write_json(path, obj, *, mode: int = 0o644) -> None:
-    """:func:`atomic_write_bytes` of ``obj`` as indented, key-sorted JSON (NaN/Inf refused: ValueError)."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
-                       mode=mode)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _repair_tail(fd: int, path: Path) -> None:
-    """If the file does not end with a newline (a write torn by a crash), complete the last line when it is a whole
-    JSON object, else truncate it away."""
-    size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return
-    start, chunk = size, 1 << 16
-    while start > 0:  # find the last newline, reading backwards
-        lo = max(0, start - chunk)
-        buf = os.pread(fd, start - lo, lo)
-        i = buf.rfind(b"\n")
-        if i >= 0:
-            start = lo + i + 1
-            break
-        start = lo
-    tail = os.pread(fd, size - start, start)
-    try:
-        ok = isinstance(json.loads(tail.decode()), dict)
-    except (UnicodeDecodeError, ValueError):
-        ok = False
-    if ok:
-        _write_all(fd, b"\n")
-    else:
-        warnings.warn(f"{path}: removed a truncated last line ({size - start} bytes, an interrupted write) "
-                      "before appending", stacklevel=3)
-        os.ftruncate(fd, start)
-
-
-def append_jsonl(path, record: dict) -> None:
-    """Append ``record`` as one JSON line (one ``os.write`` with ``O_APPEND``) and fsync it (and the directory when
-    the file is new). A torn last line left by a crash is repaired first (see the module docstring). NaN/Inf values
-    are refused (ValueError). One writer process per file."""
-    path = Path(path)
-    line = (json.dumps(record, sort_keys=True, allow_nan=False, separators=(",", ":")) + "\n").encode()
-    new = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        _repair_tail(fd, path)
-        _write_all(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if new:
-        _fsync_dir(path.parent)
-
-
-def read_jsonl(path) -> list[dict]:
-    """The records of a JSON-lines file ([] when it does not exist). A truncated or garbled LAST line (a crash
-    mid-append) is ignored with a warning naming the file and line; a garbled line anywhere else raises
-    ValueError naming the file and line. Blank lines are skipped."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    lines = path.read_bytes().split(b"\n")
-    last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
-    records = []
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw.decode())
-            if not isinstance(rec, dict):
-                raise ValueError("not a JSON object")
-        except (UnicodeDecodeError, ValueError) as e:
-            if i == last:
-                warnings.warn(f"{path}: line {i + 1} is truncated or garbled (an interrupted write?); ignored",
-                              stacklevel=2)
-                continue
-            raise ValueError(f"{path}: line {i + 1} is garbled ({e}); the file is damaged") from None
-        records.append(rec)
-    return records
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check_name(name: str) -> str:
@@ -277,7 +146,7 @@ class FinetuneSession:
             "status": "created",
         }
         atomic_write_json(path / SESSION_FILE, info)
-        _fsync_dir(path.parent if path.parent != path else path)
+        fsync_dir(path.parent if path.parent != path else path)
         return cls(path, info)
 
     @classmethod
@@ -513,7 +382,7 @@ class FinetuneSession:
         Publishing a version already stored with the same sha256 is a no-op returning its record (the actor may
         store what it receives from a learner on another machine); otherwise ``version`` must be greater than
         every version in the manifest (ValueError)."""
-        from sim2real.deploy.policy_channel import PolicyRejected, open_package
+        from sim2real.deploy.finetune.policy_channel import PolicyRejected, open_package
 
         package_bytes = bytes(package_bytes)
         version = int(version)
@@ -622,4 +491,4 @@ def _create_key(path: Path) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)

@@ -1,7 +1,7 @@
 """``sim2real standin --drones N``: a simulated quadrotor swarm in a room of columns, on the swarm deploy topics.
 
 It steps :class:`QuadrotorDynamics` (one batch of N drones) in real time with the stand-in's own parameters (scaled
-off the robot config, as :mod:`sim2real.hardware.sim_quadrotor`), applies every drone's command through the action
+off the robot config, as :mod:`sim2real.hardware.standins.quadrotor`), applies every drone's command through the action
 term of training (``QuadrotorAction(robot, interface).apply`` at every physics step) and resolves contacts with the
 task's collision model (:func:`sim2real.tasks.quadrotor_swarm.world.resolve_collisions`: drones bounce off each
 other, the columns, the walls, the ceiling and the floor with the task's coefficient of restitution).
@@ -61,7 +61,7 @@ from sim2real.deploy.arguments import check_swarm_names, drone_names, parse_posi
 from sim2real.deploy.ros_conversions import command_from_message, obstacles_to_message, world_to_message
 from sim2real.deploy.ros_runtime import latched_qos
 from sim2real.hardware.realtime import RealTimeStepper
-from sim2real.hardware.sim_quadrotor import (
+from sim2real.hardware.standins.quadrotor import (
     COMMAND_TOPICS, WORLD_FRAME, check_standin_args, odometry_message, standin_params,
 )
 from sim2real.sim.quadrotor import QuadrotorDynamics
@@ -110,7 +110,7 @@ class SwarmWorld:
             PolicyMismatchError: the policy is unreadable or not a swarm policy.
         """
         from sim2real.configs import TASKS_DIR, load_yaml
-        from sim2real.policies.metadata import PolicyMismatchError, load_metadata
+        from sim2real.policies.artefact.metadata import PolicyMismatchError, load_metadata
 
         cfg = load_yaml(TASKS_DIR / "quadrotor_swarm.yaml")
         if policy_dir is None:
@@ -387,7 +387,7 @@ class SimSwarmNode(Node):
                 "columns": [[round(float(v), 4) for v in c] for c in self.centers[self.occupied[0]].tolist()]}
 
     def write_report(self, path: str | Path) -> None:
-        from sim2real.policies.checkpoints import atomic_write_bytes
+        from sim2real.configs.durable import atomic_write_bytes
 
         atomic_write_bytes(Path(path), json.dumps(self.report(), indent=2).encode())
 

@@ -1,4 +1,4 @@
-"""Arguments and entry point of ``sim2real finetune {run, learner, eval}`` (see :mod:`sim2real.policies.finetune`)."""
+"""Arguments and entry point of ``sim2real finetune {run, learner, eval}`` (see :mod:`sim2real.deploy.finetune.runner`)."""
 
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ def finetune_main(args) -> int:
 
 def _finetune_command(args) -> int:
     from sim2real.configs import ConfigError
-    from sim2real.deploy.session import FinetuneSession
-    from sim2real.policies import finetune as ft
+    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.deploy.finetune import runner as ft
 
     if args.finetune_command == "learner":
         out = ft.run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
@@ -98,7 +98,7 @@ def _finetune_command(args) -> int:
     if args.finetune_command == "create":
         session, cfg = ft.open_session(args.session, args.policy, resume=False, overrides=args.overrides,
                                        user_file=args.config)
-        from sim2real.deploy.session import KEY_FILE
+        from sim2real.deploy.finetune.session import KEY_FILE
 
         print(json.dumps({"session": str(session.path), "task": session.info["task"],
                           "key": str(Path(session.path) / KEY_FILE)}))
@@ -116,7 +116,7 @@ def _finetune_command(args) -> int:
         scores = ft.score_session(session, ft.session_config(session), args.version, args.episodes)
         print_scores(scores)
         if args.output:
-            from sim2real.deploy.session import atomic_write_json
+            from sim2real.configs.durable import atomic_write_json
 
             atomic_write_json(Path(args.output), scores)
         return 0

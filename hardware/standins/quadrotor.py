@@ -62,7 +62,7 @@ _GAP_KEYS = {"domain_rand.mass_scale": "mass_scale", "domain_rand.thrust_scale":
 
 
 def gap_standin_settings(name: str) -> dict:
-    """Stand-in options of a named reality gap (:data:`sim2real.hardware.reality_gap.REALITY_GAPS`): each of the
+    """Stand-in options of a named reality gap (:data:`sim2real.hardware.standins.reality_gap.REALITY_GAPS`): each of the
     preset's ranges gives its middle, e.g. ``quadrotor``: mass_scale 1.2, thrust_scale 0.8, and latency_steps
     [2, 3] -> 2.5 steps x :data:`GAP_CONTROL_PERIOD_S` (10 ms) = ``latency_s`` 0.025.
 
@@ -70,7 +70,7 @@ def gap_standin_settings(name: str) -> dict:
         ValueError: an unknown name, or a preset with a key the quadrotor stand-in cannot reproduce (e.g. a legged
             robot's friction).
     """
-    from sim2real.hardware.reality_gap import REALITY_GAPS
+    from sim2real.hardware.standins.reality_gap import REALITY_GAPS
 
     if name not in REALITY_GAPS:
         raise ValueError(f"unknown reality gap {name!r} (known: {', '.join(REALITY_GAPS)})")

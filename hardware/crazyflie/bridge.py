@@ -1,6 +1,6 @@
 """``sim2real bridge crazyflie``: a real Crazyflie 2.x on the deploy topics, over cflib (``cflib==0.1.34``).
 
-The bridge plays the part the stand-in (:mod:`sim2real.hardware.sim_quadrotor`) plays in simulation: the policy
+The bridge plays the part the stand-in (:mod:`sim2real.hardware.standins.quadrotor`) plays in simulation: the policy
 node (``sim2real deploy``) cannot tell them apart. cflib is imported lazily (:func:`load_cflib`), so the rest of
 the project imports without it. The cflib ``Crazyflie`` object is injectable (``crazyflie=``), which is how the
 tests drive the bridge without a radio.
@@ -94,7 +94,7 @@ from sim2real.configs import ConfigError
 from sim2real.deploy.ros_conversions import QUAT_NORM_TOLERANCE, command_from_message, fill_odometry
 from sim2real.deploy.ros_runtime import ThrottledLog
 
-WORLD_FRAME, BODY_FRAME = "world", "base_link"  # as the stand-in (sim2real.hardware.sim_quadrotor)
+WORLD_FRAME, BODY_FRAME = "world", "base_link"  # as the stand-in (sim2real.hardware.standins.quadrotor)
 CFLIB_REQUIREMENT = "cflib==0.1.34"
 
 # --- the firmware's conventions --------------------------------------------------------------------------------------

@@ -109,8 +109,8 @@ from sim2real.deploy.ros_conversions import (
 )
 from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import InputMonitor
-from sim2real.policies.metadata import PolicyMismatchError
-from sim2real.policies.onnx_policy import OnnxPolicy
+from sim2real.policies.artefact.metadata import PolicyMismatchError
+from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 from sim2real.sim.rotations import tilt_from_quat
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.observations import ObservationBuilder

@@ -1,0 +1,197 @@
+"""What a task declares about itself: :class:`TaskSpec` and the parts other packages read.
+
+A task is one folder (a Python package): its ``__init__.py`` defines ``SPEC = TaskSpec(...)`` and nothing heavy
+(no torch import), its ``config.yaml`` holds the default config, and its modules hold the env, observations,
+rewards, terminations, commands, checks and whatever hooks it declares. Hooks are named, not imported, as
+``"module:attr"``; a module name starting with ``.`` is relative to the task's package (``".env:MyEnv"``).
+
+Packages outside ``tasks/`` ask the registry (:func:`sim2real.tasks.get_task`) for these parts and never compare
+task names. A task without a part (no deploy node, no fine-tuning gap, no plan files) leaves it ``None`` and the
+commands that need it say so in one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def resolve_hook(ref: str, package: str):
+    """The object named by ``ref`` (``"module:attr"``; a module starting with ``.`` is relative to ``package``)."""
+    module, _, attr = ref.partition(":")
+    mod = importlib.import_module(module, package if module.startswith(".") else None)
+    return getattr(mod, attr) if attr else mod
+
+
+@dataclass(frozen=True)
+class ReplayCriterion:
+    """How ``sim2real check`` judges a task's replay.
+
+    ``metric`` (higher is better unless ``lower_is_better``) must reach ``nominal_fail`` in the nominal config
+    (else FAIL; short of ``nominal_warn``: WARN). A variant FAILs when its metric is worse than the nominal by more
+    than ``fail_drop`` (absolute, in the metric's unit; for a lower-is-better metric: worse than
+    ``max(fail_abs, fail_ratio x nominal)``), WARNs beyond ``warn_drop`` / ``max(nominal_warn, warn_ratio x
+    nominal)``. ``guard`` (optional): a second, lower-is-better metric (name, FAIL above this in the nominal config,
+    FAIL above this in a variant), e.g. the crash or fall rate. ``show``: other metrics printed beside it."""
+
+    metric: str
+    unit: str
+    nominal_fail: float
+    nominal_warn: float
+    lower_is_better: bool = False
+    fail_drop: float = 0.3
+    warn_drop: float = 0.1
+    fail_abs: float = 0.0
+    fail_ratio: float = 3.0
+    warn_ratio: float = 1.5
+    guard: tuple[str, float, float] | None = None
+    show: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """The task's part of ``sim2real check`` (the sim-to-sim replay).
+
+    Attributes:
+        criterion: how the replay is judged.
+        episodes: default replay episodes per variant (``episode_unit`` each).
+        variants: default variants (of ``nominal, fidelity, dynamics, latency, jitter``); None: all.
+        fine_physics: ``fidelity`` variant of a task with its own torch dynamics: physics steps this many times
+            finer at the same control period (None: the MuJoCo full-fidelity solver, ``sim.fidelity=full``).
+        deploy_observations: the replay builds the policy's observations from the env's ``robot_state()`` through
+            the exported metadata's terms, as the deploy node does (else it uses the env's own observations).
+        episode_unit: what one replay episode is called in the report (``episodes``, ``rooms``).
+    """
+
+    criterion: ReplayCriterion
+    episodes: int
+    variants: tuple[str, ...] | None = None
+    fine_physics: int | None = None
+    deploy_observations: bool = False
+    episode_unit: str = "episodes"
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    """How the task's exported policy runs on a robot.
+
+    Attributes:
+        node: the deploy node kind that runs it (``quadrotor``, ``swarm``, ``legged``; the deploy package maps
+            each kind to its node).
+    """
+
+    node: str
+
+
+@dataclass(frozen=True)
+class FinetuneSpec:
+    """The task's part of an on-robot fine-tuning session.
+
+    Attributes:
+        gap_metric: the held-out metric the reality gap is measured on (a key of the env's ``summarize_outcomes``).
+        higher_is_better: whether a larger ``gap_metric`` is better (success rate) or worse (an error).
+        reward: ``"module:attr"`` of the per-step reward the edge actor records, a plain function of the robot
+            state, the actions and the task's reward parameters (see the task's ``rewards`` module).
+    """
+
+    gap_metric: str
+    higher_is_better: bool
+    reward: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanHooks:
+    """A task whose held-out set can also be user-written plan files (``eval --plans``, ``play --plans``).
+
+    Attributes (``"module:attr"``):
+        load: ``load(path, cfg) -> (plans, cfg)``: the plans of a file and the config to run them with.
+        evaluate: ``evaluate(cfg, policy, plans, repeats) -> metrics``.
+        report: ``report(metrics) -> str``: the table ``eval --plans`` prints.
+    """
+
+    load: str
+    evaluate: str
+    report: str
+
+
+@dataclass(frozen=True)
+class CurriculaBenchSpec:
+    """How ``sim2real bench curricula`` compares teachers on the task.
+
+    Attributes:
+        space: the task space every automatic teacher samples and the held-out grid covers.
+        hand_written: the task's own rule (``curriculum.teacher``) and the overrides it needs to be comparable.
+        overrides: config overrides for every teacher (e.g. a wider success tolerance).
+    """
+
+    space: str
+    hand_written: str
+    hand_written_overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """The benchmarks that apply to the task (``sim2real bench NAME --task T``).
+
+    Attributes:
+        entries: names of the benches that run on this task (see ``sim2real bench --help``).
+        curricula: the teacher comparison's settings (None: ``bench curricula`` refuses the task).
+    """
+
+    entries: tuple[str, ...] = ()
+    curricula: CurriculaBenchSpec | None = None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registered task.
+
+    Attributes:
+        name: the task's name (``--task``).
+        description: one line for ``sim2real list``.
+        env_class: ``"module:attr"`` of the rsl-rl ``VecEnv`` subclass, built as ``cls(cfg, num_envs, device,
+            eval_mode)``.
+        checks: ``"module:attr"`` of ``check_config(cfg)``, raising ``ConfigError`` on a value out of range.
+        config: the default config file, relative to the task's folder.
+        play: ``"module:attr"`` of ``play(cfg, policy, output, *, video, duration_s, plans) -> Path`` (None: ``play``
+            refuses the task).
+        plans: plan-file hooks (None: ``--plans`` is refused).
+        check: the replay part of ``sim2real check`` (None: ``check`` runs its metadata and ONNX sections only).
+        deploy: how the policy runs on a robot (None: ``deploy`` refuses the task).
+        finetune: fine-tuning's gap metric and reward (None: ``finetune`` refuses the task).
+        bench: the benchmarks that apply.
+        package: the task's Python package (set by the registry when it finds the spec).
+        folder: the task's folder (set by the registry).
+    """
+
+    name: str
+    description: str
+    env_class: str
+    checks: str
+    config: str = "config.yaml"
+    play: str | None = None
+    plans: PlanHooks | None = None
+    check: CheckSpec | None = None
+    deploy: DeploySpec | None = None
+    finetune: FinetuneSpec | None = None
+    bench: BenchSpec = field(default_factory=BenchSpec)
+    package: str = ""
+    folder: Path | None = None
+
+    @property
+    def config_path(self) -> Path:
+        """The default config file of the task (``<folder>/<config>``)."""
+        return Path(self.folder) / self.config
+
+    def hook(self, ref: str):
+        """The object a hook string of this spec names (relative modules resolve inside the task's package)."""
+        return resolve_hook(ref, self.package)
+
+    def load_env_class(self):
+        return self.hook(self.env_class)
+
+    def check_config(self, cfg: dict) -> None:
+        """Raise :class:`~sim2real.configs.ConfigError` naming the first config value out of range."""
+        self.hook(self.checks)(cfg)
