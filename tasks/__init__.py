@@ -129,8 +129,26 @@ def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
                     prefix == "" and key in ("observations",)):
                 fill(dst[key], value, f"{prefix}{key}.")
 
+    added += migrate_rewards(out, defaults)
     fill(out, defaults, "")
     return out, added
+
+
+def migrate_rewards(cfg: dict, defaults: dict) -> list[str]:
+    """Split a ``rewards`` section written before weights and parameters were separate (one flat mapping of term
+    weights, term parameters and ``scale``) into ``weights`` / ``params`` / ``scale`` in place, by where the task's
+    default config has each key (a key the defaults no longer have is kept as a weight, so the task's checks name
+    it). Returns the keys added (``["rewards.weights", "rewards.params"]``, or [] when there was nothing to do)."""
+    rewards = cfg.get("rewards")
+    if not isinstance(rewards, dict) or "weights" in rewards or "rewards" not in defaults:
+        return []
+    params = set(defaults["rewards"].get("params", {}))
+    flat = dict(rewards)
+    rewards.clear()
+    rewards["scale"] = flat.pop("scale", defaults["rewards"]["scale"])
+    rewards["weights"] = {k: v for k, v in flat.items() if k not in params}
+    rewards["params"] = {k: v for k, v in flat.items() if k in params}
+    return ["rewards.weights", "rewards.params"]
 
 
 def make_env(cfg: dict, num_envs: int | None = None, eval_mode: bool = False):

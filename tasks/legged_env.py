@@ -17,7 +17,7 @@ from tensordict import TensorDict
 
 from sim2real.curricula.driver import HasTaskCurriculum
 from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
-from sim2real.tasks.reward_sum import weighted_reward_sum
+from sim2real.tasks.rewards import weighted_reward_sum
 
 
 class LeggedTaskEnv(HasTaskCurriculum, VecEnv):
@@ -69,7 +69,8 @@ class LeggedTaskEnv(HasTaskCurriculum, VecEnv):
     def _weighted_reward(self, terms: dict[str, torch.Tensor], once: tuple[str, ...]) -> torch.Tensor:
         """``sum_k w_k term_k`` ``[N]`` (``w`` = ``reward_weights``; every term but those in ``once`` times the
         control period), added per term to ``episode_sums``, scaled by ``rewards.scale``; NaN/Inf become 0."""
-        return weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt, once=once)
+        return weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt, once=once,
+                                   overall=self.cfg["rewards"]["scale"])
 
     def _refresh_state(self, ids: torch.Tensor) -> None:
         """Read the state of the worlds ``ids`` just reset into ``_state`` (the whole state on the first call)."""

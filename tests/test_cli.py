@@ -101,7 +101,7 @@ def test_quadruped_jump_train_resume_export_eval_play(tmp_path):
             "--set", "train.eval_interval=0", "--set", "train.save_interval=1", "--set", "sim.nthread=1"]
     sim2real("train", "--task", "quadruped-jump", "--max-iterations", 1, *tiny)
     out = sim2real("train", "--task", "quadruped-jump", "--resume", "--max-iterations", 1, *tiny,
-                   "--set", "rewards.wait_still=3.0").stdout
+                   "--set", "rewards.weights.wait_still=3.0").stdout
     assert "at iteration 1" in out
     _assert_clean_error(sim2real("train", "--task", "quadruped-jump", "--resume", "--max-iterations", 1, *tiny,
                                  "--set", "sim.control_dt=0.01", check=False), "sim.control_dt")

@@ -12,6 +12,8 @@ from sim2real.tasks.checks import (
     require,
 )
 from sim2real.tasks.legged_dr import check_domain_rand
+from sim2real.tasks.humanoid_footsteps.rewards import TERMS
+from sim2real.tasks.rewards import check_reward_config
 
 
 def check_config(cfg: dict) -> None:
@@ -55,7 +57,7 @@ def check_config(cfg: dict) -> None:
     check_observations(cfg["observations"])
     check_domain_rand(cfg["domain_rand"])
     check_staged_curriculum(cfg, 2, "humanoid-footsteps")
-    require(cfg["rewards"]["scale"] > 0, "rewards.scale", "must be positive")
+    check_reward_config(cfg["rewards"], TERMS)
     ev = cfg["eval"]
     bad = [m for m in ev["modes"] if m not in MODES]
     require(ev["modes"] and not bad, "eval.modes", f"must be a non-empty list of {', '.join(MODES)}")

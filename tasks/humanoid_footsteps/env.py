@@ -46,7 +46,7 @@ from sim2real.tasks.humanoid_footsteps.checks import check_config
 from sim2real.tasks.humanoid_footsteps.tracker import FootstepTracker, detect_touchdowns, score_touchdown
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
 from sim2real.tasks.legged_env import LeggedTaskEnv
-from sim2real.tasks.reward_sum import episode_return
+from sim2real.tasks.rewards import episode_return
 from sim2real.tasks.state import RobotState
 
 OUTCOME_KEYS = ("hits", "steps", "fall", "success", "mode", "difficulty", "stairs")
@@ -140,7 +140,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
             hand_written=lambda: StagedLevelCurriculum.from_config(
                 ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
-        self.reward_weights = dict(cfg["rewards"])
+        self.reward_weights = dict(cfg["rewards"]["weights"])
+        self.reward_params = dict(cfg["rewards"]["params"])
         self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
         self.last_outcome = {k: torch.zeros(n, device=device) for k in OUTCOME_KEYS}
         self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)

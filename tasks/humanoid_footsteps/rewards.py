@@ -14,6 +14,7 @@ import torch
 
 from sim2real.sim.rotations import quat_rotate_inverse, wrap_angle, yaw_from_quat
 
+TERMS_PLACEHOLDER = True
 REWARD_TERMS = ("footstep", "foot_target", "clock_force", "swing_height", "stance_foot_vel", "base_progress", "heading",
                 "upright", "base_height", "alive", "action_rate", "torque", "joint_vel", "termination")
 #: Terms paid once per event (not multiplied by the control period).
@@ -85,3 +86,6 @@ def compute(env, state, touchdown_score: torch.Tensor, fall: torch.Tensor) -> di
         "joint_vel": (state.joint_vel ** 2).sum(-1),
         "termination": fall.float(),
     }
+
+
+TERMS = dict.fromkeys(REWARD_TERMS)

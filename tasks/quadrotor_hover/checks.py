@@ -9,6 +9,8 @@ from sim2real.tasks.actions import QUADROTOR_INTERFACES
 from sim2real.tasks.checks import (
     check_curriculum_choice, check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
 )
+from sim2real.tasks.quadrotor_hover.rewards import TERMS
+from sim2real.tasks.rewards import check_reward_config
 
 
 def check_config(cfg: dict) -> None:
@@ -32,7 +34,8 @@ def check_config(cfg: dict) -> None:
     _require(cur["penalty_scale_interval"] >= 1, "curriculum.penalty_scale_interval", "must be at least 1")
     _require(cur["penalty_scale_initial"] > 0 and cur["penalty_scale_final"] > 0, "curriculum.penalty_scale_initial",
              "penalty scales must be positive")
-    _require(cfg["rewards"]["precision_scale"] > 0, "rewards.precision_scale", "must be positive")
+    check_reward_config(cfg["rewards"], TERMS)
+    _require(cfg["rewards"]["params"]["precision_scale"] > 0, "rewards.params.precision_scale", "must be positive")
     check_train(cfg)
     check_device(cfg["device"])
 

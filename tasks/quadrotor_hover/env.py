@@ -31,7 +31,7 @@ from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
 from sim2real.tasks.quadrotor_dr import ADR_PARAMS, HasQuadrotorDrones, QuadrotorDrones, quadrotor_adr
 from sim2real.tasks.quadrotor_hover import rewards as rew
 from sim2real.tasks.quadrotor_hover.checks import check_config
-from sim2real.tasks.reward_sum import episode_return, weighted_reward_sum
+from sim2real.tasks.rewards import episode_return, weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 
@@ -93,7 +93,8 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         )
         if eval_mode:
             self.penalty_schedule.steps = 10**15  # full weights: rewards are reported, not learned from
-        self.reward_weights = dict(cfg["rewards"])
+        self.reward_weights = dict(cfg["rewards"]["weights"])
+        self.reward_params = dict(cfg["rewards"]["params"])
         self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
         # Outcome of each env's last finished episode (for evaluation): success, crash, final errors.
         self.last_outcome = {k: torch.zeros(n, device=device) for k in ("success", "crash", "pos_error", "speed")}
@@ -156,10 +157,11 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         crash |= ~self.drones.finite()
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~crash
 
-        terms = rew.compute(self, state, pos_err, crash)
+        terms = rew.compute(rew.HoverRewardInputs(state, self.actions, self.last_actions, pos_err, crash),
+                            self.reward_params)
         reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
-                                     once=("termination",), scaled=rew.SCHEDULED_PENALTIES,
-                                     scale=self.penalty_schedule.value)
+                                     once=rew.ONCE, scaled=rew.SCHEDULED_PENALTIES,
+                                     scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"])
 
         dones = crash | time_out
         extras = {"time_outs": time_out, "log": {}}

@@ -10,6 +10,8 @@ from sim2real.tasks.checks import (
     check_curriculum_choice, check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
 )
 from sim2real.tasks.quadrotor_swarm.goals import SCENARIOS
+from sim2real.tasks.quadrotor_swarm.rewards import TERMS
+from sim2real.tasks.rewards import check_reward_config
 
 
 def check_config(cfg: dict) -> None:
@@ -64,9 +66,10 @@ def check_config(cfg: dict) -> None:
     _require(obs["sdf_resolution"] > 0 and obs["sdf_clip"] > 0, "observations.sdf_resolution",
              "sdf_resolution and sdf_clip must be positive")
 
-    w = cfg["rewards"]
+    check_reward_config(cfg["rewards"], TERMS)
+    w = cfg["rewards"]["params"]
     for key in ("goal_scale", "proximity_radius", "obstacle_margin", "max_speed"):
-        _require(w[key] > 0, f"rewards.{key}", f"must be positive, got {w[key]}")
+        _require(w[key] > 0, f"rewards.params.{key}", f"must be positive, got {w[key]}")
 
     check_quadrotor_dr(cfg["domain_rand"])
     cur = cfg["curriculum"]

@@ -38,7 +38,7 @@ from sim2real.tasks.quadrotor_swarm.goals import sample_starts_and_goals
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
 from sim2real.tasks.quadrotor_swarm.world import RoomSpec, resolve_collisions, sample_occupancy
 from sim2real.tasks.observations import noise_std_vector
-from sim2real.tasks.reward_sum import episode_return, weighted_reward_sum
+from sim2real.tasks.rewards import episode_return, weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 #: Room state saved for replay (``[B, M, ...]`` per room, plus room scalars).
@@ -126,7 +126,8 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         self.replayed = torch.zeros(r, dtype=torch.bool, device=device)
         self.replay_pushed = torch.zeros(r, dtype=torch.bool, device=device)
 
-        self.reward_weights = dict(cfg["rewards"])
+        self.reward_weights = dict(cfg["rewards"]["weights"])
+        self.reward_params = dict(cfg["rewards"]["params"])
         self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
         self.last_outcome = {k: torch.zeros(n, device=device) for k in (
             "success", "at_goal", "collisions", "boundary", "pos_error", "duration_s", "replayed")}
@@ -217,7 +218,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         terms = rew.compute(self, state, pos_err, new_drone, new_obstacle, new_boundary)
         reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
                                      once=rew.EVENT_TERMS, scaled=rew.SCHEDULED_PENALTIES,
-                                     scale=self.penalty_schedule.value)
+                                     scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"])
 
         room_bad = ~self.room_view(self.drones.finite()).all(-1)
         room_time_out = (self.room_view(self.episode_length_buf)[:, 0] >= self.max_episode_length) & ~room_bad

@@ -12,6 +12,7 @@ import torch
 from sim2real.sim.rotations import quat_to_rotmat
 from sim2real.tasks.quadrotor_swarm.world import min_column_clearance
 
+TERMS_PLACEHOLDER = True
 REWARD_TERMS = ("distance", "goal", "proximity", "obstacle_proximity", "collision_drone", "collision_obstacle",
                 "collision_floor", "speed_limit", "lin_vel", "ang_vel", "tilt", "action_rate")
 EVENT_TERMS = ("collision_drone", "collision_obstacle", "collision_floor")
@@ -29,7 +30,7 @@ def compute(env, state, pos_err: torch.Tensor, new_drone: torch.Tensor, new_obst
         new_drone, new_obstacle, new_boundary: ``[N]`` new contacts this step (drone-drone count, column, floor /
             wall / ceiling).
     """
-    w = env.cfg["rewards"]
+    w = env.cfg["rewards"]["params"]
     pos = env.room_view(state.base_pos_w)
     d = torch.cdist(pos, pos)
     m = pos.shape[1]
@@ -52,3 +53,6 @@ def compute(env, state, pos_err: torch.Tensor, new_drone: torch.Tensor, new_obst
         "tilt": 1.0 - r_zz,
         "action_rate": torch.sum(torch.square(env.actions - env.last_actions), dim=-1),
     }
+
+
+TERMS = dict.fromkeys(REWARD_TERMS)

@@ -11,6 +11,8 @@ from sim2real.tasks.checks import (
     require,
 )
 from sim2real.tasks.legged_dr import check_domain_rand
+from sim2real.tasks.quadruped_jump.rewards import TERMS
+from sim2real.tasks.rewards import check_reward_config
 
 
 def check_config(cfg: dict) -> None:
@@ -43,6 +45,6 @@ def check_config(cfg: dict) -> None:
     check_observations(cfg["observations"])
     check_domain_rand(cfg["domain_rand"])
     check_staged_curriculum(cfg, 3, "quadruped-jump")
-    require(cfg["rewards"]["scale"] > 0, "rewards.scale", "must be positive")
+    check_reward_config(cfg["rewards"], TERMS)
     check_train(cfg)
     check_device(cfg["device"])

@@ -35,7 +35,7 @@ from sim2real.tasks.legged_env import LeggedTaskEnv
 from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
-from sim2real.tasks.reward_sum import episode_return
+from sim2real.tasks.rewards import episode_return
 from sim2real.tasks.state import RobotState
 
 
@@ -100,7 +100,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             hand_written=lambda: StagedLevelCurriculum.from_config(
                 ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
         self.num_stages = int(ccfg["num_stages"])
-        self.reward_weights = dict(cfg["rewards"])
+        self.reward_weights = dict(cfg["rewards"]["weights"])
+        self.reward_params = dict(cfg["rewards"]["params"])
         self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
         self.distance_bins = cmds.max_distance_bins(cfg["command"]).to(device)
         self.bin_success = torch.zeros(len(self.distance_bins), device=device)  # EMA success per distance bin

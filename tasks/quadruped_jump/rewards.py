@@ -12,6 +12,7 @@ import torch
 from sim2real.sim.rotations import wrap_angle, yaw_from_quat
 from sim2real.tasks.state import RobotState
 
+TERMS_PLACEHOLDER = True
 REWARD_TERMS = ("position", "yaw", "flight", "height", "rise", "land_still", "wait_still", "upright", "action_rate",
                 "torque", "joint_vel", "success", "termination")
 #: Terms paid once per episode (not multiplied by the control period).
@@ -52,3 +53,6 @@ def compute(env, state: RobotState, fall: torch.Tensor, tilt: torch.Tensor) -> d
         "joint_vel": state.joint_vel.square().sum(-1),
         "termination": fall.float(),
     }
+
+
+TERMS = dict.fromkeys(REWARD_TERMS)

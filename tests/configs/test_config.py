@@ -17,10 +17,10 @@ def test_defaults_resolve_robot():
 
 
 def test_overrides_apply_with_types():
-    cfg = task_config("quadrotor-hover", ["env.num_envs=256", "rewards.lin_vel=-0.5", "robot.mass=0.03",
+    cfg = task_config("quadrotor-hover", ["env.num_envs=256", "rewards.weights.lin_vel=-0.5", "robot.mass=0.03",
                                           "domain_rand.enabled=false", "env.goal_min=[0, 0, 1]"])
     assert cfg["env"]["num_envs"] == 256 and isinstance(cfg["env"]["num_envs"], int)
-    assert cfg["rewards"]["lin_vel"] == -0.5
+    assert cfg["rewards"]["weights"]["lin_vel"] == -0.5
     assert cfg["robot"]["mass"] == 0.03
     assert cfg["domain_rand"]["enabled"] is False
     assert cfg["env"]["goal_min"] == [0, 0, 1]

@@ -20,7 +20,7 @@ from sim2real.tasks.humanoid_footsteps import rewards as rew
 
 SHORT = ["env.num_envs=128", "train.eval_interval=0", "plans.modes={forward: 0.3, stand: 0.7}",
          "plans.step_length=[0.05, 0.15]", "curriculum.max_difficulty=0.0", "gait.min_swing_s=0.05",
-         "rewards.swing_height=6.0", "train.init_std=0.5"]
+         "rewards.weights.swing_height=6.0", "train.init_std=0.5"]
 ITERATIONS = 60
 
 

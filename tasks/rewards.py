@@ -1,0 +1,67 @@
+"""Reward terms as plain functions, and their weighted sum, shared by every task.
+
+A task's ``rewards.py`` defines each reward term as a plain function ``term(x, params) -> [N]`` of a small inputs
+object ``x`` (the robot state, the actions and whatever task quantities the term reads, built by the env, the deploy
+side or fine-tuning alike) and the task's reward parameters (``rewards.params`` of its config), and lists them in
+``TERMS`` (name -> function). The config holds the weights apart from the parameters (``rewards.weights``: one per
+term, a weight for a term no code computes is refused by :func:`check_reward_config`; ``rewards.params``;
+``rewards.scale``: the overall scale).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import torch
+
+from sim2real.configs import ConfigError
+
+RewardTerm = Callable[[object, dict], torch.Tensor]
+
+
+def compute_terms(terms: Mapping[str, RewardTerm], x, params: dict) -> dict[str, torch.Tensor]:
+    """Every term of ``terms`` evaluated on the inputs ``x`` with ``params``: ``{name: [N]}`` (unweighted)."""
+    return {name: fn(x, params) for name, fn in terms.items()}
+
+
+def check_reward_config(rewards: dict, terms: Mapping[str, RewardTerm]) -> None:
+    """``rewards.weights`` names exactly the task's terms and ``rewards.scale`` is positive.
+
+    Raises:
+        ConfigError: a weight for a term no code computes, a term without a weight, or a scale <= 0.
+    """
+    unknown = sorted(set(rewards["weights"]) - set(terms))
+    if unknown:
+        raise ConfigError(f"config key 'rewards.weights.{unknown[0]}': no reward term '{unknown[0]}' is computed by "
+                          f"this task (its terms: {', '.join(terms)})")
+    missing = [t for t in terms if t not in rewards["weights"]]
+    if missing:
+        raise ConfigError(f"config key 'rewards.weights': reward term '{missing[0]}' has no weight")
+    if not rewards["scale"] > 0:
+        raise ConfigError(f"config key 'rewards.scale': must be positive, got {rewards['scale']}")
+
+
+def weighted_reward_sum(terms: dict[str, torch.Tensor], weights: dict, episode_sums: dict[str, torch.Tensor],
+                        control_dt: float, once: tuple[str, ...] = (), scaled: tuple[str, ...] = (),
+                        scale: float = 1.0, overall: float = 1.0) -> torch.Tensor:
+    """``overall * sum_k w_k term_k`` ``[N]``, with NaN/Inf replaced by 0.
+
+    Each term ``[N]`` is multiplied by its weight ``weights[name]`` (times ``scale`` for the terms in ``scaled``, a
+    curriculum's penalty scale) and by ``control_dt`` [s], except the terms in ``once`` (events paid once); each
+    weighted term is added to ``episode_sums[name]`` (``[N]``, in place). ``overall``: the config's
+    ``rewards.scale``.
+    """
+    reward = torch.zeros_like(next(iter(episode_sums.values())))
+    for name, value in terms.items():
+        weight = weights[name] * (scale if name in scaled else 1.0)
+        weighted = value * weight * (1.0 if name in once else control_dt)
+        episode_sums[name] += weighted
+        reward += weighted
+    return torch.nan_to_num(reward * overall, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def episode_return(episode_sums: dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """Undiscounted return ``[M]`` of envs ``ids`` so far this episode: the sum of their weighted term sums
+    (before the overall ``scale``), NaN-free."""
+    total = sum(sums[ids] for sums in episode_sums.values())
+    return torch.nan_to_num(total, nan=0.0, posinf=0.0, neginf=0.0)
