@@ -20,6 +20,8 @@ import yaml
 CONFIG_DIR = Path(__file__).resolve().parent
 ROBOTS_DIR = CONFIG_DIR / "robots"
 CURRICULA_FILE = CONFIG_DIR / "curricula.yaml"
+#: PPO settings shared by every task, under each task's own ``train`` section.
+TRAIN_FILE = CONFIG_DIR / "train.yaml"
 
 
 class ConfigError(ValueError):
@@ -187,11 +189,14 @@ def resolve_task_config(
 ) -> dict:
     """Task config = task YAML, merged with an optional user YAML file, then ``--set`` overrides.
 
+    The task's ``train`` section is laid over the PPO settings every task shares (``configs/train.yaml``).
     A task with a ``curriculum`` section gets ``configs/curricula.yaml`` as ``curriculum.teachers`` (the automatic
     teachers' parameters). The ``robot`` key names a robot (or a path); it is replaced by the robot's full config,
     which overrides may then address as ``robot.<key>``. Raises :class:`ConfigError` for unknown keys or bad values.
     """
     cfg = load_yaml(task_yaml)
+    if isinstance(cfg.get("train"), dict):  # the shared PPO settings, then the task's own
+        cfg["train"] = {**load_yaml(TRAIN_FILE), **cfg["train"]}
     if isinstance(cfg.get("curriculum"), dict) and "teachers" not in cfg["curriculum"]:
         # Every task's automatic teachers share one parameter file (see configs/curricula.yaml).
         cfg["curriculum"]["teachers"] = load_yaml(CURRICULA_FILE)
