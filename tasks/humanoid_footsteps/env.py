@@ -142,7 +142,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
                 ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
+        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
         self.last_outcome = {k: torch.zeros(n, device=device) for k in OUTCOME_KEYS}
         self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
         self.fixed_plans = None
@@ -242,7 +242,13 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         low = state.base_pos_w[:, 2] - ground < e["termination_height"]
         fall = body_contact | (tilt > e["termination_tilt"]) | low | self.sim.unstable.to(self.device)
 
-        terms = rew.compute(self, state, score, fall)
+        tr, st = self.tracker, self._state
+        x = rew.FootstepRewardInputs(
+            state, st["foot_pos_w"], st["foot_contact"], self.prev_foot_pos, tr.target(), tr.support(), tr.t_step,
+            tr.step_period, self.swing_fraction, self.robot_weight, self.foot_point_height,
+            self.nominal_height_above_feet, self.foot_offset_x, self.control_dt,
+            self.sim.joint_torque().to(self.device), self.actions, self.last_actions, score, fall)
+        terms = rew.compute(x, self.reward_params)
         reward = self._weighted_reward(terms, rew.ONCE)
 
         # Close the windows that ended: count the real plan steps and their hits; the next step is the target.

@@ -95,7 +95,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
             self.penalty_schedule.steps = 10**15  # full weights: rewards are reported, not learned from
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
+        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
         # Outcome of each env's last finished episode (for evaluation): success, crash, final errors.
         self.last_outcome = {k: torch.zeros(n, device=device) for k in ("success", "crash", "pos_error", "speed")}
         self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)

@@ -74,7 +74,6 @@ def termination(x: HoverRewardInputs, p: dict) -> torch.Tensor:
 
 TERMS = {"position": position, "precision": precision, "lin_vel": lin_vel, "ang_vel": ang_vel, "tilt": tilt,
          "action_rate": action_rate, "termination": termination}
-REWARD_TERMS = tuple(TERMS)
 #: Terms paid once (not multiplied by the control period).
 ONCE = ("termination",)
 #: Terms whose weight grows with the curriculum's global penalty schedule.

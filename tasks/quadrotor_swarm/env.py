@@ -36,7 +36,7 @@ from sim2real.tasks.quadrotor_swarm import rewards as rew
 from sim2real.tasks.quadrotor_swarm.checks import check_config
 from sim2real.tasks.quadrotor_swarm.goals import sample_starts_and_goals
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
-from sim2real.tasks.quadrotor_swarm.world import RoomSpec, resolve_collisions, sample_occupancy
+from sim2real.tasks.quadrotor_swarm.world import RoomSpec, min_column_clearance, resolve_collisions, sample_occupancy
 from sim2real.tasks.observations import noise_std_vector
 from sim2real.tasks.rewards import episode_return, weighted_reward_sum
 from sim2real.tasks.state import RobotState
@@ -128,7 +128,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
 
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
+        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
         self.last_outcome = {k: torch.zeros(n, device=device) for k in (
             "success", "at_goal", "collisions", "boundary", "pos_error", "duration_s", "replayed")}
         self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
@@ -215,7 +215,11 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         at_goal = pos_err < ecfg["success_pos_tol"]
         self.in_tol_steps = torch.where(at_goal, self.in_tol_steps + 1, torch.zeros_like(self.in_tol_steps))
 
-        terms = rew.compute(self, state, pos_err, new_drone, new_obstacle, new_boundary)
+        room_pos = self.room_view(state.base_pos_w)
+        clearance = min_column_clearance(room_pos, self.centers, self.occupied, self.room).reshape(-1)
+        x = rew.SwarmRewardInputs(state, room_pos, clearance, self.actions, self.last_actions, pos_err, new_drone,
+                                  new_obstacle, new_boundary)
+        terms = rew.compute(x, self.reward_params)
         reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
                                      once=rew.EVENT_TERMS, scaled=rew.SCHEDULED_PENALTIES,
                                      scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"])

@@ -102,7 +102,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.num_stages = int(ccfg["num_stages"])
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.REWARD_TERMS}
+        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
         self.distance_bins = cmds.max_distance_bins(cfg["command"]).to(device)
         self.bin_success = torch.zeros(len(self.distance_bins), device=device)  # EMA success per distance bin
         self.bin_count = torch.zeros(len(self.distance_bins), device=device)
@@ -160,7 +160,9 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         fall |= unstable
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~fall
 
-        terms = rew.compute(self, state, fall, tilt)
+        x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
+                                 self.sim.joint_torque(), fall, tilt)
+        terms = rew.compute(x, self.reward_params)
         success = time_out & self._success(state, tilt)
         terms["success"] = success.float()
         reward = self._weighted_reward(terms, rew.ONCE)

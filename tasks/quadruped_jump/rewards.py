@@ -1,20 +1,21 @@
 """Reward terms of ``quadruped-jump`` (no reference trajectories): landing accuracy, flight, height, upright,
 stillness before the command and after landing, smoothness and torque.
 
-Each term is ``[N]``; the env multiplies it by its weight (``rewards.<name>``) and, except for the terms in
+Each term is a plain function of :class:`JumpRewardInputs` and ``rewards.params`` returning ``[N]``; the env
+multiplies it by its weight (``rewards.weights.<name>``) and, except for the terms in
 :data:`ONCE`, by the control period.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from sim2real.sim.rotations import wrap_angle, yaw_from_quat
+from sim2real.tasks.rewards import compute_terms
 from sim2real.tasks.state import RobotState
 
-TERMS_PLACEHOLDER = True
-REWARD_TERMS = ("position", "yaw", "flight", "height", "rise", "land_still", "wait_still", "upright", "action_rate",
-                "torque", "joint_vel", "success", "termination")
 #: Terms paid once per episode (not multiplied by the control period).
 ONCE = ("success", "termination")
 #: Window after the command's start [s] in which flight and height are rewarded.
@@ -23,36 +24,119 @@ TAKEOFF_WINDOW_S = 0.8
 SETTLE_AFTER_S = 1.2
 
 
-def compute(env, state: RobotState, fall: torch.Tensor, tilt: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Every term of :data:`REWARD_TERMS` but ``success`` (the env sets it at time-out)."""
-    t = state.time_s
-    started = (t > 0).float()
-    window = ((t > 0) & (t < TAKEOFF_WINDOW_S)).float()
-    settle = (t > SETTLE_AFTER_S).float()
-    waiting = (t <= 0).float()
-    pos_err = torch.linalg.vector_norm(state.base_pos_w[:, :2] - env.target_xy, dim=-1)
-    yaw_err = wrap_angle(yaw_from_quat(state.base_quat_w) - env.target_yaw).abs()
-    airborne = (state.foot_contact < 1.0).all(-1).float()
-    height = (state.base_pos_w[:, 2] - env.settled_height).clamp(0.0, 0.4)
-    rise = state.base_lin_vel_w[:, 2].clamp(0.0, 3.0)
-    speed2 = state.base_lin_vel_w.square().sum(-1) + 0.1 * state.base_ang_vel_b.square().sum(-1)
-    pose2 = (state.joint_pos - state.default_joint_pos).square().sum(-1)
-    gravity_xy2 = torch.sin(tilt).square()
-    torque = env.sim.joint_torque()
-    return {
-        "position": started * torch.exp(-pos_err / 0.25),
-        "yaw": started * torch.exp(-yaw_err / 0.3),
-        "flight": window * airborne,
-        "height": window * airborne * height,  # only in flight: standing tall on extended legs is not a jump
-        "rise": window * rise,
-        "land_still": settle * torch.exp(-speed2),
-        "wait_still": waiting * torch.exp(-speed2 - pose2),
-        "upright": gravity_xy2,
-        "action_rate": (state.last_action - env.last_actions).square().sum(-1),
-        "torque": torque.square().sum(-1),
-        "joint_vel": state.joint_vel.square().sum(-1),
-        "termination": fall.float(),
-    }
+@dataclass
+class JumpRewardInputs:
+    """What the jump's reward terms read, batched ``[N]``.
+
+    Attributes:
+        state: the robot state after the step (``time_s``: time since the jump command [s], <= 0 while waiting;
+            ``last_action``: this step's action).
+        last_actions: ``[N, A]`` the previous step's action.
+        target_xy: ``[N, 2]`` landing target, world frame [m]; ``target_yaw``: ``[N]`` landing yaw [rad].
+        settled_height: ``[N]`` base height standing still before the command [m].
+        torque: ``[N, J]`` joint torques [N m].
+        fall: ``[N]`` bool, the episode ends on a fall or body contact; ``tilt``: ``[N]`` base tilt [rad].
+    """
+
+    state: RobotState
+    last_actions: torch.Tensor
+    target_xy: torch.Tensor
+    target_yaw: torch.Tensor
+    settled_height: torch.Tensor
+    torque: torch.Tensor
+    fall: torch.Tensor
+    tilt: torch.Tensor
 
 
-TERMS = dict.fromkeys(REWARD_TERMS)
+def _started(x: JumpRewardInputs) -> torch.Tensor:
+    return (x.state.time_s > 0).float()
+
+
+def _takeoff_window(x: JumpRewardInputs) -> torch.Tensor:
+    t = x.state.time_s
+    return ((t > 0) & (t < TAKEOFF_WINDOW_S)).float()
+
+
+def _airborne(x: JumpRewardInputs) -> torch.Tensor:
+    return (x.state.foot_contact < 1.0).all(-1).float()
+
+
+def _speed2(x: JumpRewardInputs) -> torch.Tensor:
+    return x.state.base_lin_vel_w.square().sum(-1) + 0.1 * x.state.base_ang_vel_b.square().sum(-1)
+
+
+def position(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``exp(-|xy - target| / 0.25)`` once the command started."""
+    pos_err = torch.linalg.vector_norm(x.state.base_pos_w[:, :2] - x.target_xy, dim=-1)
+    return _started(x) * torch.exp(-pos_err / 0.25)
+
+
+def yaw(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``exp(-|yaw error| / 0.3)`` once the command started."""
+    yaw_err = wrap_angle(yaw_from_quat(x.state.base_quat_w) - x.target_yaw).abs()
+    return _started(x) * torch.exp(-yaw_err / 0.3)
+
+
+def flight(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """1 while no foot touches the ground, within the take-off window."""
+    return _takeoff_window(x) * _airborne(x)
+
+
+def height(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """Base height above the settled height [m] (clipped to [0, 0.4]) in flight within the take-off window (standing
+    tall on extended legs is not a jump)."""
+    h = (x.state.base_pos_w[:, 2] - x.settled_height).clamp(0.0, 0.4)
+    return _takeoff_window(x) * _airborne(x) * h
+
+
+def rise(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """Upward base velocity [m/s] (clipped to [0, 3]) within the take-off window."""
+    return _takeoff_window(x) * x.state.base_lin_vel_w[:, 2].clamp(0.0, 3.0)
+
+
+def land_still(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``exp(-|v|^2 - 0.1 |omega|^2)`` after :data:`SETTLE_AFTER_S` of command."""
+    return (x.state.time_s > SETTLE_AFTER_S).float() * torch.exp(-_speed2(x))
+
+
+def wait_still(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``exp(-|v|^2 - 0.1 |omega|^2 - |q - q0|^2)`` before the command."""
+    pose2 = (x.state.joint_pos - x.state.default_joint_pos).square().sum(-1)
+    return (x.state.time_s <= 0).float() * torch.exp(-_speed2(x) - pose2)
+
+
+def upright(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``sin(tilt)^2``, the squared horizontal part of the projected gravity."""
+    return torch.sin(x.tilt).square()
+
+
+def action_rate(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``|a_t - a_{t-1}|^2``."""
+    return (x.state.last_action - x.last_actions).square().sum(-1)
+
+
+def torque(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``|tau|^2`` [N^2 m^2]."""
+    return x.torque.square().sum(-1)
+
+
+def joint_vel(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``|dq|^2`` [rad^2/s^2]."""
+    return x.state.joint_vel.square().sum(-1)
+
+
+def termination(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """1 on a fall (paid once)."""
+    return x.fall.float()
+
+
+#: Every term but ``success``, which the env sets at time-out from the task's success rule.
+STEP_TERMS = {"position": position, "yaw": yaw, "flight": flight, "height": height, "rise": rise,
+              "land_still": land_still, "wait_still": wait_still, "upright": upright, "action_rate": action_rate,
+              "torque": torque, "joint_vel": joint_vel, "termination": termination}
+TERMS = {**STEP_TERMS, "success": None}
+
+
+def compute(x: JumpRewardInputs, params: dict) -> dict[str, torch.Tensor]:
+    """Every term of :data:`STEP_TERMS` ``{name: [N]}`` (unweighted)."""
+    return compute_terms(STEP_TERMS, x, params)
