@@ -31,10 +31,10 @@ def footstep_term(cfg: dict, policy, steps: int = 240, seed: int = 7) -> float:
     total = 0.0
     compute = rew.compute
 
-    def recording(env_, state, score, fall):
+    def recording(x, params):
         nonlocal total
-        total += float(score.sum()) * env_.reward_weights["footstep"]
-        return compute(env_, state, score, fall)
+        total += float(x.touchdown_score.sum()) * env.reward_weights["footstep"]
+        return compute(x, params)
 
     rew.compute = recording
     try:
