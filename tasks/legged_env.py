@@ -12,15 +12,15 @@ A subclass sets ``TASK`` and, before using these, ``num_envs``, ``device``, ``co
 from __future__ import annotations
 
 import torch
-from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from sim2real.curricula.driver import HasTaskCurriculum
+from sim2real.tasks.base_env import TaskEnv
 from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
 from sim2real.tasks.rewards import weighted_reward_sum
 
 
-class LeggedTaskEnv(HasTaskCurriculum, VecEnv):
+class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
     """Shared parts of the legged task envs (see the module docstring)."""
 
     TASK = ""

@@ -46,7 +46,6 @@ from sim2real.tasks.humanoid_footsteps.checks import check_config
 from sim2real.tasks.humanoid_footsteps.tracker import FootstepTracker, detect_touchdowns, score_touchdown
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
 from sim2real.tasks.legged_env import LeggedTaskEnv
-from sim2real.tasks.rewards import episode_return
 from sim2real.tasks.state import RobotState
 
 OUTCOME_KEYS = ("hits", "steps", "fall", "success", "mode", "difficulty", "stairs")
@@ -142,9 +141,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
                 ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
-        self.last_outcome = {k: torch.zeros(n, device=device) for k in OUTCOME_KEYS}
-        self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
+        self._init_bookkeeping(n, rew.TERMS, OUTCOME_KEYS, device)
         self.fixed_plans = None
         if plans is not None:
             self._set_fixed_plans(plans)
@@ -277,22 +274,17 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         return self.get_observations(), reward, dones, extras
 
     def _record_outcome(self, ids, fall, log) -> None:
-        ret = episode_return(self.episode_sums, ids)
-        for name, sums in self.episode_sums.items():
-            log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
-            sums[ids] = 0.0
+        ret = self._close_episodes(ids, log)
         hits, steps = self.hits[ids], self.steps_done[ids]
         rate = hits / steps.clamp_min(1.0)
         success = ~fall & (steps > 0) & (rate >= self.cfg["success"]["episode_hit_rate"])
         out = {"hits": hits, "steps": steps, "fall": fall.float(), "success": success.float(),
                "mode": self.mode[ids].float(), "difficulty": self.difficulty[ids],
                "stairs": self.is_stairs[ids].float()}
-        for key, value in out.items():
-            self.last_outcome[key][ids] = value
+        self._record_outcomes(ids, out)
         if self.touchdowns is not None:
             for i in ids.tolist():
                 self.episode_touchdowns[i] = self.touchdowns[i]
-        self.episodes_done[ids] += 1
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/hit_rate"] = hits.sum() / steps.sum().clamp_min(1.0)
         log["Metrics/success_rate"] = success.float().mean()
@@ -333,6 +325,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.episode_touchdowns = [[] for _ in range(self.num_envs)]
 
     def _reset_envs(self, ids: torch.Tensor) -> None:
+        self._before_reset(ids)
         m, dev, e = len(ids), self.device, self.cfg["env"]
         self.dr.randomise(ids)
         x = self.curriculum.sample(ids)[:, 0]

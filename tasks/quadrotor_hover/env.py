@@ -19,23 +19,23 @@ global schedule (:class:`StepSchedule`).
 from __future__ import annotations
 
 import torch
-from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
+from sim2real.tasks.base_env import TaskEnv
 from sim2real.curricula.levels import LEVEL_SPACE
 from sim2real.sim.rotations import random_quat_within
 from sim2real.tasks.observations import ObservationBuilder, noise_std_vector
 from sim2real.tasks.quadrotor_dr import ADR_PARAMS, HasQuadrotorDrones, QuadrotorDrones, quadrotor_adr
 from sim2real.tasks.quadrotor_hover import rewards as rew
 from sim2real.tasks.quadrotor_hover.checks import check_config
-from sim2real.tasks.rewards import episode_return, weighted_reward_sum
+from sim2real.tasks.rewards import weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 
-class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
+class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
     """Batched quadrotor hover task.
 
     Args:
@@ -95,10 +95,8 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
             self.penalty_schedule.steps = 10**15  # full weights: rewards are reported, not learned from
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
         # Outcome of each env's last finished episode (for evaluation): success, crash, final errors.
-        self.last_outcome = {k: torch.zeros(n, device=device) for k in ("success", "crash", "pos_error", "speed")}
-        self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
+        self._init_bookkeeping(n, rew.TERMS, ("success", "crash", "pos_error", "speed"), device)
         self._reset_envs(torch.arange(n, device=device))
 
     def task_spaces(self) -> dict[str, TaskSpace]:
@@ -178,18 +176,13 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
 
     def _record_outcome(self, ids, success, crash, pos_err, speed, extras) -> None:
         log = extras["log"]
-        ret = episode_return(self.episode_sums, ids)
-        for name, sums in self.episode_sums.items():
-            log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
-            sums[ids] = 0.0
+        ret = self._close_episodes(ids, log)
         log["Episode_Termination/crash"] = crash.float().mean()
         log["Episode_Termination/time_out"] = (~crash).float().mean()
         log["Metrics/success_rate"] = success.float().mean()
         log["Metrics/crash_rate"] = crash.float().mean()
         log["Metrics/final_pos_error"] = torch.nan_to_num(pos_err, nan=10.0).mean()
-        for key, value in (("success", success), ("crash", crash), ("pos_error", pos_err), ("speed", speed)):
-            self.last_outcome[key][ids] = value.float()
-        self.episodes_done[ids] += 1
+        self._record_outcomes(ids, {"success": success, "crash": crash, "pos_error": pos_err, "speed": speed})
         # Promote on "nearly there" rather than on strict success, so the spread can grow before precision does.
         promote = ~crash & (pos_err < self.cfg["curriculum"]["promote_pos_error"])
         # Graded competence for the teachers: 1 at the goal, 0.37 at twice the success tolerance, 0 on a crash.
@@ -201,6 +194,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
             self.adr.update(ids, self.adr_values[ids], outcome)
 
     def _reset_envs(self, ids: torch.Tensor) -> None:
+        self._before_reset(ids)
         n = len(ids)
         dev = self.device
         e, init, dr = self.cfg["env"], self.cfg["init"], self.cfg["domain_rand"]

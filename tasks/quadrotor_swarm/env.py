@@ -23,12 +23,12 @@ drone-drone or column contact kicks the body rates by up to ``env.collision_spin
 from __future__ import annotations
 
 import torch
-from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
+from sim2real.tasks.base_env import TaskEnv
 from sim2real.curricula.levels import LEVEL_SPACE
 from sim2real.curricula.replay import StateReplayBuffer
 from sim2real.tasks.quadrotor_dr import HasQuadrotorDrones, QuadrotorDrones
@@ -38,7 +38,7 @@ from sim2real.tasks.quadrotor_swarm.goals import sample_starts_and_goals
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
 from sim2real.tasks.quadrotor_swarm.world import RoomSpec, min_column_clearance, resolve_collisions, sample_occupancy
 from sim2real.tasks.observations import noise_std_vector
-from sim2real.tasks.rewards import episode_return, weighted_reward_sum
+from sim2real.tasks.rewards import weighted_reward_sum
 from sim2real.tasks.state import RobotState
 
 #: Room state saved for replay (``[B, M, ...]`` per room, plus room scalars).
@@ -46,7 +46,7 @@ REPLAY_KEYS = ("pos_w", "quat_w", "lin_vel_w", "ang_vel_b", "motor_thrust", "goa
                "num_visible")
 
 
-class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
+class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
     """Batched quadrotor swarm task (see the module docstring).
 
     Args:
@@ -128,10 +128,8 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
 
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
-        self.last_outcome = {k: torch.zeros(n, device=device) for k in (
-            "success", "at_goal", "collisions", "boundary", "pos_error", "duration_s", "replayed")}
-        self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
+        self._init_bookkeeping(n, rew.TERMS, ("success", "at_goal", "collisions", "boundary", "pos_error",
+                                              "duration_s", "replayed"), device)
         all_rooms = torch.arange(r, device=device)
         self._reset_rooms(all_rooms, allow_replay=False)
         self._take_snapshots(all_rooms, force=True)
@@ -248,10 +246,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         log = extras["log"]
         steps = self.room_view(self.episode_length_buf)[rooms, 0].float().clamp_min(1.0)
         duration = steps * self.control_dt  # [B] s
-        ret = episode_return(self.episode_sums, ids).view(-1, m).mean(-1)  # [B]: the room's mean drone return
-        for name, sums in self.episode_sums.items():
-            log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
-            sums[ids] = 0.0
+        ret = self._close_episodes(ids, log).view(-1, m).mean(-1)  # [B]: the room's mean drone return
         held = (self.in_tol_steps[ids] >= self.success_hold_steps).view(-1, m)
         at_goal = held.float().mean(-1)  # fraction of each room's drones at their goal
         success = held.all(-1) & ~bad
@@ -271,9 +266,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
                      "collisions": collisions.reshape(-1), "boundary": boundary.reshape(-1),
                      "pos_error": pos_err[ids], "duration_s": duration.repeat_interleave(m),
                      "replayed": self.replayed[rooms].float().repeat_interleave(m)}
-        for key, value in per_drone.items():
-            self.last_outcome[key][ids] = value
-        self.episodes_done[ids] += 1
+        self._record_outcomes(ids, per_drone)
         ccfg = self.cfg["curriculum"]
         promote = (at_goal >= ccfg["promote_at_goal"]) & fresh & ~bad
         demote = ((collisions.mean(-1) >= ccfg["demote_collisions"]) | bad) & fresh
@@ -298,6 +291,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, VecEnv):
         return density, visible, fraction
 
     def _reset_rooms(self, rooms: torch.Tensor, allow_replay: bool) -> None:
+        self._before_reset(self.drone_ids(rooms))
         b, m = len(rooms), self.drones_per_room
         if b == 0:
             return

@@ -35,7 +35,6 @@ from sim2real.tasks.legged_env import LeggedTaskEnv
 from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
-from sim2real.tasks.rewards import episode_return
 from sim2real.tasks.state import RobotState
 
 
@@ -102,13 +101,11 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.num_stages = int(ccfg["num_stages"])
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self.episode_sums = {k: torch.zeros(n, device=device) for k in rew.TERMS}
         self.distance_bins = cmds.max_distance_bins(cfg["command"]).to(device)
         self.bin_success = torch.zeros(len(self.distance_bins), device=device)  # EMA success per distance bin
         self.bin_count = torch.zeros(len(self.distance_bins), device=device)
-        self.last_outcome = {k: torch.zeros(n, device=device) for k in
-                             ("success", "fall", "pos_error", "yaw_error", "peak_height", "distance", "stage")}
-        self.episodes_done = torch.zeros(n, dtype=torch.long, device=device)
+        self._init_bookkeeping(n, rew.TERMS, ("success", "fall", "pos_error", "yaw_error", "peak_height", "distance",
+                                              "stage"), device)
         self._state = None
         self._reset_envs(torch.arange(n, device=device))
 
@@ -193,18 +190,13 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         return (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight & jumped
 
     def _record_outcome(self, ids, state: RobotState, success, fall, log) -> None:
-        ret = episode_return(self.episode_sums, ids)
-        for name, sums in self.episode_sums.items():
-            log[f"Episode_Reward/{name}"] = (sums[ids] / (self.max_episode_length * self.control_dt)).mean()
-            sums[ids] = 0.0
+        ret = self._close_episodes(ids, log)
         pos_err, yaw_err = self._landing_errors(state)
         stage, _ = split_difficulty(self.difficulty[ids], self.num_stages)
         dist = torch.linalg.vector_norm(self.command[ids, :2], dim=-1)
         out = {"success": success.float(), "fall": fall.float(), "pos_error": pos_err[ids], "yaw_error": yaw_err[ids],
                "peak_height": self.peak_height[ids] - self.settled_height, "distance": dist, "stage": stage.float()}
-        for key, value in out.items():
-            self.last_outcome[key][ids] = value
-        self.episodes_done[ids] += 1
+        self._record_outcomes(ids, out)
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/success_rate"] = success.float().mean()
         log["Metrics/peak_height"] = out["peak_height"].mean()
@@ -234,6 +226,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
     # --- reset ---------------------------------------------------------------------------------------------
     def _reset_envs(self, ids: torch.Tensor) -> None:
+        self._before_reset(ids)
         m, dev, e = len(ids), self.device, self.cfg["env"]
         self.dr.randomise(ids)
         params = self.curriculum.sample(ids)
