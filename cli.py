@@ -10,7 +10,6 @@ import argparse
 import json
 import math
 import os
-import random
 import sys
 from pathlib import Path
 
@@ -53,15 +52,6 @@ def dds_domain_id(text: str) -> int:
     if not 0 <= value <= DDS_DOMAIN_ID_MAX:
         raise argparse.ArgumentTypeError(f"a DDS domain id is 0-{DDS_DOMAIN_ID_MAX}, got {text!r}")
     return value
-
-
-def _seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 class _SimBackendAction(argparse.Action):
@@ -114,13 +104,6 @@ def _config_args(p: argparse.ArgumentParser, device: bool = True) -> None:
     p.add_argument("--config", help="YAML file with config values to merge over the task defaults")
 
 
-def _task_cfg(args, extra: list[str] | None = None) -> dict:
-    from sim2real.tasks import task_config
-
-    overrides = list(args.overrides) + list(extra or [])
-    return task_config(args.task, overrides, args.config)
-
-
 # --- commands ---------------------------------------------------------------------------------------------
 def cmd_list(args) -> int:
     from sim2real.configs import available_robots, load_robot
@@ -136,165 +119,45 @@ def cmd_list(args) -> int:
     return 0
 
 
-# Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
-FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
-                   "observations.policy", "observations.scales", "train.actor_hidden_dims", "train.critic_hidden_dims",
-                   "train.activation", "train.obs_normalization", "device", "observations.num_neighbors",
-                   "observations.sdf_size", "train.embed_dim", "train.num_heads", "curriculum.teacher",
-                   "curriculum.space", "curriculum.bins")  # keys a task lacks are skipped
-
-
 def cmd_train(args) -> int:
-    from sim2real.configs import ConfigError, apply_overrides, lookup
-    from sim2real.policies import checkpoints as ck
-    from sim2real.policies import distributed as dist_mod
-    from sim2real.policies.runner import Sim2RealRunner
-    from sim2real.tasks import get_task, make_env
+    from sim2real.policies.train import train
+    from sim2real.tasks import get_task
 
     get_task(args.task)
     _check_sim_flag(args, args.task)
-    distributed = getattr(args, "distributed", False)
-    if distributed:  # the torchrun environment, CUDA and --device, before anything is loaded or written
-        dist_mod.distributed_setup(os.environ, args.device, 0)
-    else:
-        dist_mod.check_not_distributed(os.environ)
-    extra = []
-    if args.num_envs is not None:
-        extra.append(f"env.num_envs={args.num_envs}")
-    if args.seed is not None:
-        extra.append(f"seed={args.seed}")
-    if args.device is not None and not distributed:  # --distributed: each rank's cuda:LOCAL_RANK, set below
-        extra.append(f"device={args.device}")
-    resume_path = None
-    if args.resume is not None:
-        resume_path, data = ck.load_task_checkpoint(args.resume, args.task, args.runs_root)
-        from sim2real.tasks import complete_saved_config
-
-        saved, added = complete_saved_config(data["infos"]["config"])
-        if added:
-            print(f"note: {resume_path.name} was saved before these config keys existed; using their defaults: "
-                  f"{', '.join(added)}", file=sys.stderr)
-        cfg = apply_overrides(saved, list(args.overrides) + extra)
-        for key in FIXED_ON_RESUME:
-            try:
-                lookup(saved, key)
-            except KeyError:  # not a key of this task
-                continue
-            if lookup(cfg, key) != lookup(saved, key):
-                raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
-                                  f"{lookup(saved, key)!r}); start a new run instead")
-        if distributed and str(saved["device"]).split(":")[0] != "cuda":
-            raise ConfigError(f"config key 'device' cannot change on --resume (the checkpoint was trained with "
-                              f"{saved['device']!r}); --distributed trains on cuda:LOCAL_RANK: start a new run instead")
-        get_task(args.task).check_config(cfg)
-    else:
-        cfg = _task_cfg(args, extra)
-    setup = None
-    if distributed:  # this rank's device and seed (base seed + RANK: every rank samples its own envs)
-        setup = dist_mod.distributed_setup(os.environ, args.device, int(cfg["seed"]))
-        cfg = apply_overrides(cfg, [f"device={setup.device}", f"seed={setup.seed}"])
-        get_task(args.task).check_config(cfg)
-    main_rank = setup is None or setup.is_main  # only rank 0 writes: run directory, checkpoints, logs, eval, export
-    _seed_everything(int(cfg["seed"]))
-    env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
-    if not main_rank:
-        run_dir = None  # ranks > 0 write nothing (rsl-rl-lib's logger, too, writes on rank 0 only)
-    elif resume_path is not None:
-        run_dir = resume_path.parent
-        later = [p for p in ck.list_checkpoints(run_dir) if ck.checkpoint_iteration(p) >= int(data["iter"])]
-        if later:  # resuming from an earlier point: branch, never overwrite the run's later checkpoints
-            run_dir = ck.new_run_dir(args.task, f"{run_dir.name}_from{int(data['iter']) - 1}", args.runs_root)
-            print(f"{resume_path.parent} has checkpoints after {resume_path.name}: continuing in {run_dir}")
-    else:
-        run_dir = ck.new_run_dir(args.task, args.run_name, args.runs_root)
-        ck.write_run_files(run_dir, cfg, sys.argv)
-    runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=main_rank and not args.no_progress)
-    if resume_path is not None:
-        runner.load(str(resume_path))  # (a checkpoint it refuses leaves the run's files as they were)
-        if main_rank:
-            ck.write_run_files(run_dir, cfg, sys.argv, resumed_from=resume_path)
-        else:  # the checkpoint holds rank 0's RNG states: ranks > 0 draw their own again
-            _seed_everything(setup.seed + setup.world_size * runner.current_learning_iteration)
-        if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in args.overrides):
-            runner.alg.learning_rate = float(cfg["train"]["learning_rate"])  # explicit: replaces the saved one
-            for group in runner.alg.optimizer.param_groups:
-                group["lr"] = runner.alg.learning_rate
-        if main_rank:
-            print(f"resumed from {resume_path} at iteration {runner.current_learning_iteration}, "
-                  f"learning rate {runner.alg.learning_rate:.3g}")
-    iterations = args.max_iterations if args.max_iterations is not None else cfg["train"]["max_iterations"]
-    if main_rank:
-        print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
-    try:
-        runner.learn(int(iterations))
-    finally:
-        if setup is not None:
-            dist_mod.shutdown()
-    if not main_rank:
-        return 0
-    if runner.last_eval is not None:
-        m = runner.last_eval
-        print(f"eval (iteration {m['iteration']}): "
-              + ", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float) and k != "score"))
-    if args.export:
-        from sim2real.policies.artefact.export import export_policy
-
-        best = run_dir / "best.pt"
-        source = best if best.is_file() else ck.list_checkpoints(run_dir)[-1]
-        out = export_policy(source, run_dir / "policy", ck.git_revision())
-        print(f"exported {source.name} to {out}")
+    train(args.task, overrides=list(args.overrides), config_file=args.config, num_envs=args.num_envs, seed=args.seed,
+          device=args.device, resume=args.resume, runs_root=args.runs_root, run_name=args.run_name,
+          max_iterations=args.max_iterations, export=args.export, distributed=getattr(args, "distributed", False),
+          progress=not args.no_progress, argv=sys.argv)
     return 0
 
 
 def _policy_fn(args):
-    """(policy callable on torch obs, resolved config) from --checkpoint or --policy."""
+    """(policy callable on torch obs, resolved config) from --checkpoint or --policy
+    (:func:`~sim2real.policies.loading.load_policy`)."""
+    from sim2real.policies.loading import load_policy
 
-    if args.policy:
-        from sim2real.configs import apply_overrides, load_yaml, merge_checked
-        from sim2real.policies.artefact.onnx_policy import load_exported
-        from sim2real.tasks import get_task
-
-        if args.task:
-            _check_sim_flag(args, get_task(args.task).name)
-        # The policy's own training config (action interface, control period, robot, ...), then the user's.
-        policy, cfg = load_exported(args.policy, args.task)
-        _check_sim_flag(args, cfg["task"])
-        if args.config:
-            cfg = merge_checked(cfg, load_yaml(args.config))
-        cfg = apply_overrides(cfg, list(args.overrides))
-        get_task(cfg["task"]).check_config(cfg)
-        return policy, cfg
-    from sim2real.policies import checkpoints as ck
-    from sim2real.policies.artefact.export import load_runner, torch_policy
-    from sim2real.tasks import get_task
-
-    if not args.task:
-        raise ck.CheckpointError("--task is required with --checkpoint")
-    get_task(args.task)
-    _check_sim_flag(args, args.task)
-    path, data = ck.load_task_checkpoint(args.checkpoint or "latest", args.task, args.runs_root)
-    runner, cfg, _ = load_runner(path, data=data, overrides=list(args.overrides))
-    get_task(cfg["task"]).check_config(cfg)
-    return torch_policy(runner), cfg
+    return load_policy(task=args.task, policy_dir=args.policy, checkpoint=args.checkpoint, runs_root=args.runs_root,
+                       overrides=list(args.overrides), config_file=args.config,
+                       check_task=lambda task: _check_sim_flag(args, task))
 
 
 def cmd_eval(args) -> int:
     from sim2real.configs import ConfigError
-    from sim2real.policies.evaluation import evaluate
+    from sim2real.policies.evaluation import evaluate, plan_hooks
 
-    if args.plans and args.task not in (None, "humanoid-footsteps"):
-        raise ConfigError(f"--plans applies to humanoid-footsteps, not {args.task}")
+    if args.plans and args.task is not None:
+        plan_hooks(args.task)  # a task without plan files: refused before the policy is loaded
     if args.repeats is not None and not args.plans:
         raise ConfigError("--repeats applies with --plans (the held-out set's size is --episodes)")
     if args.episodes is not None and args.plans:
         raise ConfigError("--episodes applies without --plans (with a plan file: --repeats episodes per plan)")
     policy, cfg = _policy_fn(args)
     if args.plans:
-        from sim2real.tasks.humanoid_footsteps.evaluation import evaluate_plans, format_report
-
-        plans, cfg = _load_plan_file(args.plans, cfg)
+        load, evaluate_plans, report = plan_hooks(cfg["task"])
+        plans, cfg = load(args.plans, cfg)
         metrics = evaluate_plans(cfg, policy, plans, repeats=args.repeats or 1)
-        print(format_report(metrics))
+        print(report(metrics))
         text = json.dumps(metrics, indent=2)
     else:
         metrics = evaluate(cfg, policy, num_episodes=args.episodes)
@@ -307,36 +170,16 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def _load_plan_file(path: str, cfg: dict) -> tuple[list, dict]:
-    """The plans of ``path`` and the config to walk them with: ``env.num_plan_steps`` raised to the longest plan
-    (a plan file is walked to its end). Plans outside ``check_plan``'s limits are walked too, with a warning."""
-    from sim2real.configs import ConfigError, apply_overrides
-    from sim2real.tasks.humanoid_footsteps.plans import PlanFileError, check_plan, load_plans
-
-    if cfg["task"] != "humanoid-footsteps":
-        raise ConfigError(f"--plans applies to humanoid-footsteps, not {cfg['task']}")
-    try:
-        plans = load_plans(path)
-    except PlanFileError as exc:
-        raise ConfigError(f"--plans: {exc}") from None
-    for plan in plans:
-        problems = check_plan(plan)
-        if problems:
-            print(f"warning: {path}: {plan.name} is outside the trained limits: {'; '.join(problems[:3])}"
-                  + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""), file=sys.stderr)
-    longest = max(len(p.feet) for p in plans)
-    if longest > cfg["env"]["num_plan_steps"]:
-        cfg = apply_overrides(cfg, [f"env.num_plan_steps={longest}"])
-    return plans, cfg
-
-
 def cmd_play(args) -> int:
     from sim2real.policies.play import play
 
     policy, cfg = _policy_fn(args)
     plans = None
     if args.plans:
-        plans, cfg = _load_plan_file(args.plans, cfg)
+        from sim2real.policies.evaluation import plan_hooks
+
+        load, _, _ = plan_hooks(cfg["task"])
+        plans, cfg = load(args.plans, cfg)
     # --duration unset: each task chooses (play()'s default).
     out = play(cfg, policy, Path(args.output), duration_s=args.duration, video=not args.no_video, plans=plans)
     plots = out.with_suffix(".png")
@@ -401,7 +244,7 @@ def cmd_deploy(args) -> int:
     from sim2real.deploy.nodes.quadrotor import deploy_main
 
     if args.policy is not None and getattr(args, "finetune", None) is None:
-        from sim2real.policies.check import deploy_gate
+        from sim2real.policies.check.run import deploy_gate
 
         # Pre-flight check (metadata + ONNX, and a fresh check.json's verdict); a FAIL refuses unless --force.
         deploy_gate(args.policy, robot, force=getattr(args, "force", False))
@@ -411,7 +254,9 @@ def cmd_deploy(args) -> int:
 def cmd_check(args) -> int:
     """``sim2real check``: the pre-flight report card (:mod:`sim2real.policies.check`); exit 1 on FAIL."""
     from sim2real.configs import load_robot
-    from sim2real.policies.check import FAIL, VARIANTS, check_json_path, run_check, write_json
+    from sim2real.policies.check.replay import VARIANTS
+    from sim2real.policies.check.report import FAIL, check_json_path, write_json
+    from sim2real.policies.check.run import run_check
 
     if not Path(args.policy).is_dir():
         raise FileNotFoundError(f"policy folder not found: {args.policy}")

@@ -6,7 +6,7 @@ rsl-rl-lib 5.5.1 does the distributed work itself once the runner is configured 
 broadcasts rank 0's parameters when ``learn()`` starts, all-reduces the gradients (and the adaptive-KL learning
 rate) in PPO's update, and its ``EmpiricalNormalization`` all-reduces the observation statistics; its logger writes
 only on rank 0. This module only checks that environment and derives each rank's device and seed (pure logic,
-testable without GPUs); ``cli.cmd_train`` makes every rank but 0 write nothing.
+testable without GPUs); :func:`sim2real.policies.train.train` makes every rank but 0 write nothing.
 """
 
 from __future__ import annotations

@@ -1,167 +1,37 @@
-"""``sim2real play``: roll a policy out headless and write a video (MuJoCo renderer, ``MUJOCO_GL=egl`` or
-``osmesa``) and/or trajectory plots (matplotlib), for one env of the task's evaluation set."""
+"""``sim2real play``: roll a policy out headless and write a video and/or trajectory plots through the task's own
+renderer (its spec's ``play`` hook, ``tasks/<task>/play.py``), for the task's evaluation set."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
-from sim2real.tasks import make_env
-
-# A visual stand-in for a quadrotor: a flat body, four rotor discs, a floor and a goal marker. Only used for
-# rendering; the physics is the task's torch dynamics.
-_VISUAL_MJCF = """
-<mujoco model="quadrotor_visual">
-  <visual><global offwidth="{w}" offheight="{h}"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".2 .3 .4" rgb2=".3 .4 .5" width="256" height="256"/>
-    <material name="grid" texture="grid" texrepeat="8 8"/>
-  </asset>
-  <worldbody>
-    <light pos="0 0 4" dir="0 0 -1"/>
-    <geom type="plane" size="4 4 .1" material="grid"/>
-    <body name="goal" mocap="true"><geom type="sphere" size=".03" rgba="0 1 0 .6" contype="0" conaffinity="0"/></body>
-    <body name="drone" mocap="true">
-      <geom type="box" size="{a} .012 .006" euler="0 0 45" rgba=".2 .2 .2 1" contype="0" conaffinity="0"/>
-      <geom type="box" size="{a} .012 .006" euler="0 0 -45" rgba=".2 .2 .2 1" contype="0" conaffinity="0"/>
-      {rotors}
-    </body>
-  </worldbody>
-</mujoco>
-"""
+from sim2real.tasks import get_task
 
 
-def rollout(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], duration_s: float, seed: int | None = None
-            ) -> dict[str, np.ndarray]:
-    """One evaluation-set episode of ``duration_s`` [s]; returns time [T], pos/goal [T,3], quat [T,4], command [T,4]."""
-    torch.manual_seed(int(cfg["eval"]["seed"] if seed is None else seed))
-    cfg = dict(cfg, env=dict(cfg["env"], episode_length_s=max(duration_s, cfg["env"]["episode_length_s"])))
-    env = make_env(cfg, num_envs=1, eval_mode=True)
-    obs = env.get_observations()
-    rec = {k: [] for k in ("t", "pos", "goal", "quat", "command")}
-    steps = int(round(duration_s / env.control_dt))
-    with torch.inference_mode():
-        for i in range(steps):
-            action = policy(obs["policy"])
-            rec["t"].append(i * env.control_dt)
-            rec["pos"].append(env.dyn.pos_w[0].clone())
-            rec["goal"].append(env.goal_w[0].clone())
-            rec["quat"].append(env.dyn.quat_w[0].clone())
-            rec["command"].append(env.action_term.to_command(action.clamp(-1, 1))[0])
-            obs, _, dones, _ = env.step(action)
-            if bool(dones[0]):
-                break
-    return {k: np.array([np.asarray(v) for v in vals]) for k, vals in rec.items()}
-
-
-def plot_trajectory(traj: dict[str, np.ndarray], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
-    for i, axis in enumerate("xyz"):
-        axes[0].plot(traj["t"], traj["pos"][:, i], label=f"{axis} [m]")
-        axes[0].plot(traj["t"], traj["goal"][:, i], "--", color=f"C{i}")
-    axes[0].set_ylabel("position (world)")
-    axes[0].legend(loc="upper right")
-    err = np.linalg.norm(traj["pos"] - traj["goal"], axis=-1)
-    axes[1].semilogy(traj["t"], np.maximum(err, 1e-4))
-    axes[1].set_ylabel("|position error| [m]")
-    axes[2].plot(traj["t"], traj["command"])
-    axes[2].set_ylabel("command")
-    axes[2].set_xlabel("time [s]")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def render_video(traj: dict[str, np.ndarray], robot: dict, path: Path, fps: int = 25, size=(480, 360)) -> Path:
-    """Render the trajectory with MuJoCo to an animated GIF. Raises RuntimeError when no GL backend works."""
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    import mujoco
-    from PIL import Image
-
-    a = float(robot.get("arm_length", 0.046))
-    rotors = "".join(
-        f'<geom type="cylinder" size=".022 .002" pos="{a * d[0] / np.hypot(*d):.4f} {a * d[1] / np.hypot(*d):.4f} .008" '
-        f'rgba=".8 .8 .8 .6" contype="0" conaffinity="0"/>'
-        for d in robot.get("motor_directions_b", [[1, -1], [-1, -1], [-1, 1], [1, 1]])
-    )
-    model = mujoco.MjModel.from_xml_string(_VISUAL_MJCF.format(w=size[0], h=size[1], a=a, rotors=rotors))
-    data = mujoco.MjData(model)
-    try:
-        renderer = mujoco.Renderer(model, size[1], size[0])
-    except Exception as exc:  # no EGL/OSMesa context on this machine
-        raise RuntimeError(f"MuJoCo rendering unavailable ({exc}); set MUJOCO_GL=egl or osmesa before starting "
-                           f"Python") from None
-    cam = mujoco.MjvCamera()
-    cam.distance, cam.elevation, cam.azimuth = 1.5, -20.0, 135.0
-    frames = []
-    dt = traj["t"][1] - traj["t"][0] if len(traj["t"]) > 1 else 0.01
-    stride = max(1, int(round(1.0 / (fps * dt))))
-    for i in range(0, len(traj["t"]), stride):
-        data.mocap_pos[0] = traj["goal"][i]
-        data.mocap_pos[1] = traj["pos"][i]
-        data.mocap_quat[1] = traj["quat"][i]
-        mujoco.mj_forward(model, data)
-        # Keep both the drone and its goal in view.
-        cam.lookat[:] = 0.5 * (traj["pos"][i] + traj["goal"][i])
-        cam.distance = 0.6 + 1.5 * float(np.linalg.norm(traj["pos"][i] - traj["goal"][i]))
-        renderer.update_scene(data, cam)
-        frames.append(Image.fromarray(renderer.render().copy()))  # render() reuses its buffer
-    renderer.close()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
-    return path
-
-
-def play(cfg: dict, policy, output: Path, duration_s: float | None = None, video: bool = True, plans=None) -> Path:
-    """Roll out and write ``output``: a GIF video when rendering works (``.gif``; an ``.mp4`` name is written as
-    ``.gif``), else, or with ``video=False``, trajectory plots as PNG. Plots are always written beside a video.
-    ``duration_s``: simulated seconds; ``None`` lets the task choose (5 s; humanoid-footsteps: until the plans end;
-    quadrotor-swarm: one episode; quadruped-jump always plays one episode per command).
-    ``plans``: humanoid-footsteps only, footstep plans to play (default: generated plans of ``eval.modes``).
+def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, duration_s: float | None = None,
+         video: bool = True, plans=None) -> Path:
+    """Roll out ``policy`` (``policy`` observation group ``[N, D]`` -> actions ``[N, A]``) in the task of ``cfg``
+    and write ``output`` through the task's ``play`` hook: a GIF video when rendering works (``.gif``; an ``.mp4``
+    name is written as ``.gif``), else, or with ``video=False`` or a ``.png`` ``output``, trajectory plots as PNG.
+    Plots are always written beside a video. ``duration_s``: simulated seconds; ``None`` lets the task choose.
+    ``plans``: plans of a plan file (``play --plans``, for a task declaring plan hooks), or None for the task's
+    default. Returns the path written (the GIF, or the PNG).
 
     Raises:
-        ConfigError: a legged task on a ``sim.backend`` other than ``mujoco`` (play records and renders the worlds
-            through C MuJoCo's batch).
+        ConfigError: a ``sim.backend`` other than ``mujoco`` (play records and renders the worlds through C
+            MuJoCo's batch), or a task whose spec declares no ``play`` renderer.
+        UnknownTaskError: ``cfg["task"]`` is not registered.
     """
     backend = cfg.get("sim", {}).get("backend", "mujoco")
     if backend != "mujoco":
         raise ConfigError(f"play --sim {backend}: play records and renders through C MuJoCo (sim.backend mujoco); "
                           f"play this policy with --sim mujoco (in a Python 3.11 environment if this one has the "
                           f"isaaclab extra); training and eval run on every backend")
-    if cfg["task"] == "humanoid-footsteps":
-        from sim2real.policies.play_footsteps import play_footsteps
-
-        return play_footsteps(cfg, policy, Path(output), video=video, plans=plans, duration_s=duration_s)
-    if cfg["task"] == "quadruped-jump":
-        from sim2real.policies.play_legged import play_jump
-
-        return play_jump(cfg, policy, Path(output), video=video)
-    if cfg["task"] == "quadrotor-swarm":
-        from sim2real.policies.play_swarm import play_swarm
-
-        return play_swarm(cfg, policy, Path(output), video=video, duration_s=duration_s)
-    traj = rollout(cfg, policy, 5.0 if duration_s is None else duration_s)
-    output = Path(output)
-    plot_path = output.with_suffix(".png")
-    plot_trajectory(traj, plot_path)
-    if not video or output.suffix == ".png":
-        return plot_path
-    if output.suffix != ".gif":
-        print(f"writing an animated GIF ({output.with_suffix('.gif').name}): no video encoder is bundled")
-    try:
-        return render_video(traj, cfg["robot"], output.with_suffix(".gif"))
-    except RuntimeError as exc:
-        print(f"{exc}; wrote trajectory plots only")
-        return plot_path
+    spec = get_task(cfg["task"])
+    if spec.play is None:
+        raise ConfigError(f"play: task {spec.name} declares no play renderer (its TaskSpec.play is None)")
+    return spec.hook(spec.play)(cfg, policy, Path(output), video=video, duration_s=duration_s, plans=plans)

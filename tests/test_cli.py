@@ -131,6 +131,16 @@ def test_unknown_task():
     _assert_clean_error(sim2real("train", "--task", "quadrotor-hoover", check=False), "unknown task")
 
 
+def test_plans_on_a_task_without_plan_files_is_one_error_line(tmp_path):
+    """``--plans`` goes through the task's plan hooks; a task declaring none is refused before anything loads."""
+    plans = tmp_path / "plans.txt"
+    plans.write_text("")
+    proc = sim2real_main("eval", "--task", "quadrotor-hover", "--plans", plans, "--runs-root", tmp_path / "runs",
+                         check=False)
+    _assert_clean_error(proc, "--plans applies to humanoid-footsteps, not quadrotor-hover")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_unknown_config_key():
     _assert_clean_error(sim2real_main("train", "--task", "quadrotor-hover", "--set", "env.num_env=3", check=False),
                         "env.num_env")

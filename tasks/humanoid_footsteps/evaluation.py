@@ -1,4 +1,5 @@
-"""``sim2real eval --task humanoid-footsteps --plans FILE``: run every plan of a plan file and score it.
+"""``sim2real eval --task humanoid-footsteps --plans FILE``: run every plan of a plan file and score it (the task's
+plan hooks: :func:`load_plan_file`, :func:`evaluate_plans`, :func:`format_report`).
 
 Each plan runs in its own env (``repeats`` envs per plan with different random draws), on flat ground with a
 foothold box under every raised footstep, domain randomisation as configured, seeded by ``eval.seed``. A plan's
@@ -7,6 +8,7 @@ episode lasts until its last step's window has ended plus 1 s, or until a fall.
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import torch
@@ -15,6 +17,32 @@ from sim2real.policies.checkpoints import rng_state, set_rng_state
 from sim2real.policies.evaluation import first_episodes
 from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
 from sim2real.tasks.humanoid_footsteps.plans import FootstepPlan
+
+
+def load_plan_file(path: str, cfg: dict) -> tuple[list[FootstepPlan], dict]:
+    """The plans of ``path`` and the config to walk them with: ``env.num_plan_steps`` raised to the longest plan
+    (a plan file is walked to its end). Plans outside ``check_plan``'s limits are walked too, with a warning on
+    stderr.
+
+    Raises:
+        ConfigError: the file cannot be read or parsed (the message names the file and line).
+    """
+    from sim2real.configs import ConfigError, apply_overrides
+    from sim2real.tasks.humanoid_footsteps.plans import PlanFileError, check_plan, load_plans
+
+    try:
+        plans = load_plans(path)
+    except PlanFileError as exc:
+        raise ConfigError(f"--plans: {exc}") from None
+    for plan in plans:
+        problems = check_plan(plan)
+        if problems:
+            print(f"warning: {path}: {plan.name} is outside the trained limits: {'; '.join(problems[:3])}"
+                  + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""), file=sys.stderr)
+    longest = max(len(p.feet) for p in plans)
+    if longest > cfg["env"]["num_plan_steps"]:
+        cfg = apply_overrides(cfg, [f"env.num_plan_steps={longest}"])
+    return plans, cfg
 
 
 def evaluate_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], plans: list[FootstepPlan],

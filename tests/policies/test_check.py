@@ -1,4 +1,4 @@
-"""``sim2real check`` (policies/check.py) and the deploy gate: a swapped joint list and permuted ONNX outputs FAIL,
+"""``sim2real check`` (policies/check/) and the deploy gate: a swapped joint list and permuted ONNX outputs FAIL,
 the shipped policy passes the gate, torch parity, the JSON report and check.json freshness."""
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ from onnx import helper, numpy_helper
 
 from sim2real.cli import main
 from sim2real.configs import config_hash, load_robot
-from sim2real.policies import check as C
+from sim2real.policies.check import run as check_run
+from sim2real.policies.check.metadata import judged_metadata
+from sim2real.policies.check.parity import PARITY_ATOL, check_onnx
+from sim2real.policies.check.replay import VARIANTS, check_replay
+from sim2real.policies.check.report import CHECK_FILE, FAIL, PASS, WARN, Section, write_json
+from sim2real.policies.check.run import CheckReportUnreadable, PolicyCheckFailed, deploy_gate, run_check
 from sim2real.policies.artefact.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, embedded_copy
 from sim2real.configs.durable import sha256_file
+from sim2real.tasks import get_task
 
 REPO = Path(__file__).resolve().parents[2]
 HOVER = REPO / "policies" / "pretrained" / "quadrotor-hover"
@@ -73,26 +79,26 @@ def permuted_outputs(tmp_path_factory) -> Path:
 
 
 def test_shipped_hover_policy_passes_metadata_and_warns_without_torch_weights():
-    report = C.run_check(HOVER, load_robot("crazyflie2"), replay=False)
+    report = run_check(HOVER, load_robot("crazyflie2"), replay=False)
     meta, onnx_sec = report.sections
-    assert meta.status == C.PASS and {i.name for i in meta.items} >= {"interface", "joints", "control rate",
+    assert meta.status == PASS and {i.name for i in meta.items} >= {"interface", "joints", "control rate",
                                                                      "observation", "artefact"}
     assert "100 Hz within the robot's 50-500 Hz" in meta.summary + str([i.message for i in meta.items])
-    assert onnx_sec.status == C.WARN  # no checkpoint shipped: not a silent PASS
+    assert onnx_sec.status == WARN  # no checkpoint shipped: not a silent PASS
     status = {i.name: i.status for i in onnx_sec.items}
-    assert status == {"shapes": C.PASS, "finite": C.PASS, "deterministic": C.PASS, "batch 1 vs batch": C.PASS,
-                      "torch parity": C.WARN}
-    assert report.verdict == C.WARN
+    assert status == {"shapes": PASS, "finite": PASS, "deterministic": PASS, "batch 1 vs batch": PASS,
+                      "torch parity": WARN}
+    assert report.verdict == WARN
 
 
 def test_swapped_joint_names_fail_the_metadata_check_and_deploy(swapped_names, capsys):
-    report = C.run_check(swapped_names, load_robot("go2"), replay=False)
+    report = run_check(swapped_names, load_robot("go2"), replay=False)
     meta = report.sections[0]
-    assert meta.status == C.FAIL and report.verdict == C.FAIL
+    assert meta.status == FAIL and report.verdict == FAIL
     joints = next(i for i in meta.items if i.name == "joints")
-    assert joints.status == C.FAIL
+    assert joints.status == FAIL
     assert "FL_thigh_joint <-> FR_thigh_joint" in joints.message and "robot.joint_names" in joints.message
-    assert [i.status for i in meta.items if i.name == "artefact"] == [C.PASS]  # a clean export: only the order
+    assert [i.status for i in meta.items if i.name == "artefact"] == [PASS]  # a clean export: only the order
     # The CLI: exit 1 and the report; deploy refuses before any ROS traffic, one error line naming the section.
     assert main(["check", "--policy", str(swapped_names), "--robot", "go2", "--no-replay"]) == 1
     assert "verdict: FAIL (metadata failed)" in capsys.readouterr().out
@@ -102,54 +108,54 @@ def test_swapped_joint_names_fail_the_metadata_check_and_deploy(swapped_names, c
 
 
 def test_permuted_output_columns_pass_metadata_but_fail_the_replay(permuted_outputs, tmp_path):
-    report = C.run_check(permuted_outputs, load_robot("go2"), episodes=24, variants=("nominal",))
+    report = run_check(permuted_outputs, load_robot("go2"), episodes=24, variants=("nominal",))
     meta, onnx_sec, replay = report.sections
-    assert meta.status == C.PASS and onnx_sec.status == C.WARN
-    assert replay.status == C.FAIL and report.verdict == C.FAIL
+    assert meta.status == PASS and onnx_sec.status == WARN
+    assert replay.status == FAIL and report.verdict == FAIL
     nominal = replay.data["configs"]["nominal"]
-    assert nominal["success_rate"] < C.CRITERIA["quadruped-jump"].nominal_fail
+    assert nominal["success_rate"] < get_task("quadruped-jump").check.criterion.nominal_fail
     # Deploy's fast gate cannot see it, but a fresh check.json beside the policy makes deploy refuse it.
-    C.deploy_gate(permuted_outputs, load_robot("go2"))
-    C.write_json(report, permuted_outputs / C.CHECK_FILE)
-    with pytest.raises(C.PolicyCheckFailed, match="replay"):
-        C.deploy_gate(permuted_outputs, load_robot("go2"))
+    deploy_gate(permuted_outputs, load_robot("go2"))
+    write_json(report, permuted_outputs / CHECK_FILE)
+    with pytest.raises(PolicyCheckFailed, match="replay"):
+        deploy_gate(permuted_outputs, load_robot("go2"))
     logs = []
-    gate = C.deploy_gate(permuted_outputs, load_robot("go2"), force=True, log=logs.append)
-    assert gate.verdict == C.FAIL and any("WARNING: --force" in line for line in logs)
+    gate = deploy_gate(permuted_outputs, load_robot("go2"), force=True, log=logs.append)
+    assert gate.verdict == FAIL and any("WARNING: --force" in line for line in logs)
 
 
 def test_hover_replay_runs_every_variant_on_the_deploy_observation_path():
-    section = C.check_replay(HOVER, episodes=8)
-    assert set(section.data["configs"]) == set(C.VARIANTS)
+    section = check_replay(HOVER, episodes=8)
+    assert set(section.data["configs"]) == set(VARIANTS)
     nominal = section.data["configs"]["nominal"]
     assert nominal["crash_rate"] == 0.0 and nominal["pos_error_mean"] < 0.15
     assert section.data["configs"]["fidelity"]["overrides"] == ["env.sim_dt=0.002", "env.decimation=5"]
-    assert section.status in (C.PASS, C.WARN)
+    assert section.status in (PASS, WARN)
 
 
 def test_torch_parity_against_the_exported_checkpoint(tiny_policy):
-    section = C.check_onnx(tiny_policy)  # training.checkpoint of the tiny export exists
+    section = check_onnx(tiny_policy)  # training.checkpoint of the tiny export exists
     parity = next(i for i in section.items if i.name == "torch parity")
-    assert parity.status == C.PASS, parity.message
-    assert section.data["parity_max_abs"] <= C.PARITY_ATOL and section.data["parity_samples"] == 66
+    assert parity.status == PASS, parity.message
+    assert section.data["parity_max_abs"] <= PARITY_ATOL and section.data["parity_samples"] == 66
 
 
 def test_json_report_is_atomic_and_check_json_goes_stale(tmp_path):
     policy = tmp_path / "hover"
     shutil.copytree(HOVER, policy)
     robot = load_robot("crazyflie2")
-    report = C.run_check(policy, robot, replay=False)
-    report.sections.append(C.Section("replay", C.FAIL, "nominal: pos_error_mean 1.2 m"))
-    out = C.write_json(report, policy / C.CHECK_FILE)
-    assert sorted(p.name for p in policy.iterdir()) == ["README.md", C.CHECK_FILE, METADATA_FILE, ONNX_FILE]
+    report = run_check(policy, robot, replay=False)
+    report.sections.append(Section("replay", FAIL, "nominal: pos_error_mean 1.2 m"))
+    out = write_json(report, policy / CHECK_FILE)
+    assert sorted(p.name for p in policy.iterdir()) == ["README.md", CHECK_FILE, METADATA_FILE, ONNX_FILE]
     data = json.loads(out.read_text())
-    assert data["verdict"] == C.FAIL and [s["name"] for s in data["sections"]] == ["metadata", "onnx", "replay"]
-    with pytest.raises(C.PolicyCheckFailed, match="replay: nominal: pos_error_mean 1.2 m"):
-        C.deploy_gate(policy, robot)
+    assert data["verdict"] == FAIL and [s["name"] for s in data["sections"]] == ["metadata", "onnx", "replay"]
+    with pytest.raises(PolicyCheckFailed, match="replay: nominal: pos_error_mean 1.2 m"):
+        deploy_gate(policy, robot)
     notes = []
     other = dict(robot, linear_drag=[0.005, 0.005, 0.006])  # another robot config: the stored report is stale
-    with pytest.raises(C.PolicyCheckFailed, match="metadata"):  # ... and this robot does not match the policy
-        C.deploy_gate(policy, other, log=notes.append)
+    with pytest.raises(PolicyCheckFailed, match="metadata"):  # ... and this robot does not match the policy
+        deploy_gate(policy, other, log=notes.append)
     assert any("stale" in n for n in notes)
 
 
@@ -162,23 +168,23 @@ def test_metadata_json_edited_after_export_is_an_artefact_fail_judged_by_the_emb
     meta["robot"]["joint_names"] = names  # only metadata.json: policy.onnx (and its embedded copy) untouched
     meta["observation"]["policy"][0]["scale"] = 0.5
     (policy / METADATA_FILE).write_text(json.dumps(meta, indent=2))
-    assert C.judged_metadata(policy)[1] == ["observation.policy[0].scale", "robot.joint_names"]
-    report = C.run_check(policy, load_robot("go2"), replay=False)
+    assert judged_metadata(policy)[1] == ["observation.policy[0].scale", "robot.joint_names"]
+    report = run_check(policy, load_robot("go2"), replay=False)
     section = report.sections[0]
     status = {i.name: i.status for i in section.items}
-    assert status.pop("artefact") == C.FAIL and set(status.values()) == {C.PASS}  # joints, observation: PASS
+    assert status.pop("artefact") == FAIL and set(status.values()) == {PASS}  # joints, observation: PASS
     artefact = next(i for i in section.items if i.name == "artefact")
     assert artefact.message.startswith("metadata.json differs from the copy embedded in policy.onnx in "
                                        "observation.policy[0].scale, robot.joint_names (edited after export")
     assert "12 joints, names and order match" in next(i.message for i in section.items if i.name == "joints")
     assert section.data["embedded_differs"] == ["observation.policy[0].scale", "robot.joint_names"]
-    assert report.sections[1].status == C.WARN and report.verdict == C.FAIL
+    assert report.sections[1].status == WARN and report.verdict == FAIL
     # deploy reads metadata.json and refuses it for that difference: the gate says why, in the artefact item
     assert main(["deploy", "--policy", str(policy), "--robot", "go2", "--activate"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and "metadata: artefact: metadata.json differs from the copy embedded" in err[0]
     # the untouched export is judged by metadata.json itself (nothing differs)
-    assert C.judged_metadata(JUMP)[1] == [] and C.run_check(JUMP, load_robot("go2"), replay=False).verdict == C.WARN
+    assert judged_metadata(JUMP)[1] == [] and run_check(JUMP, load_robot("go2"), replay=False).verdict == WARN
 
 
 @pytest.mark.parametrize("content, why", [('{"verdict": "FA', "Unterminated string"), ("[1, 2]", "not a sim2real"),
@@ -188,41 +194,41 @@ def test_unreadable_check_json_refuses_deploy_unless_force(tmp_path, capsys, con
     policy = tmp_path / "hover"
     shutil.copytree(HOVER, policy)
     robot = load_robot("crazyflie2")
-    (policy / C.CHECK_FILE).write_text(content)
-    with pytest.raises(C.CheckReportUnreadable, match=f"check report {policy / C.CHECK_FILE} is unreadable "
+    (policy / CHECK_FILE).write_text(content)
+    with pytest.raises(CheckReportUnreadable, match=f"check report {policy / CHECK_FILE} is unreadable "
                                                       rf"\(.*{why}.*\): rerun `sim2real check --policy {policy} "
-                                                      rf"--robot crazyflie2 --json {policy / C.CHECK_FILE}`, or "
+                                                      rf"--robot crazyflie2 --json {policy / CHECK_FILE}`, or "
                                                       "deploy anyway with --force"):
-        C.deploy_gate(policy, robot)
+        deploy_gate(policy, robot)
     assert main(["deploy", "--policy", str(policy), "--robot", "crazyflie2", "--activate"]) == 2
     err = [line for line in capsys.readouterr().err.strip().splitlines()]
-    assert len(err) == 1 and err[0].startswith(f"error: check report {policy / C.CHECK_FILE} is unreadable")
+    assert len(err) == 1 and err[0].startswith(f"error: check report {policy / CHECK_FILE} is unreadable")
     logs = []
-    gate = C.deploy_gate(policy, robot, force=True, log=logs.append)
-    assert gate.verdict == C.WARN and len(logs) == 1
+    gate = deploy_gate(policy, robot, force=True, log=logs.append)
+    assert gate.verdict == WARN and len(logs) == 1
     assert logs[0].startswith("WARNING: --force: check report") and "deploying without its verdict" in logs[0]
     # none at all is fine, a stale one a note (unchanged)
-    (policy / C.CHECK_FILE).unlink()
+    (policy / CHECK_FILE).unlink()
     logs = []
-    assert C.deploy_gate(policy, robot, log=logs.append).verdict == C.WARN and logs == []
+    assert deploy_gate(policy, robot, log=logs.append).verdict == WARN and logs == []
 
 
 def test_force_banner_says_what_force_overrides_and_that_a_metadata_fail_is_not(swapped_names, permuted_outputs,
                                                                                  tmp_path):
     robot = load_robot("go2")
     logs = []
-    C.deploy_gate(swapped_names, robot, force=True, log=logs.append)
+    deploy_gate(swapped_names, robot, force=True, log=logs.append)
     (banner,) = logs
     assert "WARNING: --force does not override the metadata FAIL (joints:" in banner
     assert "the deploy node refuses a policy whose metadata does not match the robot" in banner
     assert "deploying" not in banner
     policy = tmp_path / "permuted"
     shutil.copytree(permuted_outputs, policy)
-    report = C.run_check(policy, robot, episodes=8, variants=("nominal",))
-    assert report.sections[2].status == C.FAIL
-    C.write_json(report, policy / C.CHECK_FILE)
+    report = run_check(policy, robot, episodes=8, variants=("nominal",))
+    assert report.sections[2].status == FAIL
+    write_json(report, policy / CHECK_FILE)
     logs = []
-    C.deploy_gate(policy, robot, force=True, log=logs.append)
+    deploy_gate(policy, robot, force=True, log=logs.append)
     (banner,) = logs
     assert "WARNING: --force: deploying despite the pre-flight check's FAIL of replay: " in banner
     assert "does not override" not in banner
@@ -230,7 +236,7 @@ def test_force_banner_says_what_force_overrides_and_that_a_metadata_fail_is_not(
 
 def test_json_path_is_checked_before_the_run_and_no_folder_is_created(tmp_path, capsys, monkeypatch):
     calls = []
-    monkeypatch.setattr(C, "run_check", lambda *a, **k: calls.append(a))  # must not be reached
+    monkeypatch.setattr(check_run, "run_check", lambda *a, **k: calls.append(a))  # must not be reached
     refused = [(tmp_path, f"--json {tmp_path}: is a folder; give the report's file path"),
                (tmp_path / "missing" / "check.json", f"folder {tmp_path / 'missing'} does not exist")]
     if Path("/proc").is_dir():  # a folder nobody can create files in, root included
@@ -243,7 +249,23 @@ def test_json_path_is_checked_before_the_run_and_no_folder_is_created(tmp_path, 
     monkeypatch.undo()
     out = tmp_path / "report.json"
     assert main(["check", "--policy", str(HOVER), "--robot", "crazyflie2", "--no-replay", "--json", str(out)]) == 0
-    assert json.loads(out.read_text())["verdict"] == C.WARN and [p.name for p in tmp_path.iterdir()] == [out.name]
+    assert json.loads(out.read_text())["verdict"] == WARN and [p.name for p in tmp_path.iterdir()] == [out.name]
     with pytest.raises(FileNotFoundError):  # the writer itself creates no folder either
-        C.write_json(C.run_check(HOVER, load_robot("crazyflie2"), replay=False), tmp_path / "nope" / "check.json")
+        write_json(run_check(HOVER, load_robot("crazyflie2"), replay=False), tmp_path / "nope" / "check.json")
     assert not (tmp_path / "nope").exists()
+
+
+def test_a_task_without_a_check_spec_gets_metadata_and_onnx_only(monkeypatch):
+    """The replay's tables come from the task spec: a task declaring no ``check`` is not replayed, and says so."""
+    from dataclasses import replace
+
+    import sim2real.tasks as tasks_mod
+
+    spec = get_task("quadrotor-hover")
+    monkeypatch.setitem(tasks_mod._REGISTRY, spec.name, replace(spec, check=None))
+    report = run_check(HOVER, load_robot("crazyflie2"))
+    assert [s.name for s in report.sections] == ["metadata", "onnx", "replay"]
+    replay = report.sections[2]
+    assert replay.status == WARN and not replay.items
+    assert replay.summary.startswith("not run: task quadrotor-hover declares no replay check")
+    assert report.verdict == WARN

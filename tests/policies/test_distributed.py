@@ -134,7 +134,7 @@ def test_runner_on_rank_1_has_no_run_dir_and_saves_nothing(monkeypatch, tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
-# --- cmd_train under torchrun, with a stand-in env and runner -----------------------------------------------------
+# --- train (policies/train.py) under torchrun, with a stand-in env and runner -----------------------------------------------------
 class FakeRunner:
     made: list = []
 
@@ -156,6 +156,7 @@ def torchrun(monkeypatch, tmp_path):
     in-process as that rank of 2, with torch.cuda mocked and stand-ins for the env, runner and export."""
     import sim2real.policies.artefact.export as export
     import sim2real.policies.runner as runner_mod
+    import sim2real.policies.train as train_mod
     import sim2real.tasks as tasks
 
     FakeRunner.made = []
@@ -166,7 +167,7 @@ def torchrun(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
     monkeypatch.setattr(runner_mod, "Sim2RealRunner", FakeRunner)
     monkeypatch.setattr(tasks, "make_env", lambda cfg, **kw: record["envs"].append(cfg) or object())
-    monkeypatch.setattr(cli, "_seed_everything", record["seeds"].append)
+    monkeypatch.setattr(train_mod, "seed_everything", record["seeds"].append)
     monkeypatch.setattr(export, "export_policy", lambda src, out, rev: record["exports"].append(src) or out)
     monkeypatch.setattr(dist_mod, "shutdown", lambda: record.__setitem__("shutdowns", record["shutdowns"] + 1))
 

@@ -1,39 +1,34 @@
-"""``play``: trajectory plots always; a MuJoCo-rendered GIF where a GL backend (EGL/OSMesa) works."""
+"""``play`` dispatch (policies/play.py): the task's own renderer through its spec's ``play`` hook; a task declaring
+none is refused in one line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
-import torch
 
-from sim2real.policies.play import play, rollout
-from sim2real.tasks import task_config
-
-
-def _hover_policy(cfg):
-    frac = cfg["robot"]["mass"] * cfg["robot"]["gravity"] / (4 * cfg["robot"]["max_motor_thrust"])
-    return lambda obs: torch.full((obs.shape[0], 4), 2 * frac - 1)
+import sim2real.tasks as tasks_mod
+from sim2real.configs import ConfigError
+from sim2real.policies.play import play
+from sim2real.tasks import get_task, task_config
 
 
-def test_rollout_records_the_trajectory():
-    cfg = task_config("quadrotor-hover", ["domain_rand.enabled=false"])
-    traj = rollout(cfg, _hover_policy(cfg), duration_s=0.5)
-    assert traj["pos"].shape == (50, 3) and traj["quat"].shape == (50, 4) and traj["command"].shape == (50, 4)
-    assert traj["t"][-1] == pytest.approx(0.49)
-    frac = cfg["robot"]["mass"] * cfg["robot"]["gravity"] / (4 * cfg["robot"]["max_motor_thrust"])
-    assert traj["command"] == pytest.approx(frac, abs=1e-6)
-
-
-def test_play_writes_plots_and_a_video_when_rendering_works(tmp_path):
-    from PIL import Image
-
+def test_play_calls_the_task_hook_with_its_arguments(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr("sim2real.tasks.quadrotor_hover.play.play",
+                        lambda cfg, policy, output, **kw: calls.append((cfg["task"], policy, output, kw)) or output)
     cfg = task_config("quadrotor-hover")
-    climb = lambda obs: torch.ones(obs.shape[0], 4)  # noqa: E731 - full thrust: every frame differs
-    out = play(cfg, climb, tmp_path / "hover.mp4", duration_s=0.4)
-    assert (tmp_path / "hover.png").stat().st_size > 1000
-    if out.suffix == ".png":
-        pytest.skip("no GL backend for MuJoCo rendering on this machine (plots only)")
-    assert out == tmp_path / "hover.gif"
-    with Image.open(out) as gif:
-        assert gif.n_frames == 10  # 0.4 s at 25 frames per second
-        assert gif.size == (480, 360)
-        assert len(gif.convert("RGB").getcolors(maxcolors=1 << 20)) > 10  # a rendered scene, not a blank frame
+    out = play(cfg, "POLICY", str(tmp_path / "x.gif"), duration_s=1.5, video=False, plans=None)
+    assert out == tmp_path / "x.gif"
+    assert calls == [("quadrotor-hover", "POLICY", tmp_path / "x.gif",
+                      {"video": False, "duration_s": 1.5, "plans": None})]
+    assert isinstance(calls[0][2], Path)
+
+
+def test_a_task_without_a_play_renderer_is_refused_in_one_line(monkeypatch, tmp_path):
+    spec = get_task("quadrotor-hover")
+    monkeypatch.setitem(tasks_mod._REGISTRY, spec.name, replace(spec, play=None))
+    with pytest.raises(ConfigError, match="^play: task quadrotor-hover declares no play renderer"):
+        play(task_config("quadrotor-hover"), None, tmp_path / "x.gif")
+    assert not any(tmp_path.iterdir())

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from sim2real.sim.render import plots_then_video, pyplot, save_png
 from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
 from sim2real.tasks.humanoid_footsteps.plans import LEFT, MODES, FootstepPlan, PlanGenerator
 
@@ -75,11 +76,7 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
 def plot_footsteps(traj: dict, path: Path) -> Path:
     """One top-view panel per plan: planned footsteps (numbered; left blue, right red, yaw ticks), touchdowns of
     the target foot (filled: hit, hollow: miss) and the pelvis path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     k = len(traj["plans_w"])
     fig, axes = plt.subplots(1, k, figsize=(4.5 * k, 4.5), squeeze=False)
     for j, ax in enumerate(axes[0]):
@@ -101,19 +98,15 @@ def plot_footsteps(traj: dict, path: Path) -> Path:
         ax.set_aspect("equal", adjustable="datalim")
     fig.suptitle("squares: planned footsteps (blue left, red right); dots: touchdowns (filled hit, hollow miss); "
                  "line: pelvis", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
-def play_footsteps(cfg: dict, policy, output: Path, video: bool = True, plans: list[FootstepPlan] | None = None,
-                   duration_s: float | None = None) -> Path:
-    """Write ``<output>.png`` (planned vs achieved footsteps) and, with ``video``, ``<output>.gif`` of the first
-    plan; ``duration_s`` caps the rollout (default: until every plan is walked)."""
-    from sim2real.policies.play_legged import plots_then_video
-
+def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
+         duration_s: float | None, plans: list[FootstepPlan] | None = None) -> Path:
+    """Write ``<output>.png`` (planned vs achieved footsteps) and, with ``video`` and a non-PNG ``output``,
+    ``<output>.gif`` of the first plan; returns the GIF, or the PNG without a video (or when rendering fails: the
+    reason is printed). ``duration_s`` [s] caps the rollout (None: until every plan is walked); ``plans``: the
+    first :data:`MAX_PLANS` of these are walked (None: :func:`default_plans`)."""
     if plans is None:
         probe = HumanoidFootstepsEnv(cfg, num_envs=1, device=cfg["device"], eval_mode=True)
         plans = default_plans(cfg, probe.half_width)

@@ -7,13 +7,13 @@ commands replaced by :data:`PLAY_COMMANDS` (cycled when ``num_commands`` exceeds
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
+from sim2real.sim.render import plots_then_video, pyplot, save_png
 from sim2real.tasks import make_env
 from sim2real.tasks.quadruped_jump import commands as cmds
 
@@ -64,11 +64,7 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
 
 def plot_jumps(traj: dict, path: Path) -> Path:
     """Side view (distance along the command vs height) and top view (world x, y with targets) as one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (side, top) = plt.subplots(1, 2, figsize=(11, 4.5))
     p = traj["base_pos_w"]
     for j in range(p.shape[1]):
@@ -90,69 +86,13 @@ def plot_jumps(traj: dict, path: Path) -> Path:
     top.set_ylabel("y (world) [m]")
     top.set_aspect("equal", adjustable="datalim")
     top.set_title("base path; x = landing target")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
-def render_jump(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int = 25, size=(480, 360),
-                distance: float = 2.0, lookat_z: float = 0.25) -> Path:
-    """Render base/joint trajectories ``qpos`` [T, nq] of ``model`` to an animated GIF (headless MuJoCo); the
-    camera follows the base from ``distance`` [m], looking at height ``lookat_z`` [m].
-
-    Raises:
-        RuntimeError: no GL backend (set ``MUJOCO_GL=egl`` or ``osmesa`` before starting Python).
-    """
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    import mujoco
-    from PIL import Image
-
-    model.vis.global_.offwidth, model.vis.global_.offheight = max(size[0], 640), max(size[1], 480)
-    # Clipping planes scale with the model's extent, which far-parked boxes (obstacles, terrain) inflate to ~1 km:
-    # pin them to 1 cm .. 50 m.
-    extent = max(float(model.stat.extent), 1e-6)
-    model.vis.map.znear, model.vis.map.zfar = 0.01 / extent, 50.0 / extent
-    data = mujoco.MjData(model)
-    try:
-        renderer = mujoco.Renderer(model, size[1], size[0])
-    except Exception as exc:
-        raise RuntimeError(f"MuJoCo rendering unavailable ({exc}); set MUJOCO_GL=egl or osmesa before starting "
-                           "Python") from None
-    cam = mujoco.MjvCamera()
-    cam.distance, cam.elevation, cam.azimuth = distance, -15.0, 90.0
-    stride = max(1, int(round(1.0 / (fps * control_dt))))
-    frames = []
-    for i in range(0, len(qpos), stride):
-        data.qpos[:] = qpos[i]
-        mujoco.mj_forward(model, data)
-        cam.lookat[:] = [qpos[i, 0], qpos[i, 1], lookat_z]
-        renderer.update_scene(data, cam)
-        frames.append(Image.fromarray(renderer.render().copy()))
-    renderer.close()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
-    return path
-
-
-def plots_then_video(traj: dict, plot, output: Path, video: bool, control_dt: float, **camera) -> Path:
-    """Write ``plot(traj, <output>.png)``; then, with ``video`` and a non-PNG ``output``, ``<output>.gif`` of
-    ``traj["render"]`` (:func:`render_jump` with ``camera`` settings). Returns the GIF, or the PNG when there is no
-    video (or no GL backend: the reason is printed)."""
-    output = Path(output)
-    plot_path = plot(traj, output.with_suffix(".png"))
-    if not video or output.suffix == ".png":
-        return plot_path
-    try:
-        model, qpos = traj["render"]
-        return render_jump(model, qpos, output.with_suffix(".gif"), control_dt, **camera)
-    except RuntimeError as exc:
-        print(f"{exc}; wrote trajectory plots only")
-        return plot_path
-
-
-def play_jump(cfg: dict, policy, output: Path, video: bool = True, num_commands: int = 4) -> Path:
-    """Write ``<output>.png`` (trajectory plots) and, with ``video``, ``<output>.gif`` of the first command."""
+def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
+         duration_s: float | None, plans=None, num_commands: int = 4) -> Path:
+    """Write ``<output>.png`` (trajectory plots) and, with ``video`` and a non-PNG ``output``, ``<output>.gif`` of
+    the first command; returns the GIF, or the PNG without a video (or when rendering fails: the reason is printed).
+    One episode per command always: ``duration_s`` is not used, nor ``plans`` (the task has no plan files)."""
     traj = rollout_jumps(cfg, policy, num_commands, frames_of=0 if video else None)
     return plots_then_video(traj, plot_jumps, output, video, float(cfg["sim"]["control_dt"]))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sim2real.policies.play import play
-from sim2real.policies.play_swarm import COLUMN, DRONE, rollout_swarm
+from sim2real.tasks.quadrotor_swarm.play import COLUMN, DRONE, rollout_swarm
 from sim2real.tasks import make_env, task_config
 from sim2real.tasks.actions import QuadrotorAction
 

@@ -3,7 +3,7 @@ paths top-down (walls, columns, starts, goals, collisions) and their distances t
 top-down animated GIF drawn with matplotlib (no MuJoCo rendering).
 
 The room is the task's evaluation setting (``eval.num_drones`` drones at obstacle density ``eval.density``, domain
-randomisation as configured), seeded by ``eval.seed`` like :func:`sim2real.policies.play.rollout`.
+randomisation as configured), seeded by ``eval.seed`` like the other tasks' ``play``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from sim2real.configs.durable import atomic_write_bytes
+from sim2real.sim.render import gif_path, pyplot
 from sim2real.tasks import make_env
 
 #: Kinds of the collision events recorded by :func:`rollout_swarm`.
@@ -123,11 +124,7 @@ def _save_figure(fig, path: Path, **kwargs) -> Path:
 
 def plot_swarm(traj: dict, path: Path) -> Path:
     """Top-down paths (``o`` start, ``x`` goal, red ``*`` collisions) and distance to goal over time; PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     summary = swarm_summary(traj)
     pos, goal, ev = traj["pos"], traj["goal"], traj["events"]
     colours = _colours(pos.shape[1])
@@ -158,11 +155,9 @@ def plot_swarm(traj: dict, path: Path) -> Path:
 def animate_swarm(traj: dict, path: Path, frame_dt: float = 0.1, size: int = 480, trail_s: float = 2.0) -> Path:
     """Top-down animated GIF (one frame every ``frame_dt`` s of simulated time, played in real time, ``size`` px
     square; each drone's last ``trail_s`` s of path, collisions so far as red stars), written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from PIL import Image
+
+    plt = pyplot()
 
     pos, goal, ev, t = traj["pos"], traj["goal"], traj["events"], traj["t"]
     m = pos.shape[1]
@@ -204,15 +199,14 @@ def animate_swarm(traj: dict, path: Path, frame_dt: float = 0.1, size: int = 480
     return Path(path)
 
 
-def play_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, video: bool = True,
-               duration_s: float | None = None) -> Path:
+def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
+         duration_s: float | None, plans=None) -> Path:
     """Write ``<output>.png`` (plots) and, with ``video`` and a non-PNG ``output``, ``<output>.gif`` (top-down
-    animation). Returns the GIF, or the PNG when there is no video."""
+    animation; an ``.mp4`` name is written as ``.gif``). Returns the GIF, or the PNG when there is no video.
+    ``duration_s`` [s]: see :func:`rollout_swarm` (None: one episode); ``plans``: not used (no plan files)."""
     output = Path(output)
     traj = rollout_swarm(cfg, policy, duration_s)
     plot_path = plot_swarm(traj, output.with_suffix(".png"))
     if not video or output.suffix == ".png":
         return plot_path
-    if output.suffix != ".gif":
-        print(f"writing an animated GIF ({output.with_suffix('.gif').name}): no video encoder is bundled")
-    return animate_swarm(traj, output.with_suffix(".gif"))
+    return animate_swarm(traj, gif_path(output))

@@ -1,0 +1,165 @@
+"""``sim2real train``: the training run around rsl-rl-lib's PPO runner: the config (fresh, or a checkpoint's on
+``--resume``, whose network-shaping keys cannot change), the run directory, seeding, multi-GPU set-up under
+torchrun (only rank 0 writes), the iterations and the export of ``best.pt`` at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+# Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
+FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
+                   "observations.policy", "observations.scales", "train.actor_hidden_dims", "train.critic_hidden_dims",
+                   "train.activation", "train.obs_normalization", "device", "observations.num_neighbors",
+                   "observations.sdf_size", "train.embed_dim", "train.num_heads", "curriculum.teacher",
+                   "curriculum.space", "curriculum.bins")  # keys a task lacks are skipped
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's, numpy's and torch's global RNGs."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resume_config(resume: str, task: str, runs_root: Path | None, overrides: list[str], distributed: bool
+                  ) -> tuple[Path, dict, dict]:
+    """The checkpoint ``resume`` (``PATH|latest|best``) of ``task``, its data and the config to continue with: the
+    checkpoint's (completed with today's defaults, with a note on stderr) with ``overrides`` applied.
+
+    Raises:
+        CheckpointError: no such checkpoint, or not one of ``task``.
+        ConfigError: an override changes a key of :data:`FIXED_ON_RESUME`, or ``distributed`` on a checkpoint not
+            trained on CUDA, or a value out of range.
+    """
+    from sim2real.configs import ConfigError, apply_overrides, lookup
+    from sim2real.policies import checkpoints as ck
+    from sim2real.tasks import complete_saved_config, get_task
+
+    resume_path, data = ck.load_task_checkpoint(resume, task, runs_root)
+    saved, added = complete_saved_config(data["infos"]["config"])
+    if added:
+        print(f"note: {resume_path.name} was saved before these config keys existed; using their defaults: "
+              f"{', '.join(added)}", file=sys.stderr)
+    cfg = apply_overrides(saved, overrides)
+    for key in FIXED_ON_RESUME:
+        try:
+            lookup(saved, key)
+        except KeyError:  # not a key of this task
+            continue
+        if lookup(cfg, key) != lookup(saved, key):
+            raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
+                              f"{lookup(saved, key)!r}); start a new run instead")
+    if distributed and str(saved["device"]).split(":")[0] != "cuda":
+        raise ConfigError(f"config key 'device' cannot change on --resume (the checkpoint was trained with "
+                          f"{saved['device']!r}); --distributed trains on cuda:LOCAL_RANK: start a new run instead")
+    get_task(task).check_config(cfg)
+    return resume_path, data, cfg
+
+
+def train(task: str, *, overrides: list[str], config_file: str | None = None, num_envs: int | None = None,
+          seed: int | None = None, device: str | None = None, resume: str | None = None,
+          runs_root: Path | None = None, run_name: str | None = None, max_iterations: int | None = None,
+          export: bool = False, distributed: bool = False, progress: bool = True,
+          argv: list[str] | None = None) -> Path | None:
+    """Train ``task`` (``sim2real train``) and return the run directory (None on torchrun ranks > 0).
+
+    Args:
+        overrides: ``key=value`` config overrides (``--set``, ``--sim``), after ``config_file``'s values.
+        num_envs, seed, device: ``env.num_envs``, ``seed`` and ``device`` overrides (``device`` not with
+            ``distributed``: each rank trains on ``cuda:LOCAL_RANK``, seed + RANK).
+        resume: ``PATH|latest|best`` of a checkpoint of ``task`` to continue (from an earlier checkpoint of its run,
+            the run branches into a new directory instead of overwriting the later ones).
+        runs_root: folder of run directories (default ``./runs`` or ``$SIM2REAL_RUNS``).
+        max_iterations: iterations to run now (default ``train.max_iterations``).
+        export: export ``best.pt`` (else the last checkpoint) to ``<run>/policy`` at the end.
+        argv: the command line recorded in the run directory (default ``sys.argv``).
+
+    Raises:
+        ConfigError, UnknownTaskError, CheckpointError: before any run directory is written (see
+            :func:`resume_config` and :func:`~sim2real.policies.distributed.distributed_setup`).
+    """
+    from sim2real.configs import apply_overrides
+    from sim2real.policies import checkpoints as ck
+    from sim2real.policies import distributed as dist_mod
+    from sim2real.policies.runner import Sim2RealRunner
+    from sim2real.tasks import get_task, make_env, task_config
+
+    argv = sys.argv if argv is None else argv
+    if distributed:  # the torchrun environment, CUDA and --device, before anything is loaded or written
+        dist_mod.distributed_setup(os.environ, device, 0)
+    else:
+        dist_mod.check_not_distributed(os.environ)
+    extra = []
+    if num_envs is not None:
+        extra.append(f"env.num_envs={num_envs}")
+    if seed is not None:
+        extra.append(f"seed={seed}")
+    if device is not None and not distributed:  # --distributed: each rank's cuda:LOCAL_RANK, set below
+        extra.append(f"device={device}")
+    resume_path = None
+    if resume is not None:
+        resume_path, data, cfg = resume_config(resume, task, runs_root, list(overrides) + extra, distributed)
+    else:
+        cfg = task_config(task, list(overrides) + extra, config_file)
+    setup = None
+    if distributed:  # this rank's device and seed (base seed + RANK: every rank samples its own envs)
+        setup = dist_mod.distributed_setup(os.environ, device, int(cfg["seed"]))
+        cfg = apply_overrides(cfg, [f"device={setup.device}", f"seed={setup.seed}"])
+        get_task(task).check_config(cfg)
+    main_rank = setup is None or setup.is_main  # only rank 0 writes: run directory, checkpoints, logs, eval, export
+    seed_everything(int(cfg["seed"]))
+    env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
+    if not main_rank:
+        run_dir = None  # ranks > 0 write nothing (rsl-rl-lib's logger, too, writes on rank 0 only)
+    elif resume_path is not None:
+        run_dir = resume_path.parent
+        later = [p for p in ck.list_checkpoints(run_dir) if ck.checkpoint_iteration(p) >= int(data["iter"])]
+        if later:  # resuming from an earlier point: branch, never overwrite the run's later checkpoints
+            run_dir = ck.new_run_dir(task, f"{run_dir.name}_from{int(data['iter']) - 1}", runs_root)
+            print(f"{resume_path.parent} has checkpoints after {resume_path.name}: continuing in {run_dir}")
+    else:
+        run_dir = ck.new_run_dir(task, run_name, runs_root)
+        ck.write_run_files(run_dir, cfg, argv)
+    runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=main_rank and progress)
+    if resume_path is not None:
+        runner.load(str(resume_path))  # (a checkpoint it refuses leaves the run's files as they were)
+        if main_rank:
+            ck.write_run_files(run_dir, cfg, argv, resumed_from=resume_path)
+        else:  # the checkpoint holds rank 0's RNG states: ranks > 0 draw their own again
+            seed_everything(setup.seed + setup.world_size * runner.current_learning_iteration)
+        if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in overrides):
+            runner.alg.learning_rate = float(cfg["train"]["learning_rate"])  # explicit: replaces the saved one
+            for group in runner.alg.optimizer.param_groups:
+                group["lr"] = runner.alg.learning_rate
+        if main_rank:
+            print(f"resumed from {resume_path} at iteration {runner.current_learning_iteration}, "
+                  f"learning rate {runner.alg.learning_rate:.3g}")
+    iterations = max_iterations if max_iterations is not None else cfg["train"]["max_iterations"]
+    if main_rank:
+        print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
+    try:
+        runner.learn(int(iterations))
+    finally:
+        if setup is not None:
+            dist_mod.shutdown()
+    if not main_rank:
+        return None
+    if runner.last_eval is not None:
+        m = runner.last_eval
+        print(f"eval (iteration {m['iteration']}): "
+              + ", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float) and k != "score"))
+    if export:
+        from sim2real.policies.artefact.export import export_policy
+
+        best = run_dir / "best.pt"
+        source = best if best.is_file() else ck.list_checkpoints(run_dir)[-1]
+        out = export_policy(source, run_dir / "policy", ck.git_revision())
+        print(f"exported {source.name} to {out}")
+    return run_dir
