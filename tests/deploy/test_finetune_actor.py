@@ -17,7 +17,8 @@ import torch
 import sim2real
 from sim2real.deploy.finetune.actor import EdgeActor, expected_metadata, transition_sizes
 from sim2real.deploy.finetune.policy_channel import ActorLink, LearnerLink, pack_package, pack_policy, read_header
-from sim2real.deploy.recording import TransitionLayout, TransitionRecorder, read_transitions
+from sim2real.deploy.recording.layout import TransitionLayout
+from sim2real.deploy.recording.transitions import TransitionRecorder, read_transitions
 from ros_helpers import wait_for
 from sim2real.deploy.finetune.session import FinetuneSession
 from sim2real.configs.durable import sha256_bytes
