@@ -110,7 +110,8 @@ from nav_msgs.msg import Odometry
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import Bool, Float32MultiArray, MultiArrayDimension, String
 
-from sim2real.deploy.nodes.quadrotor import PolicyNode, record_fault
+from sim2real.deploy.nodes.base import record_fault
+from sim2real.deploy.nodes.quadrotor import PolicyNode
 from sim2real.deploy.ros_conversions import command_from_message, robot_state
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 
@@ -887,7 +888,7 @@ def finetune_deploy_main(args, robot: dict) -> int:
         FileNotFoundError: no session there. PolicyMismatchError: the base policy does not fit the robot.
     """
     from sim2real.configs import ConfigError
-    from sim2real.deploy.nodes.quadrotor import run_policy_nodes
+    from sim2real.deploy.nodes.base import run_policy_nodes
     from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
     from sim2real.deploy.finetune.session import FinetuneSession
     from sim2real.policies.artefact.onnx_policy import OnnxPolicy
