@@ -80,8 +80,8 @@ class EdgeActor:
         session: the :class:`~sim2real.deploy.finetune.session.FinetuneSession`.
         base: callable ``obs [1, D] tensor -> a_base [1, A] tensor`` (the base ONNX policy).
         spec: the residual's sizes and bound.
-        recorder: a :class:`~sim2real.deploy.recording.transitions.TransitionRecorder` on ``session.recordings_dir`` (or None:
-            nothing recorded, for evaluation).
+        recorder: a :class:`~sim2real.deploy.recording.transitions.TransitionRecorder` on
+            ``session.recordings_dir`` (or None: nothing recorded, for evaluation).
         link: an :class:`~sim2real.deploy.finetune.policy_channel.ActorLink` (None: no learner, the control session).
         explore: sample the residual (fine-tuning) instead of its mean (evaluation).
         hold_steps: control steps a residual is held.

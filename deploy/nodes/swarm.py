@@ -63,9 +63,10 @@ def check_swarm_policy(meta: dict, expect: dict | None = None) -> SwarmObservati
     """The observation builder of a validated swarm policy's metadata, after the checks the swarm node needs.
 
     Refuses (:class:`PolicyMismatchError`, naming the fields): a policy whose task's deploy node is not the swarm
-    node, or without a ``swarm`` section; a ``swarm`` section whose builder's layout differs from ``observation.policy`` (names, sizes, offsets,
-    scales: the builder applies no scales); a ``swarm`` value differing from ``expect`` (``{dotted key of the
-    swarm section: value}``, e.g. ``{"num_neighbors": 6, "sdf.size": 3}``).
+    node, or without a ``swarm`` section; a ``swarm`` section whose builder's layout differs from
+    ``observation.policy`` (names, sizes, offsets, scales: the builder applies no scales); a ``swarm`` value
+    differing from ``expect`` (``{dotted key of the swarm section: value}``, e.g. ``{"num_neighbors": 6,
+    "sdf.size": 3}``).
     """
     task = meta.get("task")
     if task_node_kind(meta) != "swarm" or not isinstance(meta.get("swarm"), dict):

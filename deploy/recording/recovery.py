@@ -153,6 +153,15 @@ def _read_chunk(body: memoryview) -> tuple[list[Schema], list[Channel], list[Mes
         raise
 
 
+def _collect(schemas: dict, channels: dict, messages: list, new_schemas, new_channels, new_messages) -> None:
+    """Add decoded records to a scan's: the first schema and channel of each id are kept, messages appended."""
+    for s in new_schemas:
+        schemas.setdefault(s.id, s)
+    for c in new_channels:
+        channels.setdefault(c.id, c)
+    messages.extend(new_messages)
+
+
 def recover_mcap(path: str | os.PathLike, *, emit_warnings: bool = True
                  ) -> tuple[list[tuple[Schema | None, Channel, Message]], RecoveryReport]:
     """Every readable message of an MCAP file, in file order, without trusting its summary or footer.
@@ -229,11 +238,7 @@ def recover_mcap(path: str | os.PathLike, *, emit_warnings: bool = True
                 pending_skip = {"offset": pos, "reason": exc.reason, "sequences": exc.sequences, "indexed": None}
             else:
                 report.chunks_kept += 1
-                for s in chunk_schemas:
-                    schemas.setdefault(s.id, s)
-                for c in chunk_channels:
-                    channels.setdefault(c.id, c)
-                messages.extend(chunk_messages)
+                _collect(schemas, channels, messages, chunk_schemas, chunk_channels, chunk_messages)
         elif opcode == Opcode.MESSAGE_INDEX:
             if pending_skip is not None and length >= 6:
                 (records_length,) = struct.unpack_from("<I", body, 2)
@@ -245,11 +250,7 @@ def recover_mcap(path: str | os.PathLike, *, emit_warnings: bool = True
                 report.warnings.append(f"{path}: skipped the {_opcode_name(opcode)} record at byte offset {pos}: "
                                        f"{exc.reason}")
             else:
-                for s in parsed_schemas:
-                    schemas.setdefault(s.id, s)
-                for c in parsed_channels:
-                    channels.setdefault(c.id, c)
-                messages.extend(parsed)
+                _collect(schemas, channels, messages, parsed_schemas, parsed_channels, parsed)
         elif opcode == Opcode.FOOTER:
             report.closed = buf[end:end + len(MCAP_MAGIC)] == MCAP_MAGIC
             if not report.closed:

@@ -355,14 +355,18 @@ class _SessionWriter:
         if self._segment is not None:
             self._segment.abandon()
 
+    def _segment_call(self, method: str) -> None:
+        """``flush`` or ``close`` the open segment; a failure marks this writer failed and is raised."""
+        try:
+            getattr(self._segment, method)()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
     def flush(self) -> int:
         self._check_usable()
         if self._segment is not None:
-            try:
-                self._segment.flush()
-            except BaseException as exc:
-                self._fail(exc)
-                raise
+            self._segment_call("flush")
         self.acked = self.next_seq
         return self.acked
 
@@ -370,11 +374,7 @@ class _SessionWriter:
         if self.closed:
             return self.acked
         if self._failed is None and self._segment is not None:
-            try:
-                self._segment.close()
-            except BaseException as exc:
-                self._fail(exc)
-                raise
+            self._segment_call("close")
             self.acked = self.next_seq
         self.closed = True
         return self.acked
