@@ -198,56 +198,9 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _robot_kind(args) -> tuple[dict, str]:
-    """The robot config named by ``--robot`` and its kind; fills the kind's defaults of unset ROS options
-    (quadrotor: namespace ``/crazyflie``; legged robot: ``/<robot name>``)."""
-    from sim2real.configs import load_robot
-
-    robot = load_robot(args.robot)
-    kind = robot.get("kind")
-    if args.namespace is None:
-        args.namespace = "/crazyflie" if kind != "legged" else f"/{robot.get('name')}"
-    return robot, kind
-
-
-def _check_ros_names(args) -> None:
-    """The first step of every ROS command (deploy, standin, bridge): load rclpy, then check the namespace and node
-    name.
-
-    Raises:
-        RosUnavailableError: rclpy cannot be imported (a ConfigError: one line saying why and the fix, see
-            :func:`sim2real.deploy.ros_env.require_rclpy`).
-        ConfigError: a namespace or node name ROS 2 would reject.
-    """
-    from sim2real.deploy.ros_env import require_rclpy
-
-    require_rclpy()
-    from rclpy.exceptions import NameValidationException
-    from rclpy.validate_namespace import validate_namespace
-    from rclpy.validate_node_name import validate_node_name
-
-    from sim2real.configs import ConfigError
-
-    checks = [("--namespace", args.namespace, validate_namespace), ("--node-name", args.node_name, validate_node_name)]
-    if getattr(args, "drones", None) is not None:
-        checks.append(("--swarm-ns", args.swarm_ns, validate_namespace))
-    for flag, value, validate in checks:
-        try:
-            validate(value)
-        except NameValidationException as exc:
-            raise ConfigError(f"{flag} {value!r}: {str(exc).splitlines()[0]}") from None
-
-
 def cmd_deploy(args) -> int:
-    robot, _ = _robot_kind(args)
-    _check_ros_names(args)  # (before the deploy modules, which import rclpy)
-    from sim2real.deploy.nodes.quadrotor import deploy_main
+    from sim2real.deploy.nodes.dispatch import deploy_main
 
-    if args.policy is not None and getattr(args, "finetune", None) is None:
-        from sim2real.policies.check.run import deploy_gate
-
-        # Pre-flight check (metadata + ONNX, and a fresh check.json's verdict); a FAIL refuses unless --force.
-        deploy_gate(args.policy, robot, force=getattr(args, "force", False))
     return deploy_main(args)
 
 
@@ -277,48 +230,15 @@ def cmd_check(args) -> int:
 
 
 def cmd_standin(args) -> int:
-    from sim2real.configs import ConfigError
+    from sim2real.hardware.commands import standin_command
 
-    robot, kind = _robot_kind(args)
-    _check_ros_names(args)
-    if kind == "legged":
-        if args.drones is not None:
-            raise ConfigError(f"--drones simulates a quadrotor swarm; robot '{robot.get('name')}' is {kind!r}")
-        if args.gap is not None or args.latency_s is not None:
-            raise ConfigError(f"--gap and --latency-s apply to the quadrotor stand-in; robot '{robot.get('name')}' "
-                              f"is {kind!r}")
-        from sim2real.hardware.standins.legged import standin_main as legged_standin_main
-
-        return legged_standin_main(args, robot)
-    if args.mjcf is not None:
-        raise ConfigError(f"--mjcf applies to legged robots; robot '{robot.get('name')}' is {kind!r}")
-    args.sensor_rate_hz = 100.0 if args.sensor_rate_hz is None else args.sensor_rate_hz
-    args.command_timeout = 0.2 if args.command_timeout is None else args.command_timeout
-    if args.drones is not None:
-        if args.gap is not None or args.latency_s is not None:
-            raise ConfigError("--gap and --latency-s apply to the single quadrotor stand-in, not to --drones")
-        from sim2real.hardware.standins.quadrotor import resolve_standin_options
-        from sim2real.hardware.standins.swarm import swarm_standin_main
-
-        resolve_standin_options(args)  # the defaults of the scales
-
-        return swarm_standin_main(args, robot)
-    from sim2real.hardware.standins.quadrotor import standin_main
-
-    return standin_main(args)
+    return standin_command(args)
 
 
 def cmd_bridge(args) -> int:
-    if args.bridge == "unitree":
-        _robot_kind(args)  # the namespace default: /<robot name>
-    _check_ros_names(args)
-    if args.bridge == "unitree":
-        from sim2real.hardware.unitree.bridge import bridge_main as unitree_bridge_main
+    from sim2real.hardware.commands import bridge_command
 
-        return unitree_bridge_main(args)
-    from sim2real.hardware.crazyflie.bridge import bridge_main
-
-    return bridge_main(args)
+    return bridge_command(args)
 
 
 def cmd_finetune(args) -> int:

@@ -132,7 +132,7 @@ def bench_hover_time(quick: bool = False, target: float = 0.9, budget_s: float =
 
 
 def bench_inference(quick: bool = False) -> dict:
-    from sim2real.deploy.latency import measure_control_period, measure_inference_latency
+    from sim2real.deploy.nodes.latency import measure_control_period, measure_inference_latency
 
     policy_dir = PRETRAINED_DIR / "quadrotor-hover"
     lat = measure_inference_latency(policy_dir, n=500 if quick else 5000)

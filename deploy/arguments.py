@@ -34,55 +34,6 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def parse_positions(text: str) -> list[list[float]]:
-    """``"x,y,z;x,y,z;..."`` -> ``[[x, y, z], ...]`` (finite floats).
-
-    Raises:
-        ValueError: a malformed or non-finite entry.
-    """
-    out = []
-    for i, item in enumerate(part for part in text.split(";") if part.strip()):
-        try:
-            values = [float(v) for v in item.split(",")]
-        except ValueError:
-            raise ValueError(f"position {i} ({item.strip()!r}) is not x,y,z") from None
-        if len(values) != 3 or not all(math.isfinite(v) for v in values):
-            raise ValueError(f"position {i} ({item.strip()!r}) must be 3 finite numbers x,y,z")
-        out.append(values)
-    return out
-
-
-def drone_names(spec: str) -> list[str]:
-    """``--drones``: a count ``N`` (names ``cf0 .. cf{N-1}``) or comma-separated names.
-
-    Raises:
-        ValueError: no drone, a count below 1, or a name twice.
-    """
-    spec = spec.strip()
-    if spec.isdigit():
-        if int(spec) < 1:
-            raise ValueError("--drones: need at least one drone")
-        return [f"cf{i}" for i in range(int(spec))]
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    if not names:
-        raise ValueError("--drones: need at least one drone name")
-    if len(set(names)) != len(names):
-        raise ValueError(f"--drones: a name is given twice in {spec!r}")
-    return names
-
-
-
-def check_swarm_names(swarm_ns: str, names: list[str]) -> None:
-    """Raise ValueError unless every ``<swarm_ns>/<name>`` is a valid ROS namespace (imports rclpy)."""
-    from rclpy.exceptions import NameValidationException
-    from rclpy.validate_namespace import validate_namespace
-
-    for name in names:
-        try:
-            validate_namespace("/" + "/".join(p for p in (swarm_ns.strip("/"), name) if p))
-        except NameValidationException as exc:
-            raise ValueError(f"drone name {name!r} under {swarm_ns!r}: {str(exc).splitlines()[0]}") from None
-
 def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=None,
                    help="folder of an exported policy (policy.onnx + metadata.json); required unless --finetune")

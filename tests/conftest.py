@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ import torch
 from sim2real.deploy.ros_env import isolate_ros_environment
 
 REPO = Path(__file__).resolve().parents[1]
+# Test helper modules beside this file (ros_helpers) are imported by name: --import-mode=importlib does not put
+# tests/ on sys.path.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 #: The real robot models (Menagerie's Go2, Crazyflie 2, JVRC-1): $SIM2REAL_SHARED or the folder beside the repo.
 SHARED = Path(os.environ.get("SIM2REAL_SHARED") or REPO.parent / "shared")
 

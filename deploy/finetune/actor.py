@@ -80,8 +80,8 @@ class EdgeActor:
         session: the :class:`~sim2real.deploy.finetune.session.FinetuneSession`.
         base: callable ``obs [1, D] tensor -> a_base [1, A] tensor`` (the base ONNX policy).
         spec: the residual's sizes and bound.
-        recorder: a :class:`~sim2real.deploy.recording.TransitionRecorder` on ``session.recordings_dir`` (or None:
-            nothing recorded, for evaluation).
+        recorder: a :class:`~sim2real.deploy.recording.transitions.TransitionRecorder` on
+            ``session.recordings_dir`` (or None: nothing recorded, for evaluation).
         link: an :class:`~sim2real.deploy.finetune.policy_channel.ActorLink` (None: no learner, the control session).
         explore: sample the residual (fine-tuning) instead of its mean (evaluation).
         hold_steps: control steps a residual is held.
@@ -132,7 +132,7 @@ class EdgeActor:
         seen = [int(d.get("episode") or 0) for d in session.actor_decisions()]
         seen += [int(m["episode"]) for m in session.metrics() if m.get("event") == "episode" and "episode" in m]
         if recorder is not None and recorder.next_seq > 0:
-            from sim2real.deploy.recording import read_transitions
+            from sim2real.deploy.recording.transitions import read_transitions
 
             recorded = read_transitions(recorder.directory).get("episode")  # ~10 ms per 1000 control steps
             if recorded is not None and len(recorded):

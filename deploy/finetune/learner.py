@@ -108,12 +108,12 @@ def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_en
 def transitions_from_recording(session_dir, hold: int) -> dict[str, np.ndarray]:
     """The learner transitions (:func:`~sim2real.deploy.finetune.residual_sac.macro_transitions`, ``hold`` control steps
     each) of a session's transition recording (``<session_dir>/recordings``, read with
-    :func:`~sim2real.deploy.recording.read_transitions`: damaged chunks are skipped with a warning), operator
-    interventions included: prior data for a later session on the same base policy. An empty recording gives
+    :func:`~sim2real.deploy.recording.transitions.read_transitions`: damaged chunks are skipped with a warning),
+    operator interventions included: prior data for a later session on the same base policy. An empty recording gives
     empty arrays."""
     from pathlib import Path
 
-    from sim2real.deploy.recording import read_transitions
+    from sim2real.deploy.recording.transitions import read_transitions
     from sim2real.deploy.finetune.residual_sac import macro_transitions
 
     steps = read_transitions(Path(session_dir) / "recordings")

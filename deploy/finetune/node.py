@@ -76,7 +76,7 @@ it as a demonstration.
 
 Recordings (``<session>/recordings``): every transition (``transitions-*.mcap``, the EdgeActor's recorder, flushed
 every ``actor.flush_every`` steps and at every episode end) and the robot's topics (``topics-*.mcap``, a
-:class:`~sim2real.deploy.recording.TopicRecorder`): ``odom``, ``estop``, ``finetune/teleop``,
+:class:`~sim2real.deploy.recording.topics.TopicRecorder`): ``odom``, ``estop``, ``finetune/teleop``,
 ``finetune/episode`` as received, and the command topic, ``finetune/goal``, ``finetune/status`` as published (fully
 qualified names, wall-clock log times), flushed at episode ends, every ``topic_flush_every`` messages and on
 shutdown. Each episode's outcome (end reason, return, goal, start, final position error, interventions) is a line
@@ -110,7 +110,8 @@ from nav_msgs.msg import Odometry
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import Bool, Float32MultiArray, MultiArrayDimension, String
 
-from sim2real.deploy.nodes.quadrotor import PolicyNode, record_fault
+from sim2real.deploy.nodes.base import record_fault
+from sim2real.deploy.nodes.quadrotor import PolicyNode
 from sim2real.deploy.ros_conversions import command_from_message, robot_state
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 
@@ -393,7 +394,9 @@ class FinetuneNode(PolicyNode):
 
     def _configure_finetune(self) -> None:
         from sim2real.deploy.finetune.actor import EdgeActor, transition_sizes
-        from sim2real.deploy.recording import TopicRecorder, TransitionLayout, TransitionRecorder
+        from sim2real.deploy.recording.layout import TransitionLayout
+        from sim2real.deploy.recording.topics import TopicRecorder
+        from sim2real.deploy.recording.transitions import TransitionRecorder
         from sim2real.deploy.finetune.runner import residual_spec
         from sim2real.tasks import complete_saved_config
 
@@ -885,7 +888,7 @@ def finetune_deploy_main(args, robot: dict) -> int:
         FileNotFoundError: no session there. PolicyMismatchError: the base policy does not fit the robot.
     """
     from sim2real.configs import ConfigError
-    from sim2real.deploy.nodes.quadrotor import run_policy_nodes
+    from sim2real.deploy.nodes.base import run_policy_nodes
     from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
     from sim2real.deploy.finetune.session import FinetuneSession
     from sim2real.policies.artefact.onnx_policy import OnnxPolicy

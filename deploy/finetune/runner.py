@@ -600,7 +600,8 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
 def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop) -> dict:
     from sim2real.deploy.finetune.actor import EdgeActor, transition_sizes
     from sim2real.deploy.finetune.policy_channel import ActorLink
-    from sim2real.deploy.recording import TransitionLayout, TransitionRecorder
+    from sim2real.deploy.recording.layout import TransitionLayout
+    from sim2real.deploy.recording.transitions import TransitionRecorder
     from sim2real.hardware.standins.reality_gap import SimulatedRobot
 
     seed = int(cfg["seed"] if seed is None else seed)

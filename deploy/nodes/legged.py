@@ -88,26 +88,23 @@ the angular velocity (base frame) as for every legged policy.
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 from geometry_msgs.msg import PoseArray
 from nav_msgs.msg import Odometry, Path as PathMsg
-from rclpy.clock import Clock, ClockType
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSProfile
 from sensor_msgs.msg import Imu, JointState
-from std_msgs.msg import Bool, Float32MultiArray, MultiArrayDimension
+from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from sim2real.deploy.footsteps import STATUS_NAMES, FootstepInput, uses_footsteps
+from sim2real.deploy.nodes.base import PolicyLifecycleNode, run_policy_nodes
 from sim2real.deploy.ros_conversions import (
     JUMP_COMMAND_NAMES, InvalidMessage, JointOrder, command_from_message, footstep_plan_from_path,
     footstep_plan_from_pose_array, imu_to_sample, joint_command_messages, joint_state_to_sample, legged_robot_state,
     odometry_to_sample,
 )
-from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import InputMonitor
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 from sim2real.policies.artefact.onnx_policy import OnnxPolicy
@@ -123,7 +120,7 @@ DAMPING_KD = 2.0  # N m s/rad, joint damping of the damping mode
 MAX_TILT_RAD = 1.0  # rad, base tilt (from the IMU) beyond which the robot is taken to have fallen: damping, latched
 
 
-class LeggedPolicyNode(LifecycleNode):
+class LeggedPolicyNode(PolicyLifecycleNode):
     """Lifecycle node running an exported joint-position policy on a legged robot (see the module docstring).
 
     Args:
@@ -151,36 +148,25 @@ class LeggedPolicyNode(LifecycleNode):
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str | None = None,
                  node_name: str = "policy_node", state_timeout_s: float = 0.1, ramp_s: float = 2.0,
                  damping_kd: float = DAMPING_KD, max_tilt_rad: float = MAX_TILT_RAD, context=None):
-        super().__init__(node_name, namespace=namespace or f"/{robot.get('name', 'robot')}", context=context)
+        super().__init__(policy_dir, robot, namespace=namespace or f"/{robot.get('name', 'robot')}",
+                         node_name=node_name, state_timeout_s=state_timeout_s, context=context)
         if not (max_tilt_rad > 0):
             raise ValueError(f"max_tilt_rad must be positive, got {max_tilt_rad}")
         if not (np.isfinite(ramp_s) and ramp_s >= 0):
             raise ValueError(f"ramp_s must be a finite number >= 0, got {ramp_s}")
         if not (np.isfinite(damping_kd) and damping_kd > 0):
             raise ValueError(f"damping_kd must be positive, got {damping_kd}")
-        self.policy_dir = Path(policy_dir)
-        self.robot = robot
-        self.state_timeout_s = float(state_timeout_s)
         self.ramp_s = float(ramp_s)
         self.damping_kd = float(damping_kd)
         self.max_tilt_rad = float(max_tilt_rad)
         self.fallen = False  # latched by a tilt beyond max_tilt_rad until the next activation
-        self.configure_error: PolicyMismatchError | None = None
-        self.tick_times: deque[float] = deque(maxlen=200_000)
         self.tick_phases: Counter = Counter()
         self.phase = "inactive"
-        self.fault: str | None = "unconfigured"
-        self.fault_since = time.monotonic()
         self.last_published: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.policy_since: float | None = None  # monotonic time [s] the policy took over (None: not in control)
-        self.active = False
         self.policy: OnnxPolicy | None = None
         self.monitor = InputMonitor(INPUTS, state_timeout_s)
-        self._qos = QoSProfile(depth=10)
-        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self._timer = None
         self._pubs: dict = {}
-        self._subs: list = []
         self._joints = None
         self._imu = None
         self._odom = None
@@ -189,18 +175,12 @@ class LeggedPolicyNode(LifecycleNode):
         self.plans_accepted = self.plans_rejected = 0
         self.last_status: list[float] | None = None  # the latest footstep_status values
         self._status_pub = None
-        # Heard from construction on, whatever the lifecycle state (latched for the process life).
-        self.create_subscription(Bool, "estop", self._on_estop, self._qos)
 
     # --- lifecycle ------------------------------------------------------------------------------------------
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        try:
-            self._load()
-        except PolicyMismatchError as exc:
-            self.configure_error = exc
-            self.get_logger().error(str(exc))
-            return TransitionCallbackReturn.FAILURE
-        self.configure_error = None
+    SAFE_COMMAND = "damping command"
+    ESTOP_EFFECT = "damping mode"
+
+    def _configure_io(self, meta: dict) -> None:
         self._pubs = {topic: self.create_lifecycle_publisher(JointState, topic, self._qos)
                       for topic in (TARGETS_TOPIC, GAINS_TOPIC)}
         self._subs = [self.create_subscription(JointState, "joint_states", self._on_joint_states, self._qos),
@@ -213,10 +193,10 @@ class LeggedPolicyNode(LifecycleNode):
                 self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
                 self.create_subscription(PathMsg, "footstep_plan", self._on_footstep_path, self._qos),
                 self.create_subscription(PoseArray, "footstep_plan_poses", self._on_footstep_poses, self._qos)]
-        self.fault = "inactive"
-        self.get_logger().info(f"configured {self.policy_dir} ({self.metadata['task']}, {len(self.joint_names)} "
-                               f"joints, {1.0 / self.period_s:.4g} Hz, ramp {self.ramp_s:g} s)")
-        return super().on_configure(state)
+
+    def _configured_message(self) -> str:
+        return (f"configured {self.policy_dir} ({self.metadata['task']}, {len(self.joint_names)} joints, "
+                f"{1.0 / self.period_s:.4g} Hz, ramp {self.ramp_s:g} s)")
 
     def _load(self) -> None:
         """Load and check the policy against the robot; set up the observation and action terms."""
@@ -258,65 +238,36 @@ class LeggedPolicyNode(LifecycleNode):
                                     self.state_timeout_s)
         self.monitor.on_estop(estop)
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        ret = super().on_activate(state)  # enables the lifecycle publishers
+    def _prepare_activation(self) -> None:
         self.phase, self.fault = "damping", "no_joint_states"
         self.policy_since = None
         self.fallen = False
-        self._timer = self.create_timer(self.period_s, self._on_tick, clock=self._steady)
-        self.active = True
-        return ret
 
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_control()
-        return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        ret = super().on_cleanup(state)
-        self._release()
-        return ret
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_control()
-        ret = super().on_shutdown(state)
-        self._release()
-        return ret
-
-    def _stop_control(self) -> None:
-        """Publish the damping command once (if active), wait (bounded) for its acknowledgement, stop the timer."""
-        if self._timer is not None:
-            self.destroy_timer(self._timer)
-            self._timer = None
-        if self.active and self._pubs:
-            self._publish(*self.damping_command())
-            acked = wait_for_acks(self._pubs.values())
-            self.get_logger().info("control stopped: damping command published"
-                                   + ("" if acked else " (not acknowledged by every subscriber)"))
-        self.active = False
+    def _mark_inactive(self) -> None:
         self.phase, self.fault = "inactive", "inactive"
         self.policy_since = None
 
-    def _release(self) -> None:
-        for sub in self._subs:
-            self.destroy_subscription(sub)
-        self._subs = []
+    def _publish_safe(self) -> list:
+        """Publish the damping command once on both command topics; returns their publishers."""
+        if not self._pubs:
+            return []
+        self._publish(*self.damping_command())
+        return list(self._pubs.values())
+
+    def _release_publishers(self) -> None:
         for pub in self._pubs.values():
             self.destroy_lifecycle_publisher(pub)
         self._pubs = {}
         if self._status_pub is not None:
             self.destroy_lifecycle_publisher(self._status_pub)
             self._status_pub = None
-        self.policy = None
-        self.fault = "unconfigured"
 
     # --- inputs ---------------------------------------------------------------------------------------------
-    def _on_estop(self, msg: Bool) -> None:
-        if msg.data and not self.monitor.estop_engaged:
-            self.get_logger().error("e-stop received: damping mode until this node is restarted")
-        elif not msg.data and self.monitor.estop_engaged:
-            self.get_logger().warning("e-stop release ignored: the e-stop is latched until restart",
-                                      throttle_duration_sec=1.0)
-        self.monitor.on_estop(bool(msg.data))
+    def _estop_engaged(self) -> bool:
+        return self.monitor.estop_engaged
+
+    def _latch_estop(self, engaged: bool) -> None:
+        self.monitor.on_estop(engaged)
 
     def _on_joint_states(self, msg: JointState) -> None:
         now = time.monotonic()
@@ -519,14 +470,14 @@ def legged_deploy_main(args, robot: dict) -> int:
             ``configure`` fails with ``--activate``.
         ConfigError: a quadrotor-only flag (``--goal``, ``--rate-hz``).
     """
-    from rclpy.executors import SingleThreadedExecutor
-
     from sim2real.configs import ConfigError
-    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals, spin_for
+    from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
 
     for flag, value in (("--goal", args.goal), ("--rate-hz", args.rate_hz)):
         if value is not None:
             raise ConfigError(f"{flag} applies to quadrotors; robot '{robot.get('name')}' is legged")
+    if args.namespace is None:
+        args.namespace = f"/{robot.get('name')}"
     OnnxPolicy(args.policy, robot)  # refuse a bad policy before any ROS traffic
     torch.set_num_threads(1)
     damping_kd = DAMPING_KD if getattr(args, "damping_kd", None) is None else args.damping_kd
@@ -534,23 +485,5 @@ def legged_deploy_main(args, robot: dict) -> int:
         node = LeggedPolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
                                 state_timeout_s=args.state_timeout, ramp_s=args.ramp_s, damping_kd=damping_kd,
                                 max_tilt_rad=args.max_tilt, context=ctx)
-        executor = SingleThreadedExecutor(context=ctx)
-        executor.add_node(node)
-        try:
-            if args.activate:
-                if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-                    raise node.configure_error or PolicyMismatchError([("policy", "configure failed")])
-                node.trigger_activate()
-            else:
-                node.get_logger().info("unconfigured: waiting for lifecycle transitions on "
-                                       f"{node.get_fully_qualified_name()}/change_state")
-            spin_for(executor, ctx, args.duration)
-        finally:
-            try:
-                if node.active:
-                    node.trigger_deactivate()  # publishes the damping command once
-            except KeyboardInterrupt:
-                pass
-            executor.shutdown()
-            node.destroy_node()
+        run_policy_nodes(ctx, [node], args.activate, args.duration)
     return 0

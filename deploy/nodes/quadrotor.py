@@ -23,22 +23,19 @@ clipped to [-1, 1] as the task env stores it; ``command`` = goal) -> the task's 
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry
-from rclpy.clock import Clock, ClockType
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSProfile
-from std_msgs.msg import Bool, Float32MultiArray
+from std_msgs.msg import Float32MultiArray
 
+from sim2real.deploy.nodes.base import PolicyLifecycleNode, record_fault, run_policy_nodes, task_node_kind
 from sim2real.deploy.ros_conversions import (
     command_to_message, goal_to_position, odometry_to_sample, robot_state,
 )
-from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.deploy.safety import SafetyLayer
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 from sim2real.policies.artefact.onnx_policy import OnnxPolicy
@@ -98,19 +95,7 @@ def accept_goal(holder, msg: PoseStamped, logger, who: str = "") -> None:
     holder.safety.on_goal(True)
 
 
-def record_fault(holder, fault: str | None, now: float, logger, who: str = "") -> None:
-    """Count a control tick's outcome (``fault`` or ``"ok"``) and log when it changes."""
-    holder.tick_faults[fault or "ok"] += 1
-    if fault != holder.fault:
-        holder.fault_since = now
-        if fault is None:
-            logger.info(f"{who}policy in control")
-        else:
-            logger.warning(f"{who}safe command: {fault}")
-        holder.fault = fault
-
-
-class PolicyNode(LifecycleNode):
+class PolicyNode(PolicyLifecycleNode):
     """Lifecycle node running an exported policy on one robot (see the module docstring).
 
     Args:
@@ -128,43 +113,24 @@ class PolicyNode(LifecycleNode):
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str = "/crazyflie",
                  node_name: str = "policy_node", state_timeout_s: float = 0.1,
                  goal: list[float] | None = None, rate_hz: float | None = None, context=None):
-        super().__init__(node_name, namespace=namespace, context=context)
-        self.policy_dir = Path(policy_dir)
-        self.robot = robot
-        self.state_timeout_s = float(state_timeout_s)
+        super().__init__(policy_dir, robot, namespace=namespace, node_name=node_name,
+                         state_timeout_s=state_timeout_s, context=context)
         self.initial_goal = None if goal is None else np.asarray(goal, dtype=np.float64).reshape(3)
         self.rate_hz = rate_hz
-        self.configure_error: PolicyMismatchError | None = None
-        self.tick_times: deque[float] = deque(maxlen=200_000)  # monotonic time [s] of each control tick
         self.tick_faults: Counter = Counter()  # ticks per outcome: "ok" (policy in control) or a fault name
-        self.fault: str | None = "unconfigured"  # why the safe command is sent, None while the policy flies
-        self.fault_since = time.monotonic()  # monotonic time [s] of the tick at which ``fault`` began
         self.last_command: torch.Tensor | None = None
-        self.active = False
-        self._qos = QoSProfile(depth=10)
-        self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._estop = False
         self.safety: SafetyLayer | None = None
         self.policy: OnnxPolicy | None = None
-        self._timer = None
         self._pub = None
-        self._subs: list = []
-        # The e-stop is heard from construction on, whatever the lifecycle state (latched for the process life).
-        self.create_subscription(Bool, "estop", self._on_estop, self._qos)
 
-    # --- lifecycle ------------------------------------------------------------------------------------------
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        try:
-            policy = OnnxPolicy(self.policy_dir, self.robot)
-            if self.robot.get("kind") != "quadrotor":
-                raise PolicyMismatchError([("robot.kind", f"the deploy node drives quadrotors, robot is "
-                                                          f"{self.robot.get('kind')!r}")])
-            self.check_policy(policy.metadata)
-        except PolicyMismatchError as exc:
-            self.configure_error = exc
-            self.get_logger().error(str(exc))
-            return TransitionCallbackReturn.FAILURE
-        self.configure_error = None
+    # --- configuration --------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        policy = OnnxPolicy(self.policy_dir, self.robot)
+        if self.robot.get("kind") != "quadrotor":
+            raise PolicyMismatchError([("robot.kind", f"the deploy node drives quadrotors, robot is "
+                                                      f"{self.robot.get('kind')!r}")])
+        self.check_policy(policy.metadata)
         meta = policy.metadata
         self.policy, self.metadata = policy, meta
         self.period_s = float(meta["control_period_s"]) if self.rate_hz is None else 1.0 / float(self.rate_hz)
@@ -174,16 +140,16 @@ class PolicyNode(LifecycleNode):
         interface = meta["action"]["interface"]
         self.action_term = QuadrotorAction(self.robot, interface)
         self.command_topic = COMMAND_TOPICS[interface]
-        self._configure_io(meta)
-        self.fault = "inactive"
-        self.get_logger().info(f"configured {self.policy_dir} ({meta['task']}, {interface} on "
-                               f"{self.command_topic}, {1.0 / self.period_s:.4g} Hz)")
-        return super().on_configure(state)
+
+    def _configured_message(self) -> str:
+        return (f"configured {self.policy_dir} ({self.metadata['task']}, {self.metadata['action']['interface']} on "
+                f"{self.command_topic}, {1.0 / self.period_s:.4g} Hz)")
 
     def check_policy(self, meta: dict) -> None:
-        """Refuse (:class:`PolicyMismatchError`) a validated policy this node cannot run: a swarm policy needs the
-        swarm node (its neighbour and obstacle blocks are not built from one drone's odometry)."""
-        if "swarm" in meta or meta.get("task") == "quadrotor-swarm":
+        """Refuse (:class:`PolicyMismatchError`) a validated policy this node cannot run: a swarm policy (a swarm
+        section in its metadata, or its task's deploy node is the swarm node) needs the swarm node (its neighbour
+        and obstacle blocks are not built from one drone's odometry)."""
+        if "swarm" in meta or task_node_kind(meta) == "swarm":
             raise PolicyMismatchError([("task", f"{meta.get('task')!r} is a swarm policy: run it with the swarm "
                                                 f"node (sim2real deploy --drones NAMES ...)")])
 
@@ -205,40 +171,6 @@ class PolicyNode(LifecycleNode):
         self._subs = [self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
                       self.create_subscription(PoseStamped, "goal", self._on_goal, self._qos)]
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        ret = super().on_activate(state)  # enables the lifecycle publisher
-        self._timer = self.create_timer(self.period_s, self._on_tick, clock=self._steady)
-        self.active = True
-        return ret
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_control()
-        return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        ret = super().on_cleanup(state)
-        self._release()
-        return ret
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_control()
-        ret = super().on_shutdown(state)
-        self._release()
-        return ret
-
-    def _stop_control(self) -> None:
-        """Publish the safe command once (if active) and stop the control timer."""
-        if self._timer is not None:
-            self.destroy_timer(self._timer)
-            self._timer = None
-        publishers = self._publish_safe() if self.active else []
-        if publishers:
-            acked = wait_for_acks(publishers)
-            self.get_logger().info("control stopped: safe command published"
-                                   + ("" if acked else " (not acknowledged by every subscriber)"))
-        self.active = False
-        self.fault = "inactive"
-
     def _publish_safe(self) -> list:
         """Publish the safe command once on every command topic; returns the publishers used."""
         if self._pub is None or self.safety is None:
@@ -246,25 +178,18 @@ class PolicyNode(LifecycleNode):
         self._publish(self.safety.safe_command())
         return [self._pub]
 
-    def _release(self) -> None:
-        for sub in self._subs:
-            self.destroy_subscription(sub)
-        self._subs = []
+    def _release_publishers(self) -> None:
         if self._pub is not None:
             self.destroy_lifecycle_publisher(self._pub)
             self._pub = None
-        self.policy = None
-        self.fault = "unconfigured"
 
     # --- inputs ---------------------------------------------------------------------------------------------
-    def _on_estop(self, msg: Bool) -> None:
-        if msg.data and not self._estop:
-            self.get_logger().error("e-stop received: motors idle until this node is restarted")
-        elif not msg.data and self._estop:
-            self.get_logger().warning("e-stop release ignored: the e-stop is latched until restart",
-                                      throttle_duration_sec=1.0)
-        self._estop = self._estop or bool(msg.data)
-        self._apply_estop(bool(msg.data))
+    def _estop_engaged(self) -> bool:
+        return self._estop
+
+    def _latch_estop(self, engaged: bool) -> None:
+        self._estop = self._estop or engaged
+        self._apply_estop(engaged)
 
     def _apply_estop(self, engaged: bool) -> None:
         """Hand an e-stop message to the safety layer (of every drone this node flies)."""
@@ -306,40 +231,19 @@ class PolicyNode(LifecycleNode):
         return msg
 
 
-def deploy_main(args) -> int:
-    """``sim2real deploy``: validate the policy against the robot, start the node, spin until ``--duration``
-    or Ctrl-C / SIGTERM (then publish the safe command once and shut down). ``--finetune SESSION`` runs
-    :class:`~sim2real.deploy.finetune.node.FinetuneNode` (``finetune_deploy_main``). A ``kind: legged`` robot runs
-    :class:`~sim2real.deploy.nodes.legged.LeggedPolicyNode` instead (``legged_deploy_main``); ``--drones`` or a
-    ``quadrotor-swarm`` policy the swarm nodes (:func:`~sim2real.deploy.nodes.swarm.swarm_deploy_main`).
+
+
+def quadrotor_deploy_main(args, robot: dict) -> int:
+    """``sim2real deploy`` of a one-drone policy: validate it against the robot, start :class:`PolicyNode`, spin
+    until ``--duration`` or Ctrl-C / SIGTERM (then publish the safe command once and shut down).
 
     Raises:
         PolicyMismatchError: the policy does not fit the robot or is damaged (the CLI prints ``error: ...``
             and exits 2); also when ``configure`` fails with ``--activate``.
-        ConfigError: unknown robot or unreadable robot YAML.
+        ConfigError: ``--rate-hz`` outside the robot's control rates.
     """
-    from sim2real.configs import load_robot
     from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
 
-    robot = load_robot(args.robot)
-    if getattr(args, "finetune", None) is not None:
-        from sim2real.deploy.finetune.node import finetune_deploy_main
-
-        return finetune_deploy_main(args, robot)
-    if args.policy is None:
-        from sim2real.configs import ConfigError
-
-        raise ConfigError("sim2real deploy needs --policy DIR (or --finetune SESSION)")
-    if robot.get("kind") == "legged":
-        from sim2real.deploy.nodes.legged import legged_deploy_main
-
-        if args.namespace is None:
-            args.namespace = f"/{robot.get('name')}"
-        return legged_deploy_main(args, robot)
-    if getattr(args, "drones", None) is not None or _policy_task(args.policy) == "quadrotor-swarm":
-        from sim2real.deploy.nodes.swarm import swarm_deploy_main
-
-        return swarm_deploy_main(args, robot)
     if args.namespace is None:
         args.namespace = "/crazyflie"
     OnnxPolicy(args.policy, robot)  # refuse a bad policy before any ROS traffic
@@ -355,50 +259,3 @@ def deploy_main(args) -> int:
                           state_timeout_s=args.state_timeout, goal=args.goal, rate_hz=args.rate_hz, context=ctx)
         run_policy_nodes(ctx, [node], args.activate, args.duration)
     return 0
-
-
-def _policy_task(policy_dir) -> str | None:
-    """The ``task`` of a policy's metadata, or None when it cannot be read (:class:`OnnxPolicy` then says why)."""
-    from sim2real.policies.artefact.metadata import load_metadata
-
-    try:
-        return load_metadata(Path(policy_dir)).get("task")
-    except PolicyMismatchError:
-        return None
-
-
-def run_policy_nodes(ctx, nodes: list, activate: bool, duration_s: float | None) -> None:
-    """Spin policy ``nodes`` (lifecycle nodes of this module's kind) in one executor until ``duration_s`` or
-    Ctrl-C / SIGTERM; with ``activate`` configure and activate each first (otherwise they wait for lifecycle
-    transitions). At the end every active node is deactivated (its safe command published once) and destroyed.
-
-    Raises:
-        PolicyMismatchError: ``configure`` failed with ``activate``.
-    """
-    from rclpy.executors import SingleThreadedExecutor
-
-    from sim2real.deploy.ros_runtime import spin_for
-
-    executor = SingleThreadedExecutor(context=ctx)
-    for node in nodes:
-        executor.add_node(node)
-    try:
-        for node in nodes:
-            if activate:
-                if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-                    raise node.configure_error or PolicyMismatchError([("policy", "configure failed")])
-                node.trigger_activate()
-            else:
-                node.get_logger().info("unconfigured: waiting for lifecycle transitions on "
-                                       f"{node.get_fully_qualified_name()}/change_state")
-        spin_for(executor, ctx, duration_s)
-    finally:
-        for node in nodes:
-            try:
-                if node.active:
-                    node.trigger_deactivate()  # publishes the safe command once
-            except KeyboardInterrupt:
-                pass
-        executor.shutdown()
-        for node in nodes:
-            node.destroy_node()

@@ -1,4 +1,5 @@
-"""``sim2real deploy --drones NAMES``: a ``quadrotor-swarm`` policy flying several drones, behind the safety layer.
+"""``sim2real deploy --drones NAMES``: a swarm policy (of a task whose deploy node is ``swarm``) flying several
+drones, behind the safety layer.
 
 Two layouts, the same node class (:class:`SwarmPolicyNode`, a :class:`~sim2real.deploy.nodes.quadrotor.PolicyNode`
 with the same lifecycle, e-stop latch, rate handling and safety layer, per drone):
@@ -43,9 +44,8 @@ from geometry_msgs.msg import PoseArray, PoseStamped
 from nav_msgs.msg import Odometry
 from std_msgs.msg import Bool, Float32MultiArray
 
-from sim2real.deploy.nodes.quadrotor import (
-    WORLD_FRAMES, PolicyNode, accept_goal, accept_odometry, record_fault, reset_goal,
-)
+from sim2real.deploy.nodes.base import record_fault, run_policy_nodes, task_node_kind
+from sim2real.deploy.nodes.quadrotor import WORLD_FRAMES, PolicyNode, accept_goal, accept_odometry, reset_goal
 from sim2real.deploy.ros_conversions import (
     command_to_message, obstacles_from_message, odometry_to_sample, world_from_message,
 )
@@ -55,7 +55,6 @@ from sim2real.policies.artefact.metadata import PolicyMismatchError, flatten
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
 from sim2real.tasks.state import RobotState
 
-SWARM_TASK = "quadrotor-swarm"
 #: Largest difference [m] between the world message and the policy's room that still counts as the same room.
 WORLD_TOLERANCE_M = 1e-3
 
@@ -63,14 +62,15 @@ WORLD_TOLERANCE_M = 1e-3
 def check_swarm_policy(meta: dict, expect: dict | None = None) -> SwarmObservation:
     """The observation builder of a validated swarm policy's metadata, after the checks the swarm node needs.
 
-    Refuses (:class:`PolicyMismatchError`, naming the fields): a policy of another task or without a ``swarm``
-    section; a ``swarm`` section whose builder's layout differs from ``observation.policy`` (names, sizes, offsets,
-    scales: the builder applies no scales); a ``swarm`` value differing from ``expect`` (``{dotted key of the
-    swarm section: value}``, e.g. ``{"num_neighbors": 6, "sdf.size": 3}``).
+    Refuses (:class:`PolicyMismatchError`, naming the fields): a policy whose task's deploy node is not the swarm
+    node, or without a ``swarm`` section; a ``swarm`` section whose builder's layout differs from
+    ``observation.policy`` (names, sizes, offsets, scales: the builder applies no scales); a ``swarm`` value
+    differing from ``expect`` (``{dotted key of the swarm section: value}``, e.g. ``{"num_neighbors": 6,
+    "sdf.size": 3}``).
     """
     task = meta.get("task")
-    if task != SWARM_TASK or not isinstance(meta.get("swarm"), dict):
-        raise PolicyMismatchError([("task", f"the swarm node runs {SWARM_TASK} policies (with a swarm section); "
+    if task_node_kind(meta) != "swarm" or not isinstance(meta.get("swarm"), dict):
+        raise PolicyMismatchError([("task", f"the swarm node runs policies of swarm tasks (with a swarm section); "
                                             f"this policy is for {task!r}")])
     problems: list[tuple[str, str]] = []
     try:
@@ -150,7 +150,7 @@ class SwarmPolicyNode(PolicyNode):
     """Lifecycle node flying ``drones`` with a swarm policy (see the module docstring).
 
     Args:
-        policy_dir: folder holding ``policy.onnx`` and ``metadata.json`` of a ``quadrotor-swarm`` policy.
+        policy_dir: folder holding ``policy.onnx`` and ``metadata.json`` of a swarm policy.
         robot: robot config of the drones.
         drones: names of the drones this node flies.
         peers: names of every drone whose odometry it observes (default ``drones``; must include them).
@@ -399,14 +399,13 @@ def swarm_deploy_main(args, robot: dict) -> int:
             ``--expect-swarm``.
     """
     from sim2real.configs import ConfigError
-    from sim2real.deploy.arguments import check_swarm_names, drone_names, parse_positions
-    from sim2real.deploy.nodes.quadrotor import run_policy_nodes
+    from sim2real.deploy.ros_names import check_swarm_names, drone_names, parse_positions
     from sim2real.deploy.ros_runtime import ros_context, stop_on_signals
     from sim2real.policies.artefact.onnx_policy import OnnxPolicy
 
     if args.drones is None:
-        raise ConfigError(f"a {SWARM_TASK} policy flies a swarm: name its drones with --drones (e.g. "
-                          f"--drones cf0,cf1,cf2,cf3)")
+        raise ConfigError("a swarm policy flies several drones: name its drones with --drones (e.g. "
+                          "--drones cf0,cf1,cf2,cf3)")
     try:
         drones = drone_names(args.drones)
         peers = drone_names(args.peers) if args.peers is not None else list(drones)

@@ -6,7 +6,7 @@ term of training (``QuadrotorAction(robot, interface).apply`` at every physics s
 task's collision model (:func:`sim2real.tasks.quadrotor_swarm.world.resolve_collisions`: drones bounce off each
 other, the columns, the walls, the ceiling and the floor with the task's coefficient of restitution).
 
-World: the room and column grid of the ``quadrotor-swarm`` task config (``world`` section; or of a policy's
+World: the room and column grid of the swarm task's config (``world`` section; or of a policy's
 metadata, ``swarm.room``, with ``--policy``); ``round(density * cells)`` columns placed by
 :func:`~sim2real.tasks.quadrotor_swarm.world.sample_occupancy` from ``seed``; start positions given, or drawn by
 :func:`~sim2real.tasks.quadrotor_swarm.world.free_positions` in the task's start zone (``goals.start_y``,
@@ -57,8 +57,8 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Float32MultiArray, Int32MultiArray, MultiArrayDimension
 
-from sim2real.deploy.arguments import check_swarm_names, drone_names, parse_positions
 from sim2real.deploy.ros_conversions import command_from_message, obstacles_to_message, world_to_message
+from sim2real.deploy.ros_names import check_swarm_names, drone_names, parse_positions
 from sim2real.deploy.ros_runtime import latched_qos
 from sim2real.hardware.realtime import RealTimeStepper
 from sim2real.hardware.standins.quadrotor import (
@@ -93,7 +93,7 @@ class SwarmWorld:
 
     @staticmethod
     def from_task_config(cfg: dict, room: RoomSpec | None = None) -> "SwarmWorld":
-        """From a ``quadrotor-swarm`` config (``world``, ``env.restitution``, ``env.collision_spin``, ``goals``);
+        """From a swarm task's config (``world``, ``env.restitution``, ``env.collision_spin``, ``goals``);
         ``room`` replaces the config's room (a policy's ``swarm.room``)."""
         g, e = cfg["goals"], cfg["env"]
         x, (y0, y1), (z0, z1) = float(g["x_half"]), g["start_y"], g["z_range"]
@@ -103,22 +103,31 @@ class SwarmWorld:
 
     @staticmethod
     def load(policy_dir: str | Path | None = None) -> "SwarmWorld":
-        """The task defaults (``configs/tasks/quadrotor_swarm.yaml``), or those an exported swarm policy was
-        trained with (its ``swarm.room`` and training config).
+        """The defaults of the registered swarm task (the first whose deploy node is ``swarm``; its config file), or
+        those an exported swarm policy was trained with (its task's config file, its ``swarm.room`` and training
+        config).
 
         Raises:
-            PolicyMismatchError: the policy is unreadable or not a swarm policy.
+            PolicyMismatchError: the policy is unreadable or not a swarm policy (its task's deploy node is not the
+                swarm node, or no swarm section).
+            ConfigError: no registered task declares the swarm deploy node.
         """
-        from sim2real.configs import TASKS_DIR, load_yaml
+        from sim2real.configs import ConfigError, load_yaml
+        from sim2real.deploy.nodes.base import task_node_kind
         from sim2real.policies.artefact.metadata import PolicyMismatchError, load_metadata
+        from sim2real.tasks import get_task, tasks
 
-        cfg = load_yaml(TASKS_DIR / "quadrotor_swarm.yaml")
         if policy_dir is None:
-            return SwarmWorld.from_task_config(cfg)
+            spec = next((t for t in tasks().values() if t.deploy is not None and t.deploy.node == "swarm"), None)
+            if spec is None:
+                raise ConfigError("no registered task declares the swarm deploy node (DeploySpec(node='swarm'))")
+            return SwarmWorld.from_task_config(load_yaml(spec.config_path))
         meta = load_metadata(Path(policy_dir))
-        if meta.get("task") != "quadrotor-swarm" or not isinstance(meta.get("swarm"), dict):
-            raise PolicyMismatchError([("task", f"{policy_dir} is a {meta.get('task')!r} policy, not a "
-                                                f"quadrotor-swarm one (no swarm section)")])
+        if task_node_kind(meta) != "swarm" or not isinstance(meta.get("swarm"), dict):
+            raise PolicyMismatchError([("task", f"{policy_dir} is a {meta.get('task')!r} policy, not a swarm one "
+                                                f"(its task's deploy node is not the swarm node, or no swarm "
+                                                f"section)")])
+        cfg = load_yaml(get_task(meta["task"]).config_path)
         trained = meta.get("training", {}).get("task_config", {})
         for section in ("env", "goals"):
             cfg[section] = {**cfg[section], **trained.get(section, {})}

@@ -39,7 +39,7 @@ def time_of(seq: int) -> int:
 
 
 def main(directory: str, flush_every: int, segment_max: int) -> None:
-    from sim2real.deploy.recording import TransitionRecorder
+    from sim2real.deploy.recording.transitions import TransitionRecorder
 
     recorder = TransitionRecorder(directory, LAYOUT, flush_every=flush_every, segment_max_transitions=segment_max)
     printed = recorder.acked

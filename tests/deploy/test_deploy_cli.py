@@ -107,7 +107,7 @@ def test_ctrl_c_idles_the_motors_and_exits_cleanly(tmp_path, linear_policy, ros_
     from std_msgs.msg import Float32MultiArray
 
     from sim2real.deploy.ros_runtime import BackgroundSpin
-    from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+    from ros_helpers import TopicRecorder, wait_until
 
     policy = linear_policy(np.zeros((22, 4)), [0.5] * 4)
     proc = subprocess.Popen(

@@ -27,9 +27,9 @@ from sim2real.configs import load_robot
 from sim2real.deploy.finetune.node import (
     PHASE_EPISODE, PHASE_READY, PHASE_SAFE_STOP, STATUS_FIELDS, FinetuneNode, FinetuneOptions, HoverReward,
 )
-from sim2real.deploy.recording import read_transitions
+from sim2real.deploy.recording.transitions import read_transitions
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from ros_helpers import TopicRecorder, wait_until
 from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"

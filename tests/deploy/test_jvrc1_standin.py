@@ -16,7 +16,7 @@ from sensor_msgs.msg import JointState
 
 from sim2real.configs import load_robot
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from ros_helpers import TopicRecorder, wait_until
 from sim2real.hardware.standins.legged import SimLeggedNode
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim2real.deploy.latency import measure_control_period, measure_inference_latency
+from sim2real.deploy.nodes.latency import measure_control_period, measure_inference_latency
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 
 

@@ -15,7 +15,7 @@ from sim2real.deploy.finetune.policy_channel import (
     POLICY_MAGIC, ActorLink, LearnerLink, PolicyRejected, TransitionBatch, decode_transitions, encode_transitions,
     pack_package, pack_policy, read_header, verify_policy,
 )
-from sim2real.deploy.ros_testing import wait_for
+from ros_helpers import wait_for
 
 KEY = secrets.token_hex(32)
 META = {"task": "quadrotor-hover", "obs_dim": 22, "act_dim": 4, "control_period_s": 0.01,

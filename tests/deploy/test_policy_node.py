@@ -22,7 +22,7 @@ from std_msgs.msg import Bool, Float32MultiArray
 from sim2real.configs import load_robot
 from sim2real.deploy.nodes.quadrotor import PolicyNode
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from ros_helpers import TopicRecorder, wait_until
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

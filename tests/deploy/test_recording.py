@@ -19,10 +19,12 @@ from mcap.reader import make_reader
 from mcap.stream_reader import CRCValidationError, StreamReader
 from mcap_ros2.decoder import DecoderFactory
 
-from sim2real.deploy.recording import (
-    FLOAT32_MULTI_ARRAY, FLOAT32_MULTI_ARRAY_MSGDEF, RecordingWarning, TopicRecorder, TransitionLayout,
-    TransitionRecorder, read_transitions, recover_mcap, ros2_msgdef_text,
+from sim2real.deploy.recording.layout import (
+    FLOAT32_MULTI_ARRAY, FLOAT32_MULTI_ARRAY_MSGDEF, RecordingWarning, TransitionLayout,
 )
+from sim2real.deploy.recording.recovery import recover_mcap
+from sim2real.deploy.recording.topics import TopicRecorder, ros2_msgdef_text
+from sim2real.deploy.recording.transitions import TransitionRecorder, read_transitions
 
 CHILD = Path(__file__).with_name("recording_child.py")
 _spec = importlib.util.spec_from_file_location("recording_child", CHILD)
@@ -143,7 +145,7 @@ def test_encoding_is_what_rclpy_serialises():
     from rclpy.serialization import deserialize_message, serialize_message
     from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
-    from sim2real.deploy.recording import _encode_transition
+    from sim2real.deploy.recording.layout import _encode_transition
 
     layout = TransitionLayout([("obs", 3), ("reward", 1), ("label_of_odd_length", 2)])
     values = np.array([1.5, -2.25, 3e-3, 7.0, -0.0, 1e30], dtype=np.float32)

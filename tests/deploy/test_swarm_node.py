@@ -24,7 +24,7 @@ from sim2real.configs import load_robot
 from sim2real.deploy.nodes.quadrotor import PolicyNode
 from sim2real.deploy.ros_conversions import fill_odometry, obstacles_to_message, world_to_message
 from sim2real.deploy.ros_runtime import BackgroundSpin, latched_qos
-from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from ros_helpers import TopicRecorder, wait_until
 from sim2real.deploy.nodes.swarm import SwarmPolicyNode, check_swarm_policy
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 from sim2real.sim.rotations import random_quat_within

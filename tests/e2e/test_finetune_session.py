@@ -24,7 +24,8 @@ import pytest
 import torch
 
 import sim2real
-from sim2real.deploy.recording import RecordingWarning, read_transitions
+from sim2real.deploy.recording.layout import RecordingWarning
+from sim2real.deploy.recording.transitions import read_transitions
 from sim2real.deploy.finetune.session import FinetuneSession
 from sim2real.configs.durable import read_jsonl, sha256_file
 from sim2real.deploy.finetune.runner import pid_running

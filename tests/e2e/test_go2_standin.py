@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from sim2real.deploy.nodes import legged as legged_node
-from sim2real.deploy.ros_testing import spawn_cli, stop_process
+from ros_helpers import spawn_cli, stop_process
 
 import sim2real
 
@@ -62,7 +62,7 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
     from std_msgs.msg import Float32MultiArray
 
     from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
-    from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+    from ros_helpers import TopicRecorder, wait_until
 
     topics = {f"{namespace}/odom": Odometry, f"{namespace}/contacts": Float32MultiArray,
               f"{namespace}/cmd/joint_targets": JointState, f"{namespace}/cmd/joint_gains": JointState}

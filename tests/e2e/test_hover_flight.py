@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim2real.deploy.ros_testing import spawn_cli, stop_process
+from ros_helpers import spawn_cli, stop_process
 
 import sim2real
 
@@ -69,7 +69,7 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
 
     from sim2real.configs import load_robot
     from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
-    from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+    from ros_helpers import TopicRecorder, wait_until
 
     meta = json.loads((PRETRAINED / "metadata.json").read_text())
     cmd_topic = {"motor_thrust": "/crazyflie/cmd/motors", "ctbr": "/crazyflie/cmd/ctbr"}[meta["action"]["interface"]]

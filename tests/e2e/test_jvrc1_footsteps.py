@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from sim2real.deploy.ros_testing import spawn_cli, stop_process
+from ros_helpers import spawn_cli, stop_process
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -50,7 +50,7 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
 
     from sim2real.deploy.ros_conversions import fill_footstep_poses
     from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
-    from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+    from ros_helpers import TopicRecorder, wait_until
 
     bias = np.array([0.1 if n.endswith("KNEE") else 0.0 for n in POLICY_ORDER])  # knees +0.025 rad
     policy_dir = write_footstep_policy(tmp_path / "policy", bias)

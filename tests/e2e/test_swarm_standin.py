@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim2real.deploy.ros_testing import spawn_cli, stop_process
+from ros_helpers import spawn_cli, stop_process
 
 import sim2real
 
@@ -82,7 +82,7 @@ class SwarmRun:
         from std_msgs.msg import Float32MultiArray
 
         from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
-        from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+        from ros_helpers import TopicRecorder, wait_until
 
         topics = {**{t: Odometry for t in self.odom.values()}, **{t: Float32MultiArray for t in self.cmd.values()}}
         with ros_context() as ctx:
@@ -102,7 +102,7 @@ class SwarmRun:
 
 @pytest.mark.slow
 def test_four_drones_reach_their_goals_without_collisions(tmp_path, namespace, shipped_swarm_policy, hold_check):
-    from sim2real.deploy.ros_testing import wait_until
+    from ros_helpers import wait_until
 
     meta = json.loads((shipped_swarm_policy / "metadata.json").read_text())
     run = SwarmRun(tmp_path, namespace, shipped_swarm_policy, meta["action"]["interface"])
@@ -142,7 +142,7 @@ def test_four_drones_reach_their_goals_without_collisions(tmp_path, namespace, s
 def test_swarm_deploy_mechanics_with_a_synthetic_policy(tmp_path, namespace, write_swarm_policy):
     """Nodes come up in both layouts, commands flow for every drone, stopping the deploy idles every drone, and
     the stand-in's report is written."""
-    from sim2real.deploy.ros_testing import wait_until
+    from ros_helpers import wait_until
 
     thrust = 2 * 1.05 * 0.027 * 9.81 / (4 * 0.1457) - 1  # the stand-in's true weight: it hovers
     policy = write_swarm_policy(tmp_path / "policy", [thrust, 0.0, 0.0, 0.0])

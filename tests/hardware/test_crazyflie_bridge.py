@@ -27,10 +27,11 @@ from cflib.crtp.crtpstack import CRTPPort
 from sim2real.cli import build_parser, cmd_bridge, main
 from sim2real.deploy.ros_conversions import odometry_to_sample
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from sim2real.deploy.ros_testing import TopicRecorder, wait_until
-from sim2real.hardware.crazyflie.bridge import (
-    LOG_BLOCKS, MOTOR_INTERFACE_REFUSAL, CrazyflieBridgeError, CrazyflieBridgeNode, LogBlockAligner,
-    check_policy_interface, collective_thrust_to_command, ctbr_to_setpoint, load_cflib,
+from ros_helpers import TopicRecorder, wait_until
+from sim2real.hardware.crazyflie.bridge import CrazyflieBridgeNode
+from sim2real.hardware.crazyflie.protocol import (
+    LOG_BLOCKS, MOTOR_INTERFACE_REFUSAL, CrazyflieBridgeError, LogBlockAligner, check_policy_interface,
+    collective_thrust_to_command, ctbr_to_setpoint, load_cflib,
 )
 
 URI = "radio://0/80/2M/E7E7E7E7E7"

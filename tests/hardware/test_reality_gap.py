@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from sim2real.configs import CONFIG_DIR, load_robot, resolve_task_config
+from sim2real.configs import load_robot, resolve_task_config
 from sim2real.hardware.standins.reality_gap import (
     MIN_THRUST_TO_WEIGHT, REALITY_GAPS, check_thrust_to_weight, shifted_config, thrust_to_weight,
 )
+from sim2real.tasks import get_task
 
 
 def load_task_config(task: str) -> dict:
-    return resolve_task_config(CONFIG_DIR / "tasks" / f"{task.replace('-', '_')}.yaml")
+    return resolve_task_config(get_task(task).config_path)
 
 
 def test_the_crazyflie_keeps_a_thrust_to_weight_above_the_margin_under_its_gap():

@@ -15,7 +15,7 @@ from std_msgs.msg import Float32MultiArray
 from sim2real.cli import main
 from sim2real.configs import load_robot
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from ros_helpers import TopicRecorder, wait_until
 from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.tasks.actions import QuadrotorAction

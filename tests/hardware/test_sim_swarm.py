@@ -19,7 +19,7 @@ from sim2real.cli import main
 from sim2real.configs import load_robot
 from sim2real.deploy.ros_conversions import command_to_message, obstacles_from_message, odometry_to_sample
 from sim2real.deploy.ros_runtime import BackgroundSpin, latched_qos
-from sim2real.deploy.ros_testing import TopicRecorder, wait_until
+from ros_helpers import TopicRecorder, wait_until
 from sim2real.hardware.standins.swarm import CONTACT_KINDS, SimSwarmNode, SwarmWorld, column_grid
 from sim2real.sim.rotations import quat_from_yaw, quat_to_rotmat
 

@@ -34,10 +34,11 @@ from sim2real.cli import build_parser, cmd_bridge, main
 from sim2real.configs import load_robot, load_robot_interface
 from sim2real.deploy.ros_conversions import JointOrder, imu_to_sample, joint_command_messages
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from sim2real.deploy.ros_testing import TopicRecorder, wait_for, wait_until
-from sim2real.hardware.unitree.bridge import (
-    POS_STOP_F, SDK_INSTALL_SCRIPT, VEL_STOP_F, DdsTransport, UnitreeBridgeError, UnitreeBridgeNode,
-    damping_command, load_unitree_sdk, open_dds, safe_command, unitree_config,
+from ros_helpers import TopicRecorder, wait_for, wait_until
+from sim2real.hardware.unitree.bridge import UnitreeBridgeNode
+from sim2real.hardware.unitree.protocol import (
+    POS_STOP_F, SDK_INSTALL_SCRIPT, VEL_STOP_F, DdsTransport, UnitreeBridgeError, damping_command, load_unitree_sdk,
+    open_dds, safe_command, unitree_config,
 )
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

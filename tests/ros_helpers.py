@@ -1,5 +1,8 @@
-"""Helpers for ROS 2 graphs in tests and benchmarks: a node that records what arrives on topics (with the monotonic
-arrival time) and publishes on demand, a polling wait, and starting / stopping ``sim2real`` CLI processes."""
+"""Test helpers for ROS 2 graphs: a node that records what arrives on topics (with the monotonic arrival time) and
+publishes on demand, a polling wait, and starting / stopping ``sim2real`` CLI processes.
+
+Imported as ``ros_helpers`` (``tests/conftest.py`` puts ``tests/`` on ``sys.path``, as ``--import-mode=importlib``
+does not)."""
 
 from __future__ import annotations
 
