@@ -383,11 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_finetune_arguments(p)
     p.set_defaults(func=cmd_finetune)
 
+    from sim2real.bench import BENCHES
+
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
-    p.add_argument("name", choices=["throughput", "hover-time", "inference", "jump-throughput", "footsteps-throughput",
-                                    "swarm", "curricula", "finetune", "gpu", "all"],
-                   help="all: every bench but curricula, finetune and gpu (which train)")
-    p.add_argument("--task", default="quadrotor-hover", help="curricula: quadrotor-hover or quadruped-jump")
+    p.add_argument("name", choices=[*BENCHES, "all"],
+                   help="all: every bench but curricula, finetune and gpu (which train), on every task that lists it")
+    p.add_argument("--task", help="the task (its spec lists the benches that apply; default: quadrotor-hover where "
+                   "the bench applies to it, else every task it applies to), e.g. throughput --task quadruped-jump")
     p.add_argument("--budget", type=positive_steps, default=3e6,
                    help="curricula: env steps of training per teacher and seed")
     p.add_argument("--teachers", help="curricula: comma-separated teachers (default: all): hand_written (the "
@@ -401,15 +403,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=positive_int, default=2, help="curricula: held-out episodes per grid point")
     p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png; finetune: "
                    "folder for the sessions and finetune.json")
-    p.add_argument("--policy", help="swarm: exported quadrotor-swarm policy folder (default: the shipped one); "
-                   "finetune: the base policy (default: the shipped quadrotor-hover one)")
+    p.add_argument("--policy", help="swarm, finetune: the exported policy folder (default: the task's shipped one)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (gpu: a tiny CPU version, "
                                                         "4 envs, where there is no CUDA)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="task config override for the legged throughput and curricula benches, e.g. robot.mjcf=PATH; "
-                        "finetune: a fine-tuning config override (configs/finetune.yaml)")
-    p.add_argument("--output", help="write the results as JSON here")
-    p.set_defaults(func=cmd_bench)
+                   help="task config override for the throughput, curricula and gpu benches, e.g. "
+                        "robot.mjcf=PATH; finetune: a fine-tuning config override (configs/finetune.yaml)")
+    p.add_argument("--output", help="write the results as JSON here (one key per bench, NAME/TASK where a bench "
+                   "ran on several tasks)")
+    p.set_defaults(func=cmd_bench, default_task="quadrotor-hover")
     return parser
 
 

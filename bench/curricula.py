@@ -8,10 +8,10 @@ all random draws from ``eval.seed``). The table reports mean success over the gr
 thirds of the space's first dimension), averaged over seeds, with the difference to uniform sampling; the plot shows
 success along the first dimension per teacher.
 
-Everything but the teacher is the same in every run: config (with the benchmark's own settings of
-:data:`BENCH_TASKS`), seed, budget, evaluation set. The hand-written rule
-trains in its own ``difficulty`` space (for the jump, without its obstacle stage: ``max_difficulty = 2``) and is
-evaluated on the same grid.
+Everything but the teacher is the same in every run: config (with the benchmark's own settings of the task's
+:class:`~sim2real.tasks.spec.CurriculaBenchSpec`, ``get_task(task).bench.curricula``), seed, budget, evaluation
+set. The hand-written rule trains in its own ``difficulty`` space (with the spec's ``hand_written_overrides``; for
+the jump, without its obstacle stage: ``max_difficulty = 2``) and is evaluated on the same grid.
 """
 
 from __future__ import annotations
@@ -26,30 +26,37 @@ from pathlib import Path
 
 import torch
 
-# The task space each benchmarked task is evaluated in, and what its hand-written rule needs to be comparable.
-# The hover's success tolerance is widened to 10 cm and 0.2 m/s for every teacher: at the task's 5 cm the held-out
-# success of one policy swings between evaluations (see the README's hover-time figures), which would drown the
-# differences between teachers.
-BENCH_TASKS = {
-    "quadrotor-hover": {"space": "start", "hand_written": [],
-                        "overrides": ["env.success_pos_tol=0.1", "env.success_vel_tol=0.2"]},
-    "quadruped-jump": {"space": "landing", "hand_written": ["curriculum.max_difficulty=2.0"], "overrides": []},
-}
 TEACHERS = ("hand_written", "uniform", "alp_gmm", "lp_bandit", "variance", "success_band")
 BANDS = 3
+
+
+def curricula_spec(task: str):
+    """The task's :class:`~sim2real.tasks.spec.CurriculaBenchSpec`.
+
+    Raises:
+        UnknownTaskError: no such task. ConfigError: the task does not list ``curricula`` or declares no settings.
+    """
+    from sim2real.bench import bench_spec
+    from sim2real.configs import ConfigError
+
+    spec = bench_spec("curricula", task).bench.curricula
+    if spec is None:
+        raise ConfigError(f"task '{task}' lists bench curricula but declares no settings for it "
+                          "(BenchSpec.curricula)")
+    return spec
 
 
 def _config(task: str, teacher: str, seed: int, overrides: list[str]) -> dict:
     from sim2real.tasks import task_config
 
-    spec = BENCH_TASKS[task]
+    spec = curricula_spec(task)
     if teacher == "hand_written":
-        rule = "stages" if task == "quadruped-jump" else "levels"
-        extra = [f"curriculum.teacher={rule}", "curriculum.space=difficulty", *spec["hand_written"]]
+        extra = [f"curriculum.teacher={spec.hand_written}", "curriculum.space=difficulty",
+                 *spec.hand_written_overrides]
     else:
-        extra = [f"curriculum.teacher={teacher}", f"curriculum.space={spec['space']}"]
+        extra = [f"curriculum.teacher={teacher}", f"curriculum.space={spec.space}"]
     # No periodic evaluation: every run spends its whole budget on training and the final policy is compared.
-    return task_config(task, [*spec["overrides"], *overrides, *extra, f"seed={seed}", "train.eval_interval=0"])
+    return task_config(task, [*spec.overrides, *overrides, *extra, f"seed={seed}", "train.eval_interval=0"])
 
 
 def held_out_grid(task: str, overrides: list[str], per_dim: int) -> tuple[torch.Tensor, list[str], tuple]:
@@ -58,7 +65,7 @@ def held_out_grid(task: str, overrides: list[str], per_dim: int) -> tuple[torch.
     from sim2real.tasks import make_env
 
     cfg = _config(task, "uniform", 0, [*overrides, "env.num_envs=1"])
-    space = make_env(cfg, num_envs=1, eval_mode=True).task_spaces()[BENCH_TASKS[task]["space"]]
+    space = make_env(cfg, num_envs=1, eval_mode=True).task_spaces()[curricula_spec(task).space]
     dims = [f"{n} [{u}]" if u else n for n, u in zip(space.names, space.units)]
     return space.grid(per_dim), dims, (space.low[0], space.high[0])
 
@@ -73,7 +80,7 @@ def evaluate_on_grid(cfg: dict, policy, grid: torch.Tensor, repeats: int) -> tor
     saved = rng_state()
     try:
         torch.manual_seed(int(cfg["eval"]["seed"]))
-        ecfg = {**cfg, "curriculum": {**cfg["curriculum"], "space": BENCH_TASKS[cfg["task"]]["space"],
+        ecfg = {**cfg, "curriculum": {**cfg["curriculum"], "space": curricula_spec(cfg["task"]).space,
                                       "teacher": "uniform"}}
         p = grid.shape[0]
         env = make_env(ecfg, num_envs=p * repeats, eval_mode=True)
@@ -112,12 +119,11 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
         ``success`` is the mean over the grid and seeds.
 
     Raises:
-        ConfigError: an unknown task for this benchmark or teacher, or a bad override.
+        ConfigError: a task that does not list this benchmark, an unknown teacher, or a bad override.
     """
     from sim2real.configs import ConfigError
 
-    if task not in BENCH_TASKS:
-        raise ConfigError(f"bench curricula runs on {', '.join(BENCH_TASKS)}, not '{task}'")
+    curricula_spec(task)
     teachers = list(teachers or TEACHERS)
     unknown = [t for t in teachers if t not in TEACHERS]
     if unknown:
@@ -159,6 +165,12 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
         result["plot"] = str(plot_results(result, out_dir / "curricula.png"))
         print(f"results: {out_dir / 'curricula.json'}, plot: {result['plot']}")
     return result
+
+
+def run(args, task: str) -> dict:
+    teachers = [t.strip() for t in args.teachers.split(",")] if args.teachers else None
+    return bench_curricula(task, int(args.budget), teachers, args.seeds, args.grid, args.repeats, args.overrides,
+                           args.out)
 
 
 def format_table(result: dict) -> str:

@@ -1,6 +1,6 @@
 """``sim2real bench finetune``: how much of the reality gap a fine-tuning session recovers in N minutes of robot time.
 
-For the base policy (default: the shipped ``quadrotor-hover`` policy) and the stand-in of its robot kind
+For the base policy (default: the task's shipped policy, ``PRETRAINED_DIR / task``) and the stand-in of its robot kind
 (:data:`sim2real.hardware.standins.reality_gap.REALITY_GAPS`), one run:
 
 1. scores the base policy on the nominal simulator and on the stand-in (the task's held-out set, ``eval.seed``);
@@ -9,8 +9,8 @@ For the base policy (default: the shipped ``quadrotor-hover`` policy) and the st
 3. per seed, runs the control session (``--learner off``, the same actor and recording, no learner: it ends on
    version 0), stepped as fast as possible since nothing learns, and scores it the same way.
 
-It prints a table (the task's gap metric, :data:`sim2real.deploy.finetune.runner.GAP_METRICS`: the hover's mean final
-position error [m], the jump's success rate; success and crash rates; gap recovered = ``(before - after) / (before -
+It prints a table (the task's gap metric, ``get_task(task).finetune.gap_metric``: the hover's mean final position
+error [m], the jump's success rate; success and crash rates; gap recovered = ``(before - after) / (before -
 nominal)`` on the gap metric, signs turned where higher is better) and writes ``finetune.json`` under ``--out``.
 """
 
@@ -25,15 +25,24 @@ import numpy as np
 
 from sim2real.policies.artefact import PRETRAINED_DIR
 
-PRETRAINED = PRETRAINED_DIR
 
-
-def bench_finetune(policy_dir=None, minutes: float = 10.0, seeds: int = 3, out=None, overrides=None,
+def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, overrides=None,
                    realtime: bool = True) -> dict:
-    from sim2real.deploy.finetune.session import FinetuneSession
-    from sim2real.deploy.finetune import runner as ft
+    """Per seed, a fine-tuning session and a control session of ``minutes`` of stand-in time from the exported
+    policy in ``policy_dir``, each scored on the task's held-out set; writes ``finetune.json`` under ``out``
+    (default: a new temporary folder).
 
-    policy_dir = Path(policy_dir) if policy_dir else PRETRAINED / "quadrotor-hover"
+    Returns:
+        ``{"policy", "minutes", "seeds", "realtime", "rows": [per arm and seed], "summary": {arm: {...}}}``.
+
+    Raises:
+        FileExistsError: ``out`` holds sessions of an earlier run. ConfigError: a policy of a task without
+        fine-tuning, or a bad override.
+    """
+    from sim2real.deploy.finetune import runner as ft
+    from sim2real.deploy.finetune.session import FinetuneSession
+
+    policy_dir = Path(policy_dir)
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -118,3 +127,8 @@ def print_table(summary: dict, minutes: float) -> None:
               f"{s['recovered']:9.2f} {s['nominal_success']:6.2f}/{s['before_success']:.2f}/{s['after_success']:.2f}"
               f" {s['before_crash']:7.2f}/{s['after_crash']:.2f}  "
               + " ".join(f"{x:.2f}" for x in s["recovered_per_seed"]))
+
+
+def run(args, task: str) -> dict:
+    return bench_finetune(args.policy or PRETRAINED_DIR / task, 1.0 if args.quick else args.minutes, args.seeds,
+                          args.out, args.overrides)

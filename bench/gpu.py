@@ -1,6 +1,6 @@
 """``sim2real bench gpu``: the legged tasks at GPU scale, one prepared script (under 8 minutes on a GPU machine).
 
-For each MuJoCo task (``quadruped-jump``, ``humanoid-footsteps``) it prints the task env's env-steps/s (random
+For each task whose spec lists ``gpu`` (``quadruped-jump``, ``humanoid-footsteps``; ``--task`` picks one) it prints the task env's env-steps/s (random
 actions: physics, observations, rewards, resets and DR) at 4096 and 16384 envs on MuJoCo Warp on CUDA
 (``--sim mujoco-warp --device cuda``, the substeps as one CUDA graph) and on C MuJoCo over all CPU cores
 (``--sim mujoco``, ``sim.nthread=0``), then one short training run per task on MuJoCo Warp (4096 envs,
@@ -25,7 +25,6 @@ import torch
 
 from sim2real.configs import ConfigError
 
-TASKS = ("quadruped-jump", "humanoid-footsteps")
 SIZES, STEPS, ITERATIONS = (4096, 16384), 20, 30
 SMOKE_SIZES, SMOKE_STEPS, SMOKE_ITERATIONS = (4,), 2, 1
 
@@ -70,8 +69,23 @@ def _train(task: str, cfg_overrides: list[str], num_envs: int, iterations: int) 
             "success_rate": float(metrics["success_rate"]), "eval_episodes": episodes}
 
 
-def bench_gpu(quick: bool = False, overrides: list[str] | None = None) -> dict:
+def bench_gpu(quick: bool = False, overrides: list[str] | None = None, tasks: tuple[str, ...] | None = None) -> dict:
+    """The table of the module docstring for ``tasks`` (default: every task whose spec lists ``gpu``).
+
+    Returns:
+        ``{"cuda", "machine", <task>: {"<backend>/<envs>": {"env_steps_per_s", "build_s"}, "ratio/<envs>",
+        "isaaclab_ratio/<envs>", "train": {...}}, "warp_first_env_build_s"}`` (only ``cuda`` and ``machine`` without
+        CUDA and ``quick``).
+
+    Raises:
+        ConfigError: a task that does not list ``gpu``, or a bad override.
+    """
+    from sim2real.bench import bench_spec, tasks_listing
     from sim2real.tasks import make_env, task_config
+
+    tasks = tuple(tasks) if tasks else tuple(tasks_listing("gpu"))
+    for task in tasks:
+        bench_spec("gpu", task)
 
     cuda = torch.cuda.is_available()
     out: dict = {"cuda": cuda, "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
@@ -98,7 +112,7 @@ def bench_gpu(quick: bool = False, overrides: list[str] | None = None) -> dict:
         del backends["mujoco"]
     print(f"{'task':20s} {'backend':12s} {'device':6s} {'envs':>6s} {'env-steps/s':>12s}")
     compile_s = None
-    for task in TASKS:
+    for task in tasks:
         out[task] = {}
         for name, extra in backends.items():
             for n in sizes:
@@ -129,3 +143,7 @@ def bench_gpu(quick: bool = False, overrides: list[str] | None = None) -> dict:
     out["warp_first_env_build_s"] = compile_s
     print(f"first MuJoCo Warp env of the process built in {compile_s:.1f} s (kernel compile or cache load)")
     return out
+
+
+def run(args, tasks: tuple[str, ...]) -> dict:
+    return bench_gpu(quick=args.quick, overrides=args.overrides, tasks=tasks)

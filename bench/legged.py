@@ -1,5 +1,5 @@
-"""``sim2real bench jump-throughput`` / ``footsteps-throughput``: a legged task's env (``quadruped-jump``,
-``humanoid-footsteps``) against the raw physics floor, side by side.
+"""``sim2real bench throughput --task T`` for a task on a MuJoCo physics backend (its config has a ``sim`` block;
+e.g. ``quadruped-jump``, ``humanoid-footsteps``): the task's env against the raw physics floor, side by side.
 
 For each batch size the same worlds (same model, solver settings, PD servos and threads) are stepped three ways
 in one run:
@@ -83,14 +83,6 @@ def _time_gymnasium(env, n: int, steps: int, gen) -> float:
     rate = n * steps / (time.perf_counter() - t0)
     vec.close()
     return rate
-
-
-def bench_jump_throughput(quick: bool = False, overrides: list[str] | None = None) -> dict:
-    return bench_legged_throughput("quadruped-jump", quick, overrides)
-
-
-def bench_footsteps_throughput(quick: bool = False, overrides: list[str] | None = None) -> dict:
-    return bench_legged_throughput("humanoid-footsteps", quick, overrides)
 
 
 def bench_legged_throughput(task: str, quick: bool = False, overrides: list[str] | None = None) -> dict:

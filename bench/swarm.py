@@ -1,10 +1,10 @@
-"""``sim2real bench swarm``: the quadrotor swarm's held-out metrics and throughput at 8 and 32 drones per room and
+"""``sim2real bench swarm``: a swarm task's held-out metrics and throughput at 8 and 32 drones per room and
 obstacle densities of 20% and 80%, measured side by side in one run.
 
 For each (drones per room N, density): success rate (rooms whose every drone held its goal for the last
 ``env.success_hold_s``), fraction of drones at their goals, collisions (drone-drone and column contacts) per
 drone-minute, from one held-out episode per room (``eval.seed``) with the exported policy (onnxruntime, batched over
-all drones). Throughput: drone-steps/s of the env alone (random actions) and of the env plus batched ONNX
+all drones; default: the task's shipped one, ``PRETRAINED_DIR / task``). Throughput: drone-steps/s of the env alone (random actions) and of the env plus batched ONNX
 inference, each at ``N x rooms`` drones; ratios to the first size.
 """
 
@@ -16,8 +16,6 @@ from pathlib import Path
 import torch
 
 from sim2real.policies.artefact import PRETRAINED_DIR
-
-DEFAULT_POLICY = PRETRAINED_DIR / "quadrotor-swarm"
 
 
 def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float]:
@@ -38,13 +36,23 @@ def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float
     return out[0], out[1]
 
 
-def bench_swarm(quick: bool = False, policy_dir: str | None = None) -> dict:
+def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None) -> dict:
+    """The table of the module docstring for the exported policy of ``task`` in ``policy_dir`` (default: the
+    shipped one).
+
+    Returns:
+        ``{"N<drones>_d<density %>": {"drones", "density", "rooms", "success_rate", "at_goal_rate",
+        "collisions_per_drone_minute", "boundary_per_drone_minute", "env_drone_steps_per_s",
+        "env_and_policy_drone_steps_per_s", "eval_wall_s"}}``.
+
+    Raises:
+        PolicyMismatchError: the policy is missing, damaged or of another task.
+    """
     from sim2real.configs import apply_overrides
+    from sim2real.policies.artefact.onnx_policy import load_exported
     from sim2real.policies.evaluation import evaluate
 
-    from sim2real.policies.artefact.onnx_policy import load_exported
-
-    policy, base = load_exported(Path(policy_dir) if policy_dir else DEFAULT_POLICY, "quadrotor-swarm")
+    policy, base = load_exported(Path(policy_dir) if policy_dir else PRETRAINED_DIR / task, task)
     sizes = [(8, 0.2), (8, 0.8), (32, 0.2), (32, 0.8)]
     drone_budget = 64 if quick else 512  # drones per evaluation (rooms = budget / N)
     rows = {}
@@ -69,3 +77,7 @@ def bench_swarm(quick: bool = False, policy_dir: str | None = None) -> dict:
               f"{r['env_drone_steps_per_s']:>12,.0f} {r['env_and_policy_drone_steps_per_s']:>13,.0f} "
               f"{r['env_and_policy_drone_steps_per_s'] / base_sps:>6.2f}")
     return rows
+
+
+def run(args, task: str) -> dict:
+    return bench_swarm(task, quick=args.quick, policy_dir=args.policy)

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from sim2real.bench.finetune import PRETRAINED, bench_finetune
+from sim2real.bench.finetune import bench_finetune
+from sim2real.policies.artefact import PRETRAINED_DIR
 
 # tiny: 600 control steps, a learner that publishes within them, 16 held-out episodes
 SMALL = ["eval.episodes=16", "learner.warmup=10", "learner.publish_every=5", "learner.batch_size=32",
@@ -17,7 +18,7 @@ SMALL = ["eval.episodes=16", "learner.warmup=10", "learner.publish_every=5", "le
 @pytest.mark.slow
 def test_a_session_and_a_control_session_are_scored_on_one_held_out_set(tmp_path, capsys):
     # the session arm in real time (6 s: the learner child has time to publish), the control arm as fast as it goes
-    out = bench_finetune(PRETRAINED / "quadrotor-hover", minutes=0.1, seeds=1, out=tmp_path, overrides=SMALL)
+    out = bench_finetune(PRETRAINED_DIR / "quadrotor-hover", minutes=0.1, seeds=1, out=tmp_path, overrides=SMALL)
     session, control = (next(r for r in out["rows"] if r["arm"] == arm) for arm in ("session", "control"))
     for row in (session, control):
         assert row["steps"] == 600 and row["acked"] == 600  # 0.1 min at 100 Hz, every step recorded
