@@ -73,8 +73,8 @@ def held_out_grid(task: str, overrides: list[str], per_dim: int) -> tuple[torch.
 def evaluate_on_grid(cfg: dict, policy, grid: torch.Tensor, repeats: int) -> torch.Tensor:
     """Success ``[P]`` (mean over ``repeats`` episodes) of ``policy`` on every grid point, in the benchmark space
     of ``cfg``'s task, all random draws from ``cfg["eval"]["seed"]``. The global RNG state is restored."""
-    from sim2real.policies.checkpoints import rng_state, set_rng_state
-    from sim2real.policies.evaluation import first_episodes
+    from sim2real.tasks.rollout import rng_state, set_rng_state
+    from sim2real.tasks.rollout import first_episodes
     from sim2real.tasks import make_env
 
     saved = rng_state()

@@ -104,7 +104,7 @@ def bench_gpu(quick: bool = False, overrides: list[str] | None = None, tasks: tu
     if importlib.util.find_spec("isaaclab") is not None:
         backends["isaaclab"] = ["sim.backend=isaaclab", f"device={device}"]
     try:
-        from sim2real.sim.mujoco_backend import batch_class
+        from sim2real.sim.mujoco_model import batch_class
 
         batch_class()
     except ConfigError as exc:

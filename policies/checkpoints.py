@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import yaml
 
@@ -26,18 +24,6 @@ _MODEL_RE = re.compile(r"^model_(\d+)\.pt$")
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable or does not belong to the task."""
-
-
-def rng_state() -> dict:
-    """The global RNG states (torch, numpy, python) a checkpoint stores for an exact resume."""
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def set_rng_state(state: dict) -> None:
-    """Restore states from :func:`rng_state`."""
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
 
 
 def git_revision() -> str:

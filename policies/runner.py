@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 from rsl_rl.runners import OnPolicyRunner
 
-from sim2real.policies.checkpoints import CheckpointError, load_checkpoint, prune_checkpoints, rng_state, set_rng_state
+from sim2real.policies.checkpoints import CheckpointError, load_checkpoint, prune_checkpoints
+from sim2real.tasks.rollout import rng_state, set_rng_state
 from sim2real.configs.durable import atomic_torch_save, atomic_write_bytes
 from sim2real.policies.distributed import is_main_process
 from sim2real.policies.evaluation import evaluate

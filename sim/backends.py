@@ -11,18 +11,10 @@ the worlds behind the one sim interface of :class:`~sim2real.sim.mujoco_backend.
 from __future__ import annotations
 
 import importlib.util
-import sys
 
 from sim2real.configs import ConfigError
 
 BACKENDS = ("mujoco", "mujoco-warp", "isaaclab")
-
-
-def isaaclab_missing_message() -> str:
-    """The one line printed when ``--sim isaaclab`` is asked for without the ``isaaclab`` package."""
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return (f'--sim isaaclab needs Isaac Lab, which is not installed: pip install ".[isaaclab]" on Python 3.12 '
-            f"(this is Python {here}); or use --sim mujoco / --sim mujoco-warp")
 
 
 def check_backend(name: str) -> None:
@@ -30,9 +22,10 @@ def check_backend(name: str) -> None:
     if name not in BACKENDS:
         raise ConfigError(f"sim.backend: '{name}' (choose {', '.join(BACKENDS)})")
     if name == "isaaclab":
+        from sim2real.sim.isaaclab_backend import import_isaaclab, isaaclab_missing_message
+
         if importlib.util.find_spec("isaaclab") is None:
             raise ConfigError(isaaclab_missing_message())
-        from sim2real.sim.isaaclab_backend import import_isaaclab
 
         import_isaaclab()
     if name == "mujoco-warp":
@@ -40,7 +33,7 @@ def check_backend(name: str) -> None:
 
         import_mujoco_warp()
     if name == "mujoco":
-        from sim2real.sim.mujoco_backend import batch_class
+        from sim2real.sim.mujoco_model import batch_class
 
         batch_class()
 

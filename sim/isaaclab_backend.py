@@ -56,6 +56,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import weakref
 from pathlib import Path
 
@@ -63,8 +64,8 @@ import mujoco
 import torch
 
 from sim2real.configs import ConfigError
-from sim2real.sim.backends import isaaclab_missing_message
-from sim2real.sim.mujoco_backend import OBSTACLE_PARK, MujocoBackend
+from sim2real.sim.mujoco_backend import MujocoBackend
+from sim2real.sim.mujoco_model import OBSTACLE_PARK
 from sim2real.sim.mujoco_warp_backend import quiet_iteration_limits
 from sim2real.sim.robot import resolve_mjcf
 
@@ -80,6 +81,13 @@ _LIVE: list = []
 GROUND_MU = 1e-3
 #: Ground box: half sizes [m] (its top face is z = 0).
 GROUND_HALF = (100.0, 100.0, 0.5)
+
+
+def isaaclab_missing_message() -> str:
+    """The one line printed when ``--sim isaaclab`` is asked for without the ``isaaclab`` package."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (f'--sim isaaclab needs Isaac Lab, which is not installed: pip install ".[isaaclab]" on Python 3.12 '
+            f"(this is Python {here}); or use --sim mujoco / --sim mujoco-warp")
 
 
 def import_isaaclab():

@@ -5,7 +5,7 @@
 arguments, ``step``/``state``/``reset``/``joint_torque``, the domain-randomisation setters, ``set_obstacle``,
 ``set_terrain_boxes``, ``standing_height``/``settled_state``, ``unstable``/``num_unstable``, ``model``/``index``/
 ``decimation``/``timestep``/``control_dt``), so the task code runs on it unchanged. The mjModel is the CPU
-backend's (:func:`~sim2real.sim.mujoco_backend.build_model` + :func:`make_position_servos`), moved to the device
+backend's (:func:`~sim2real.sim.mujoco_model.build_model` + :func:`make_position_servos`), moved to the device
 with ``mujoco_warp.put_model`` / ``put_data`` (``nworld = num_envs``).
 
 Device and interop: warp arrays live on the torch device (``wp.device_from_torch``); the state, controls and the
@@ -55,7 +55,8 @@ import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
-from sim2real.sim.mujoco_backend import OBSTACLE_PARK, MujocoBackend
+from sim2real.sim.mujoco_backend import MujocoBackend
+from sim2real.sim.mujoco_model import OBSTACLE_PARK
 
 log = logging.getLogger(__name__)
 

@@ -201,7 +201,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
     def _load(self) -> None:
         """Load and check the policy against the robot; set up the observation and action terms."""
         from sim2real.configs import ConfigError
-        from sim2real.sim.mujoco_backend import build_model
+        from sim2real.sim.mujoco_model import build_model
 
         if self.robot.get("kind") != "legged":
             raise PolicyMismatchError([("robot.kind", f"the legged deploy node drives legged robots, robot is "

@@ -58,7 +58,7 @@ from sim2real.deploy.ros_conversions import (
     joint_targets_from_message,
 )
 from sim2real.hardware.realtime import RealTimeStepper
-from sim2real.sim.mujoco_backend import build_model, make_position_servos
+from sim2real.sim.mujoco_model import build_model, make_position_servos
 from sim2real.sim.robot import LeggedRobot
 
 ODOM_FRAME, BASE_FRAME, IMU_FRAME = "odom", "base", "imu"

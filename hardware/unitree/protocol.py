@@ -144,7 +144,7 @@ def unitree_config(robot: dict, block: dict | None, joint_range: np.ndarray | No
         robot: the robot config (``kind: legged``; as :func:`~sim2real.configs.load_robot` returns it).
         block: its ``unitree:`` block (:func:`~sim2real.configs.load_robot_interface`), or None.
         joint_range: ``[J, 2]`` joint position limits [rad] in policy order; None: compiled from the robot's MJCF
-            (:func:`~sim2real.sim.mujoco_backend.build_model`, the joint ranges the deploy node clamps to).
+            (:func:`~sim2real.sim.mujoco_model.build_model`, the joint ranges the deploy node clamps to).
 
     Raises:
         UnitreeBridgeError: no block, a missing or unknown key, an unknown family, a joint without a motor index,
@@ -207,7 +207,7 @@ def unitree_config(robot: dict, block: dict | None, joint_range: np.ndarray | No
     if mode_pr not in (0, 1) or isinstance(mode_pr, bool):
         raise UnitreeBridgeError(f"robot.unitree.mode_pr: 0 (pitch/roll) or 1 (A/B), got {mode_pr!r}")
     if joint_range is None:
-        from sim2real.sim.mujoco_backend import build_model
+        from sim2real.sim.mujoco_model import build_model
 
         _, model_index = build_model(robot, {"fidelity": "full"})
         joint_range = model_index.joint_range

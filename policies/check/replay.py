@@ -76,8 +76,8 @@ def replay_variant(cfg: dict, onnx, meta: dict, variant: str, episodes: int, see
     import torch
 
     from sim2real.configs import apply_overrides
-    from sim2real.policies.checkpoints import rng_state, set_rng_state
-    from sim2real.policies.evaluation import first_episodes
+    from sim2real.tasks.rollout import rng_state, set_rng_state
+    from sim2real.tasks.rollout import first_episodes
     from sim2real.tasks import make_env
 
     cfg = apply_overrides(cfg, variant_overrides(cfg, variant))

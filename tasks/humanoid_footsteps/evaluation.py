@@ -13,8 +13,7 @@ from typing import Callable
 
 import torch
 
-from sim2real.policies.checkpoints import rng_state, set_rng_state
-from sim2real.policies.evaluation import first_episodes
+from sim2real.tasks.rollout import first_episodes, rng_state, set_rng_state
 from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
 from sim2real.tasks.humanoid_footsteps.plans import FootstepPlan
 

@@ -118,7 +118,7 @@ def send(node, now, targets, kp, kd, names=JOINTS):
 
 # --- the robot config's unitree: block ---------------------------------------------------------------------------------
 def test_go2_block_maps_motors_by_name_with_unitree_limits(cfg):
-    from sim2real.sim.mujoco_backend import build_model
+    from sim2real.sim.mujoco_model import build_model
 
     assert cfg.family == "unitree_go" and cfg.num_slots == 20 and cfg.command_rate_hz == 500
     assert {j: int(cfg.motor_index[k]) for k, j in enumerate(cfg.joint_names)} == SLOT

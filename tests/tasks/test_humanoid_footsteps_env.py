@@ -184,7 +184,7 @@ def test_held_joints_hold_their_pose_and_feet_carry_the_weight(real_jvrc1):
 
 def test_a_model_whose_motors_have_no_torque_limit_needs_robot_torque_limits(real_jvrc1):
     from sim2real.configs import load_robot
-    from sim2real.sim.mujoco_backend import build_model
+    from sim2real.sim.mujoco_model import build_model
 
     robot = load_robot("jvrc1")
     robot["mjcf"] = real_jvrc1
