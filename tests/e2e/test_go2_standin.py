@@ -1,7 +1,7 @@
 """End to end over ROS 2, in separate processes: ``sim2real standin --robot go2`` (the project's Go2-class model at
 the full-fidelity solver settings, stepped in real time) + ``sim2real deploy --robot go2`` running the shipped
 trained jump policy, configured and activated through its lifecycle services. (The shipped policy on Menagerie's
-Go2, whose trunk carries a head sphere below its front, is the sim-to-sim figure in the README, not this test.)
+Go2, whose trunk carries a head sphere below its front, is the sim-to-sim figure in docs/robots/quadruped-jump.md, not this test.)
 The node ramps the crouched robot to its default pose, hands over to the policy, and the robot stays up (trunk
 clear of the ground, no base-ground contact, upright) for 5 s with the policy's targets off the default pose
 (without a command the jump policy hops in place: zeros are its in-place command); Ctrl-C of the node leaves the

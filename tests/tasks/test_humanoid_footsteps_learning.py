@@ -5,7 +5,7 @@ real model's mesh feet the default pose and the untrained policy stumble onto th
 env-second) that a one-minute run cannot separate from them; the real model is covered by the env tests and the
 benchmark.
 
-A minute of PPO on 2 cores learns to step in place and take short steps, not to walk (see the README's benchmark
+A minute of PPO on 2 cores learns to step in place and take short steps, not to walk (see docs/benchmarks.md's benchmark
 for what 40 minutes give): the run uses mostly stepping-in-place plans, a 0.05 s minimum swing for a touchdown, a
 stronger swing-height term and wider initial exploration, all plain config overrides of the task."""
 
