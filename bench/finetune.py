@@ -9,7 +9,7 @@ For the base policy (default: the shipped ``quadrotor-hover`` policy) and the st
 3. per seed, runs the control session (``--learner off``, the same actor and recording, no learner: it ends on
    version 0), stepped as fast as possible since nothing learns, and scores it the same way.
 
-It prints a table (the task's gap metric, :data:`sim2real.deploy.finetune.runner.GAP_METRICS`: the hover's mean final
+It prints a table (the task's gap metric, its spec's ``finetune.gap_metric``: the hover's mean final
 position error [m], the jump's success rate; success and crash rates; gap recovered = ``(before - after) / (before -
 nominal)`` on the gap metric, signs turned where higher is better) and writes ``finetune.json`` under ``--out``.
 """
