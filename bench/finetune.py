@@ -9,8 +9,8 @@ For the base policy (default: the task's shipped policy, ``PRETRAINED_DIR / task
 3. per seed, runs the control session (``--learner off``, the same actor and recording, no learner: it ends on
    version 0), stepped as fast as possible since nothing learns, and scores it the same way.
 
-It prints a table (the task's gap metric, ``get_task(task).finetune.gap_metric``: the hover's mean final position
-error [m], the jump's success rate; success and crash rates; gap recovered = ``(before - after) / (before -
+It prints a table (the task's gap metric, its spec's ``finetune.gap_metric``: the hover's mean final
+position error [m], the jump's success rate; success and crash rates; gap recovered = ``(before - after) / (before -
 nominal)`` on the gap metric, signs turned where higher is better) and writes ``finetune.json`` under ``--out``.
 """
 

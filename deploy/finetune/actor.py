@@ -17,7 +17,7 @@ Each control step (:meth:`EdgeActor.act`, then :meth:`EdgeActor.record`):
   queued for the learner.
 
 At an episode end (:meth:`EdgeActor.end_episode`) the recording is flushed, the queue sent, and the newest package
-the learner published is verified (:func:`sim2real.deploy.finetune.policy_channel.verify_policy`: session key, newer
+the learner published is verified (:func:`sim2real.deploy.finetune.policy_package.verify_policy`: session key, newer
 version, metadata, parameter names/shapes, finite weights). Only then is it stored in the session and swapped in;
 with ``swap_at="hold"`` the newest package is also taken at every hold boundary inside an episode (there the residual
 is redrawn anyway, and any version's residual is bounded by the same ``residual_scale`` around the frozen base: a
@@ -38,7 +38,7 @@ import time
 import numpy as np
 import torch
 
-from sim2real.deploy.finetune.policy_channel import PolicyRejected, read_header, verify_policy
+from sim2real.deploy.finetune.policy_package import PolicyRejected, read_header, verify_policy
 from sim2real.configs.durable import sha256_bytes
 from sim2real.deploy.finetune.residual_sac import (
     ResidualActor, ResidualSpec, actor_template, compose_action, macro_transitions, residual_input,

@@ -1,4 +1,5 @@
-"""Arguments and entry point of ``sim2real finetune {run, learner, eval}`` (see :mod:`sim2real.deploy.finetune.runner`)."""
+"""Arguments and entry point of ``sim2real finetune {run, create, learner, eval}`` (see
+:mod:`sim2real.deploy.finetune.runner`)."""
 
 from __future__ import annotations
 
@@ -87,12 +88,15 @@ def finetune_main(args) -> int:
 
 def _finetune_command(args) -> int:
     from sim2real.configs import ConfigError
-    from sim2real.deploy.finetune.session import FinetuneSession
     from sim2real.deploy.finetune import runner as ft
+    from sim2real.deploy.finetune.config import session_config
+    from sim2real.deploy.finetune.session import FinetuneSession
 
     if args.finetune_command == "learner":
-        out = ft.run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
-                             policy_port=args.policy_port, duration_s=args.duration, parent_pid=args.parent_pid)
+        from sim2real.deploy.finetune.session_learner import run_learner
+
+        out = run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
+                          policy_port=args.policy_port, duration_s=args.duration, parent_pid=args.parent_pid)
         print(json.dumps(out))
         return 0
     if args.finetune_command == "create":
@@ -113,7 +117,7 @@ def _finetune_command(args) -> int:
                               + (f", {known[0]}-{known[-1]}" if known else "") + ")")
         if args.output and not Path(args.output).resolve().parent.is_dir():
             raise ConfigError(f"--output: the folder {Path(args.output).resolve().parent} does not exist")
-        scores = ft.score_session(session, ft.session_config(session), args.version, args.episodes)
+        scores = ft.score_session(session, session_config(session), args.version, args.episodes)
         print_scores(scores)
         if args.output:
             from sim2real.configs.durable import atomic_write_json

@@ -1,5 +1,6 @@
-"""The learner of a fine-tuning session: residual SAC with RLPD's changes (:mod:`sim2real.deploy.finetune.residual_sac`),
-fed by the robot's transitions and by prior data, publishing signed policy versions.
+"""The learner of a fine-tuning session: residual SAC with RLPD's changes
+(:mod:`sim2real.deploy.finetune.residual_sac`), fed by the robot's transitions and by prior data, publishing signed
+policy versions (the session glue, its process and loop: :mod:`sim2real.deploy.finetune.session_learner`).
 
 It runs as its own process (``sim2real finetune learner``), on the robot's computer or elsewhere (cloud-edge: the
 robot only runs inference), bound to two ZeroMQ endpoints the edge actor connects to
@@ -25,7 +26,9 @@ import logging
 import numpy as np
 import torch
 
-from sim2real.deploy.finetune.residual_sac import MixedReplayBuffer, ResidualSpec, build_sac, compose_action, export_actor
+from sim2real.deploy.finetune.residual_sac import (
+    MixedReplayBuffer, ResidualSpec, build_sac, compose_action, export_actor,
+)
 
 log = logging.getLogger("sim2real.finetune.learner")
 
@@ -51,25 +54,37 @@ def residual_batch(arrays: dict[str, np.ndarray], reward_scale: float):
             col("terminated").reshape(-1))
 
 
+def before_env_reset(env, callback) -> None:
+    """Call ``callback(ids)`` (``ids``: ``[K]`` long tensor of env indices) just before ``env`` resets those envs,
+    while their observations still show the state each ended episode ended in (the env resets inside ``step``).
+    The one place that wraps the env's ``_reset_envs`` (to become the base env's reset hook)."""
+    reset = env._reset_envs
+
+    def hooked(ids):
+        callback(ids)
+        reset(ids)
+
+    env._reset_envs = hooked
+
+
 @torch.no_grad()
 def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_envs: int, noise: float,
                    hold: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Sim rollouts of the base policy on the training config ``cfg`` (its DR on), with a residual drawn uniformly in
     [-noise, noise] (residual units) and held for ``hold`` control steps: about ``transitions`` learner transitions
-    in the format of :func:`~sim2real.deploy.finetune.residual_sac.macro_transitions` (reward: mean per control step)."""
+    in the format of :func:`~sim2real.deploy.finetune.residual_sac.macro_transitions` (reward: mean per control
+    step)."""
     from sim2real.tasks import make_env
 
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     env = make_env(cfg, num_envs=num_envs, eval_mode=True)
     terminal = {}
-    reset = env._reset_envs
 
     def keep_terminal(ids):  # the observation each ended episode ended in (the env resets inside step)
         terminal["obs"] = env.get_observations()["policy"].clone()
-        reset(ids)
 
-    env._reset_envs = keep_terminal
+    before_env_reset(env, keep_terminal)
     obs = env.get_observations()["policy"]
     keys = ("obs", "next_obs", "base_action", "next_base_action", "residual", "reward", "terminated", "truncated",
             "steps")

@@ -1,18 +1,21 @@
-"""``sim2real finetune``: on-robot fine-tuning sessions, end to end.
+"""Running a fine-tuning session on the stand-in robot (``sim2real finetune run`` / ``eval``), end to end.
 
 A session (:class:`~sim2real.deploy.finetune.session.FinetuneSession`) pairs two processes:
 
-* the **learner** (:func:`run_learner`, ``sim2real finetune learner``): residual SAC with RLPD's changes
-  (:mod:`sim2real.deploy.finetune.learner`), bound to two ZeroMQ ports, publishing signed policy versions;
+* the **learner** (:func:`~sim2real.deploy.finetune.session_learner.run_learner`, ``sim2real finetune learner``):
+  residual SAC with RLPD's changes (:mod:`sim2real.deploy.finetune.learner`), bound to two ZeroMQ ports, publishing
+  signed policy versions; :func:`start_learner_process` starts it as a child process of the actor;
 * the **edge actor** (:func:`run_actor`, inside ``sim2real finetune run``): the base policy plus the current
   residual on the robot, recording every control step to MCAP and streaming learner transitions
-  (:mod:`sim2real.deploy.finetune.actor`). Here the robot is the stand-in of :mod:`sim2real.hardware.standins.reality_gap`
-  (the training simulator shifted outside its DR ranges), paced to the wall clock.
+  (:mod:`sim2real.deploy.finetune.actor`). Here the robot is the stand-in of
+  :mod:`sim2real.hardware.standins.reality_gap` (the training simulator shifted outside its DR ranges), paced to
+  the wall clock.
 
-``sim2real finetune run --policy DIR --session DIR --minutes N`` creates (or with ``--resume`` reopens) the session,
-starts the learner as a child process (``--learner off``: none, the control session), runs the actor for N
-minutes of robot time and stops the learner. ``sim2real finetune eval --session DIR`` scores the base policy on
-the nominal simulator and on the stand-in, and the session's current version on the stand-in.
+``sim2real finetune run --policy DIR --session DIR --minutes N`` creates (or with ``--resume`` reopens) the session
+(:func:`open_session`), starts the learner as a child process (``--learner off``: none, the control session), runs
+the actor for N minutes of robot time and stops the learner. ``sim2real finetune eval --session DIR``
+(:func:`score_session`) scores the base policy on the nominal simulator and on the stand-in, and the session's
+current version on the stand-in, on the task's gap metric (:class:`~sim2real.tasks.spec.FinetuneSpec`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -29,184 +31,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from sim2real.configs import CONFIG_DIR, ConfigError, apply_overrides, load_yaml, merge_checked
+from sim2real.configs import ConfigError
+from sim2real.deploy.finetune.config import (
+    base_policy, finetune_config, residual_spec, session_config, standin_task_config, task_finetune,
+)
 from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, compose_action, residual_input
+from sim2real.deploy.finetune.session_learner import ENDPOINTS_FILE, SyncLearner, check_prior_sessions
 
 log = logging.getLogger("sim2real.finetune")
-
-FINETUNE_FILE = CONFIG_DIR / "finetune.yaml"
-#: The tasks a session can fine-tune (single-robot tasks with a stand-in gap in hardware/standins/reality_gap.py), each with
-#: the held-out metric its reality gap is measured on and whether higher is better: the hover's mean final position
-#: error [m]; the jump's success rate (on the low-friction stand-in the landing error hardly changes, but a jump
-#: that lands within tolerance without falling becomes rare).
-GAP_METRICS: dict[str, tuple[str, bool]] = {"quadrotor-hover": ("pos_error_mean", False),
-                                            "quadruped-jump": ("success_rate", True)}
-ENDPOINTS_FILE = "endpoints.json"
-LEARNER_STATE = "learner.pt"
-
-
-# --- configuration ----------------------------------------------------------------------------------
-def finetune_config(overrides: list[str] | None = None, user_file: str | Path | None = None) -> dict:
-    """The fine-tuning config: ``configs/finetune.yaml``, a user YAML merged over it, then ``--set`` overrides.
-    Raises :class:`ConfigError` naming an unknown key or a bad value."""
-    cfg = load_yaml(FINETUNE_FILE)
-    if user_file is not None:
-        cfg = _merge_deep(cfg, load_yaml(user_file))
-    cfg = apply_overrides(cfg, overrides or [])
-    check_finetune_config(cfg)
-    return cfg
-
-
-def _merge_deep(base: dict, update: dict, prefix: str = "") -> dict:
-    out = dict(base)
-    for key, value in update.items():
-        full = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            out[key] = _merge_deep(base[key], value, full)
-        else:
-            out.update(merge_checked({key: base[key]} if key in base else {}, {key: value}, prefix))
-    return out
-
-
-def session_config(session) -> dict:
-    """The resolved config a session was created with (``<session>/config.yaml``), completed with the current
-    defaults of keys added to ``configs/finetune.yaml`` since (a note on stderr names them), so that an older
-    session resumes. Raises :class:`ConfigError` for keys the current version does not know or bad values."""
-    saved = session.read_config()
-    added: list[str] = []
-
-    def fill(defaults: dict, value: dict, prefix: str) -> dict:
-        out = {}
-        for key, default in defaults.items():
-            full = f"{prefix}{key}"
-            if key not in value:
-                added.append(full)
-                out[key] = default
-            elif isinstance(default, dict) and isinstance(value[key], dict):
-                out[key] = fill(default, value[key], f"{full}.")
-            else:
-                out[key] = value[key]
-        unknown = sorted(set(value) - set(defaults))
-        if unknown:
-            raise ConfigError(f"{session.path}: config.yaml has keys this version does not know: "
-                              f"{', '.join(prefix + k for k in unknown)}")
-        return out
-
-    cfg = fill(load_yaml(FINETUNE_FILE), saved, "")
-    if added:
-        print(f"note: the session was created before these config keys existed; using their defaults: "
-              f"{', '.join(added)}", file=sys.stderr)
-    check_finetune_config(cfg)
-    return cfg
-
-
-def check_finetune_config(cfg: dict) -> None:
-    """Value checks beyond the schema; ConfigError names the key."""
-    checks = [
-        ("residual_scale", 0.0 < cfg["residual_scale"] <= 2.0, "must be in (0, 2]"),
-        ("hold_steps", cfg["hold_steps"] >= 1, "must be >= 1"),
-        ("actor.send_every", cfg["actor"]["send_every"] >= 1, "must be >= 1"),
-        ("actor.flush_every", cfg["actor"]["flush_every"] >= 1, "must be >= 1"),
-        ("actor.swap_at", cfg["actor"]["swap_at"] in ("episode", "hold"), "must be episode or hold"),
-        ("learner.n_critics", cfg["learner"]["n_critics"] >= 2, "must be >= 2"),
-        ("learner.target_subset", 1 <= cfg["learner"]["target_subset"] <= cfg["learner"]["n_critics"],
-         "must be in [1, n_critics]"),
-        ("learner.prior_fraction", 0.0 <= cfg["learner"]["prior_fraction"] <= 1.0, "must be in [0, 1]"),
-        ("learner.utd", cfg["learner"]["utd"] > 0, "must be > 0"),
-        ("learner.gamma", 0.0 < cfg["learner"]["gamma"] < 1.0, "must be in (0, 1)"),
-        ("learner.actor_ema", 0.0 <= cfg["learner"]["actor_ema"] < 1.0, "must be in [0, 1)"),
-        ("learner.batch_size", cfg["learner"]["batch_size"] >= 1, "must be >= 1"),
-        ("learner.publish_every", cfg["learner"]["publish_every"] >= 1, "must be >= 1"),
-        ("learner.max_updates_per_s", cfg["learner"]["max_updates_per_s"] > 0, "must be > 0"),
-        ("eval.episodes", cfg["eval"]["episodes"] >= 1, "must be >= 1"),
-        ("start.tilt", cfg["start"]["tilt"] >= 0, "must be >= 0"),
-        ("start.lin_vel", cfg["start"]["lin_vel"] >= 0, "must be >= 0"),
-        ("start.ang_vel", cfg["start"]["ang_vel"] >= 0, "must be >= 0"),
-        ("learner.learning_rate", cfg["learner"]["learning_rate"] > 0, "must be > 0"),
-        ("learner.tau", 0.0 < cfg["learner"]["tau"] <= 1.0, "must be in (0, 1]"),
-        ("learner.buffer_size", cfg["learner"]["buffer_size"] >= cfg["learner"]["batch_size"],
-         "must be >= learner.batch_size"),
-        ("learner.warmup", cfg["learner"]["warmup"] >= 0, "must be >= 0"),
-        ("learner.prior_transitions", cfg["learner"]["prior_transitions"] >= 0, "must be >= 0"),
-        ("learner.prior_envs", cfg["learner"]["prior_envs"] >= 1, "must be >= 1"),
-        ("learner.prior_noise", 0.0 <= cfg["learner"]["prior_noise"] <= 1.0, "must be in [0, 1]"),
-        ("learner.reward_scale", cfg["learner"]["reward_scale"] > 0, "must be > 0"),
-        ("learner.checkpoint_every_s", cfg["learner"]["checkpoint_every_s"] > 0, "must be > 0"),
-        ("learner.hidden", len(cfg["learner"]["hidden"]) >= 1 and all(int(h) >= 1 for h in cfg["learner"]["hidden"]),
-         "must be a non-empty list of layer sizes >= 1"),
-        ("learner.ent_coef", _valid_ent_coef(cfg["learner"]["ent_coef"]),
-         "must be auto, auto_<positive initial value> or a positive fixed value (SB3)"),
-        ("learner.prior_sessions", all(isinstance(p, str) and p for p in cfg["learner"]["prior_sessions"]),
-         "must be a list of session folders"),
-        ("actor.heartbeat_timeout_s", cfg["actor"]["heartbeat_timeout_s"] > 0, "must be > 0"),
-        ("link.learner_host", re.fullmatch(r"[A-Za-z0-9_.:\-\[\]*]+", str(cfg["link"]["learner_host"])) is not None,
-         "must be a host name or address"),
-        ("link.transitions_port", 1 <= cfg["link"]["transitions_port"] <= 65535, "must be in [1, 65535]"),
-        ("link.policy_port", 1 <= cfg["link"]["policy_port"] <= 65535, "must be in [1, 65535]"),
-    ]
-    for key, ok, why in checks:
-        if not ok:
-            raise ConfigError(f"config key '{key}' {why}")
-    from sim2real.hardware.standins.reality_gap import REALITY_GAPS
-
-    gap = cfg["standin"]["gap"]
-    if gap not in ("default", "none", *REALITY_GAPS):
-        raise ConfigError(f"config key 'standin.gap' must be default, none or one of {', '.join(REALITY_GAPS)}")
-
-
-def _valid_ent_coef(value) -> bool:
-    """SB3's ``ent_coef``: a positive number, ``auto`` or ``auto_<positive float>``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value > 0
-    if not isinstance(value, str):
-        return False
-    try:
-        if value.startswith("auto"):
-            return value == "auto" or (value.startswith("auto_") and float(value[5:]) > 0)
-        return float(value) > 0  # a fixed temperature given as text (the default is a string)
-    except ValueError:
-        return False
-
-
-def residual_spec(session, cfg: dict) -> ResidualSpec:
-    """The residual of a session: sizes from the base policy's metadata, bound and widths from the config."""
-    meta = session.base_metadata()
-    return ResidualSpec(obs_dim=int(meta["observation"]["dim"]), action_dim=int(meta["action"]["size"]),
-                        residual_scale=float(cfg["residual_scale"]), hidden=tuple(cfg["learner"]["hidden"]))
-
-
-def base_policy(session, cfg: dict | None = None):
-    """``(obs [N, D] -> a_base [N, A], task config)`` of the session's base policy: its training config, with the
-    session's episode starts (``start``, quadrotor tasks) when ``cfg`` is given."""
-    from sim2real.policies.artefact.onnx_policy import load_exported
-
-    base, task_cfg = load_exported(session.base_dir)
-    return base, (episode_task_config(task_cfg, cfg) if cfg is not None else task_cfg)
-
-
-def episode_task_config(task_cfg: dict, cfg: dict) -> dict:
-    """``task_cfg`` with the session's episode starts: ``start.{tilt, lin_vel, ang_vel}`` replace ``init.*`` of a
-    task that has them (the quadrotor tasks); other tasks are returned unchanged."""
-    import copy
-
-    out = copy.deepcopy(task_cfg)
-    init = out.get("init", {})
-    for key, value in cfg["start"].items():
-        if key in init:
-            init[key] = type(init[key])(value)
-    return out
-
-
-def standin_task_config(task_cfg: dict, cfg: dict) -> dict:
-    """The stand-in robot's task config: the training config shifted by ``standin.gap``."""
-    from sim2real.hardware.standins.reality_gap import REALITY_GAPS, shifted_config
-
-    gap = cfg["standin"]["gap"]
-    if gap == "none":
-        return shifted_config(task_cfg, {}, check_outside=False)
-    return shifted_config(task_cfg, None if gap == "default" else REALITY_GAPS[gap])
 
 
 # --- sessions ----------------------------------------------------------------------------------
@@ -230,9 +63,11 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
     cfg = finetune_config(overrides, user_file)
     meta = json.loads((Path(policy_dir) / "metadata.json").read_text()) \
         if (Path(policy_dir) / "metadata.json").is_file() else {}
-    if meta and meta.get("task") not in GAP_METRICS:
-        raise ConfigError(f"{policy_dir}: a fine-tuning session takes a policy of {' or '.join(GAP_METRICS)}, "
-                          f"not {meta.get('task')!r}")
+    if meta:
+        try:
+            task_finetune(meta.get("task"))
+        except ConfigError as exc:
+            raise ConfigError(f"{policy_dir}: {exc}") from None
     if meta:  # refuse now what would stop every run of the session later (its config cannot change)
         from sim2real.configs.durable import sha256_file
         from sim2real.tasks import complete_saved_config
@@ -247,250 +82,6 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
                                      robot_name=meta.get("robot", {}).get("name", "?"), config=cfg)
     session.write_config(cfg)
     return session, cfg
-
-
-# --- the learner process ----------------------------------------------------------------------------------
-def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: int = 0, policy_port: int = 0,
-                duration_s: float | None = None, seed: int | None = None, parent_pid: int | None = None) -> dict:
-    """The learner loop (see :mod:`sim2real.deploy.finetune.learner`) until SIGTERM/SIGINT or ``duration_s``,
-    or, with ``parent_pid`` (the local learner of ``finetune run``), until that process is gone (e.g. the actor was
-    killed: an orphaned learner would otherwise run forever and later write the session beside a resumed one).
-
-    Binds ``tcp://bind_host:port`` (0: an ephemeral port) and writes the bound endpoints to
-    ``<session>/learner/endpoints.json`` (atomically) for a local actor. Resumes from ``learner/learner.pt`` and the
-    ``online``/``prior`` buffer snapshots when present (prior data are generated once, at the first start).
-    Returns counters.
-    """
-    from sim2real.deploy.finetune.session import FinetuneSession
-
-    session = FinetuneSession.open(session_dir)
-    with session.exclusive("learner"):  # never two learners on one session
-        return _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid)
-
-
-def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid) -> dict:
-    from sim2real.deploy.finetune.actor import expected_metadata
-    from sim2real.deploy.finetune.policy_channel import LearnerLink, pack_policy
-    from sim2real.configs.durable import atomic_write_json, sha256_bytes
-
-    cfg = session_config(session)
-    lcfg = cfg["learner"]
-    spec = residual_spec(session, cfg)
-    key = session.load_key()
-    meta = expected_metadata(session, spec)
-    learner = make_learner(session, cfg, seed)
-
-    stop = {"flag": False}
-
-    def on_signal(signum, frame):
-        stop["flag"] = True
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    link = LearnerLink(f"tcp://{bind_host}:{transitions_port}", f"tcp://{bind_host}:{policy_port}", key=key)
-    atomic_write_json(session.learner_dir / ENDPOINTS_FILE, {**link.bound_endpoints, "pid": os.getpid()})
-    started = time.monotonic()
-    updates_at_start = learner.updates
-    last_publish = learner.updates
-    last_beat = last_ckpt = 0.0
-    published = 0
-
-    def checkpoint():
-        checkpoint_learner(session, learner)
-
-    try:
-        while not stop["flag"] and (duration_s is None or time.monotonic() - started < duration_s):
-            if parent_pid is not None and os.getppid() != parent_pid:  # reparented: the actor process died
-                log.warning("the actor process %d is gone: checkpointing and stopping", parent_pid)
-                break
-            for batch in link.recv(timeout_s=0.02):
-                learner.add_online(batch.arrays, batch.first_seq)
-            allowed = int((time.monotonic() - started) * float(lcfg["max_updates_per_s"])) \
-                - (learner.updates - updates_at_start)
-            # never past the next publication: a version every publish_every gradient steps exactly
-            to_publish = int(lcfg["publish_every"]) - (learner.updates - last_publish)
-            learner.train(max_updates=min(max(allowed, 0), 25, max(to_publish, 1)))
-            if learner.updates - last_publish >= int(lcfg["publish_every"]):
-                version = session.next_version()
-                blob = pack_policy(version, learner.actor_state(), meta, key, learner_step=learner.updates)
-                session.publish_version(blob, version=version, sha256=sha256_bytes(blob),
-                                        learner_step=learner.updates)
-                link.publish_policy(blob)
-                last_publish = learner.updates
-                published += 1
-                log.info("published version %d at %d updates", version, learner.updates)
-            now = time.monotonic()
-            if now - last_beat > 0.5:
-                link.heartbeat()
-                last_beat = now
-            if now - last_ckpt > float(lcfg["checkpoint_every_s"]):
-                checkpoint()
-                last_ckpt = now
-        checkpoint()
-    finally:
-        link.close()
-        for s, h in old.items():
-            signal.signal(s, h)
-    return {"updates": learner.updates, "published": published, **learner.stats()}
-
-
-def make_learner(session, cfg: dict, seed: int | None = None):
-    """The session's :class:`~sim2real.deploy.finetune.learner.Learner`: prior data (generated once, at the first
-    start, and kept as the ``prior`` buffer: :func:`~sim2real.deploy.finetune.learner.prior_rollouts` of the base
-    policy in sim, then the recordings of ``learner.prior_sessions``), then, when the session has one, the learner
-    checkpoint ``learner/learner.pt`` and the ``online`` buffer snapshot. A checkpoint or snapshot that cannot be
-    read gives a warning and a fresh learner whose online data are rebuilt from the session's recordings.
-
-    Raises:
-        ValueError: a prior session that is not a session, has another base policy or another ``hold_steps``."""
-    from sim2real.deploy.finetune.learner import Learner, prior_rollouts
-
-    lcfg = cfg["learner"]
-    seed = int(cfg["seed"] if seed is None else seed)
-    spec = residual_spec(session, cfg)
-    saved_prior = None
-    if "prior" in session.buffer_names():
-        try:
-            saved_prior = session.load_buffer("prior")
-        except Exception as exc:  # damaged: the prior data are made again from their sources
-            log.warning("the prior-data snapshot is damaged (%s: %s): making the prior data again",
-                        type(exc).__name__, " ".join(str(exc).split())[:200])
-    earlier = earlier_sessions_prior(session, cfg) if saved_prior is None else []
-    capacity = (len(saved_prior["reward"]) if saved_prior is not None
-                else int(lcfg["prior_transitions"]) + sum(len(e["reward"]) for e in earlier))
-    torch.manual_seed(seed)
-    learner = Learner(spec, lcfg, seed=seed, prior_capacity=capacity)
-    if saved_prior is not None:
-        learner.add_prior(saved_prior)
-        prior = saved_prior
-    else:
-        parts = []
-        if int(lcfg["prior_transitions"]) > 0:
-            base, task_cfg = base_policy(session, cfg)
-            parts.append(prior_rollouts(task_cfg, base, spec, int(lcfg["prior_transitions"]),
-                                        int(lcfg["prior_envs"]), float(lcfg["prior_noise"]), int(cfg["hold_steps"]),
-                                        seed=seed))
-        parts += earlier
-        if parts:
-            keys = sorted(set.intersection(*(set(p) for p in parts)))
-            prior = {k: np.concatenate([np.asarray(p[k], dtype=np.float32) for p in parts]) for k in keys}
-            session.save_buffer("prior", prior)
-            learner.add_prior(prior)
-        else:
-            prior = None
-    state_path = session.learner_dir / LEARNER_STATE
-    if state_path.is_file():
-        try:
-            learner.load_state_bytes(state_path.read_bytes())
-            if "online" in session.buffer_names():
-                learner.load_online_arrays(session.load_buffer("online"))
-        except Exception as exc:  # a damaged checkpoint or snapshot: the recordings still hold every transition
-            from sim2real.deploy.finetune.learner import transitions_from_recording
-
-            log.warning("the learner checkpoint %s or its online snapshot is damaged (%s: %s): starting a fresh "
-                        "learner, its online data rebuilt from the session's recordings", state_path,
-                        type(exc).__name__, " ".join(str(exc).split())[:200])
-            torch.manual_seed(seed)
-            learner = Learner(spec, lcfg, seed=seed, prior_capacity=capacity)
-            if prior is not None:
-                learner.add_prior(prior)
-            online = transitions_from_recording(session.path, int(cfg["hold_steps"]))
-            if online:
-                learner.add_online(online)
-            return learner
-        log.info("learner resumed at %d updates", learner.updates)
-    return learner
-
-
-def check_prior_sessions(folders, base_sha256: str, hold_steps: int) -> list:
-    """Open every session of ``learner.prior_sessions`` and check that it ran the base policy ``base_sha256`` with
-    ``hold_steps``; returns the sessions. Raises ValueError naming the folder otherwise (or when it is not a
-    session)."""
-    from sim2real.deploy.finetune.session import FinetuneSession
-
-    out = []
-    for folder in folders:
-        try:
-            earlier = FinetuneSession.open(folder)
-        except (FileNotFoundError, ValueError) as exc:
-            raise ValueError(f"learner.prior_sessions: {folder}: {exc}") from None
-        if earlier.base_sha256 != base_sha256:
-            raise ValueError(f"learner.prior_sessions: {folder} fine-tuned another base policy (sha256 "
-                             f"{earlier.base_sha256[:12]}..., this session's is {base_sha256[:12]}...)")
-        hold = int(session_config(earlier)["hold_steps"])
-        if hold != int(hold_steps):
-            raise ValueError(f"learner.prior_sessions: {folder} held residuals for {hold} control steps, this "
-                             f"session for {hold_steps}")
-        out.append(earlier)
-    return out
-
-
-def earlier_sessions_prior(session, cfg: dict) -> list[dict]:
-    """The learner transitions recorded by each session of ``learner.prior_sessions`` (RLPD's prior data from
-    earlier sessions on the same robot), checked by :func:`check_prior_sessions` (ValueError)."""
-    from sim2real.deploy.finetune.learner import transitions_from_recording
-
-    out = []
-    for earlier in check_prior_sessions(cfg["learner"]["prior_sessions"], session.base_sha256, cfg["hold_steps"]):
-        arrays = transitions_from_recording(earlier.path, int(cfg["hold_steps"]))
-        log.info("prior data: %d learner transitions from %s", len(arrays.get("reward", ())), earlier.path)
-        if arrays:
-            out.append(arrays)
-    return out
-
-
-def checkpoint_learner(session, learner) -> None:
-    """Write ``learner/learner.pt`` and the ``online`` buffer snapshot (each atomically)."""
-    from sim2real.configs.durable import atomic_write_bytes
-
-    atomic_write_bytes(session.learner_dir / LEARNER_STATE, learner.state_bytes())
-    session.save_buffer("online", learner.online_arrays())
-
-
-class SyncLearner:
-    """The learner in the actor's process, in turn with it (``finetune run --learner sync``): the same learner,
-    packages and verification, without the network. It has the actor-link interface the edge actor uses: each
-    :meth:`send` adds the batch, runs the gradient steps it earns (``utd``) and publishes a version every
-    ``publish_every`` steps; :meth:`poll` hands the new packages to the actor. Deterministic for a given seed (one
-    thread), which is what the learning tests need; on a robot it stalls control while it trains."""
-
-    def __init__(self, session, cfg: dict, seed: int | None = None):
-        from sim2real.deploy.finetune.actor import expected_metadata
-
-        self.session, self.cfg = session, cfg
-        self.learner = make_learner(session, cfg, seed)
-        self.spec = residual_spec(session, cfg)
-        self.key = session.load_key()
-        self.meta = expected_metadata(session, self.spec)
-        self.last_publish = self.learner.updates
-        self._outbox: list[bytes] = []
-        self.sent_batches = 0
-
-    def send(self, first_seq: int, arrays: dict) -> bool:
-        from sim2real.deploy.finetune.policy_channel import pack_policy
-        from sim2real.configs.durable import sha256_bytes
-
-        self.learner.add_online(arrays, first_seq)
-        self.learner.train()
-        self.sent_batches += 1
-        if self.learner.updates - self.last_publish >= int(self.cfg["learner"]["publish_every"]):
-            version = self.session.next_version()
-            blob = pack_policy(version, self.learner.actor_state(), self.meta, self.key,
-                               learner_step=self.learner.updates)
-            self.session.publish_version(blob, version=version, sha256=sha256_bytes(blob),
-                                         learner_step=self.learner.updates)
-            self._outbox.append(blob)
-            self.last_publish = self.learner.updates
-        return True
-
-    def poll(self) -> list[bytes]:
-        out, self._outbox = self._outbox, []
-        return out
-
-    def learner_alive(self, now=None) -> bool:
-        return True
-
-    def close(self) -> None:
-        checkpoint_learner(self.session, self.learner)
 
 
 def local_endpoints(session) -> dict:
@@ -685,7 +276,7 @@ def version_state(session, spec: ResidualSpec, version: int):
     if version <= 0:
         return None
     from sim2real.deploy.finetune.actor import expected_metadata
-    from sim2real.deploy.finetune.policy_channel import verify_policy
+    from sim2real.deploy.finetune.policy_package import verify_policy
     from sim2real.deploy.finetune.residual_sac import actor_template
 
     _, state = verify_policy(session.read_version(version), session.load_key(),
@@ -696,13 +287,19 @@ def version_state(session, spec: ResidualSpec, version: int):
 
 def score_session(session, cfg: dict, version: int | None = None, episodes: int | None = None) -> dict:
     """Held-out scores (the task's evaluation set, ``eval.seed``): the base policy on the nominal simulator and on
-    the stand-in, and ``version`` (default: the one the actor runs now) on the stand-in. The gap is measured on the
-    task's :data:`GAP_METRICS` metric (``gap_metric``; the hover's mean final position error [m], the jump's success
-    rate): ``recovered = (before - after) / (before - nominal)`` (see :func:`gap_recovered`)."""
+    the stand-in, and ``version`` (default: the one the actor runs now) on the stand-in, each the metrics dict of
+    :func:`~sim2real.policies.evaluation.evaluate`. The gap is measured on the task's ``finetune.gap_metric``
+    (``gap_metric``, see :class:`~sim2real.tasks.spec.FinetuneSpec`): ``recovered = (before - after) / (before -
+    nominal)`` (see :func:`gap_recovered`).
+
+    Raises:
+        ConfigError: the base policy's task declares no fine-tuning gap.
+    """
     from sim2real.policies.evaluation import evaluate
 
     spec = residual_spec(session, cfg)
     base, task_cfg = base_policy(session, cfg)
+    gap = task_finetune(task_cfg["task"])
     shifted = standin_task_config(task_cfg, cfg)
     n, seed = int(episodes or cfg["eval"]["episodes"]), int(cfg["eval"]["seed"])
     version = session.current_actor_version() if version is None else int(version)
@@ -713,17 +310,17 @@ def score_session(session, cfg: dict, version: int | None = None, episodes: int 
         "after": evaluate(shifted, held_residual_policy(base, spec, version_state(session, spec, version), hold),
                           n, seed),
         "version": version,
-        "gap_metric": GAP_METRICS.get(task_cfg["task"], GAP_METRICS["quadrotor-hover"])[0],
+        "gap_metric": gap.gap_metric,
     }
-    out["recovered"] = gap_recovered(out, out["gap_metric"])
+    out["recovered"] = gap_recovered(out, gap.gap_metric, gap.higher_is_better)
     return out
 
 
-def gap_recovered(scores: dict, key: str = "pos_error_mean") -> float:
-    """The share of the reality gap a version closed on the metric ``key``: ``(before - after) / (before -
-    nominal)`` for an error (lower is better), the same with the signs turned for a metric of
-    :data:`GAP_METRICS` where higher is better (1: the whole gap closed; below 0: worse than the base policy;
-    NaN: the stand-in shows no gap on it)."""
-    higher = dict(GAP_METRICS.values()).get(key, False)
-    before, after, nominal = (float(scores[k][key]) * (-1.0 if higher else 1.0) for k in ("before", "after", "nominal"))
+def gap_recovered(scores: dict, key: str, higher_is_better: bool) -> float:
+    """The share of the reality gap a version closed on the metric ``key`` of ``scores`` (``{"nominal", "before",
+    "after"}`` -> metrics): ``(before - after) / (before - nominal)`` for an error (lower is better), the same with
+    the signs turned for a metric where higher is better (the task's ``finetune.higher_is_better``). 1: the whole
+    gap closed; below 0: worse than the base policy; NaN: the stand-in shows no gap on it."""
+    sign = -1.0 if higher_is_better else 1.0
+    before, after, nominal = (float(scores[k][key]) * sign for k in ("before", "after", "nominal"))
     return (before - after) / (before - nominal) if before - nominal > 1e-9 else float("nan")

@@ -8,9 +8,9 @@ Layout (``FinetuneSession.path``)::
                              directory without it is not a session (an interrupted ``create``).
     config.yaml              the resolved fine-tuning config (``write_config``, yaml.safe_dump)
     key                      the session key: 32 random bytes as 64 hex characters + newline, mode 0o600, created
-                             once (``load_key``). It authenticates the learner to the actor (see policy_channel).
+                             once (``load_key``). It authenticates the learner to the actor (see policy_package).
     base/                    the base policy (version 0): policy.onnx (+ policy.onnx.data) + metadata.json
-    versions/vNNNNNN.pkg     every published policy version package (bytes, see :mod:`policy_channel`)
+    versions/vNNNNNN.pkg     every published policy version package (bytes, see :mod:`policy_package`)
     versions/manifest.jsonl  one line per published version: {version, sha256, created_s, learner_step, size}
     versions/actor.jsonl     one line per actor decision: {version, sha256, accepted, reason, episode, time_s}
     recordings/              the recorder's MCAP files (created empty here)
@@ -55,7 +55,8 @@ import numpy as np
 import yaml
 
 from sim2real.configs.durable import (
-    append_jsonl, atomic_write_bytes, atomic_write_json, atomic_writer, fsync_dir, read_jsonl, sha256_bytes, sha256_file,
+    append_jsonl, atomic_write_bytes, atomic_write_json, atomic_writer, fsync_dir, read_jsonl, sha256_bytes,
+    sha256_file,
 )
 
 SCHEMA_VERSION = 1
@@ -70,7 +71,8 @@ RECORDINGS_DIR = "recordings"
 BUFFERS_DIR = "buffers"
 LEARNER_DIR = "learner"
 METRICS_FILE = "metrics.jsonl"
-# The exported-policy files (same names as sim2real.policies.artefact.metadata, not imported here: that pulls in the tasks).
+# The exported-policy files (same names as sim2real.policies.artefact.metadata, not imported here: that pulls in
+# the tasks).
 ONNX_FILE = "policy.onnx"
 ONNX_DATA_FILE = "policy.onnx.data"
 METADATA_FILE = "metadata.json"
@@ -382,7 +384,7 @@ class FinetuneSession:
         Publishing a version already stored with the same sha256 is a no-op returning its record (the actor may
         store what it receives from a learner on another machine); otherwise ``version`` must be greater than
         every version in the manifest (ValueError)."""
-        from sim2real.deploy.finetune.policy_channel import PolicyRejected, open_package
+        from sim2real.deploy.finetune.policy_package import PolicyRejected, open_package
 
         package_bytes = bytes(package_bytes)
         version = int(version)

@@ -1,4 +1,5 @@
-"""Fine-tuning session set-up: config checks, the tasks a session accepts, and the gap-recovered formula."""
+"""Fine-tuning session set-up: config checks, the tasks a session accepts (their spec's finetune part), and the
+gap-recovered formula."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pytest
 
 from sim2real.configs import ConfigError
 from sim2real.deploy.finetune import runner as ft
+from sim2real.deploy.finetune import session_learner
+from sim2real.deploy.finetune.config import finetune_config, task_finetune
 
-PRETRAINED = Path(__file__).resolve().parents[2] / "policies" / "pretrained"
+PRETRAINED = Path(__file__).resolve().parents[3] / "policies" / "pretrained"
 
 
 def scores(metric: str, nominal: float, before: float, after: float) -> dict:
@@ -19,20 +22,29 @@ def scores(metric: str, nominal: float, before: float, after: float) -> dict:
 
 def test_gap_recovered_on_an_error_and_on_a_success_rate():
     # the hover's error: 0.05 m nominal, 0.25 m on the stand-in, 0.10 m after: (0.25 - 0.10) / (0.25 - 0.05)
-    assert ft.gap_recovered(scores("pos_error_mean", 0.05, 0.25, 0.10), "pos_error_mean") == pytest.approx(0.75)
+    assert ft.gap_recovered(scores("pos_error_mean", 0.05, 0.25, 0.10), "pos_error_mean", False) == pytest.approx(0.75)
     # the jump's success: 0.96 nominal, 0.16 on the stand-in, 0.56 after: (0.56 - 0.16) / (0.96 - 0.16)
-    assert ft.gap_recovered(scores("success_rate", 0.96, 0.16, 0.56), "success_rate") == pytest.approx(0.5)
+    assert ft.gap_recovered(scores("success_rate", 0.96, 0.16, 0.56), "success_rate", True) == pytest.approx(0.5)
     # worse than the base policy is negative, a stand-in without a gap is NaN
-    assert ft.gap_recovered(scores("success_rate", 0.96, 0.16, 0.08), "success_rate") == pytest.approx(-0.1)
-    assert math.isnan(ft.gap_recovered(scores("pos_error_mean", 0.2, 0.2, 0.1), "pos_error_mean"))
+    assert ft.gap_recovered(scores("success_rate", 0.96, 0.16, 0.08), "success_rate", True) == pytest.approx(-0.1)
+    assert math.isnan(ft.gap_recovered(scores("pos_error_mean", 0.2, 0.2, 0.1), "pos_error_mean", False))
 
 
-def test_every_task_with_a_gap_metric_reports_it():
-    assert ft.GAP_METRICS == {"quadrotor-hover": ("pos_error_mean", False), "quadruped-jump": ("success_rate", True)}
+def test_the_tasks_declare_their_gap_metric():
+    from sim2real.tasks import tasks
+
+    declared = {name: (spec.finetune.gap_metric, spec.finetune.higher_is_better)
+                for name, spec in tasks().items() if spec.finetune is not None}
+    assert declared == {"quadrotor-hover": ("pos_error_mean", False), "quadruped-jump": ("success_rate", True)}
+    assert task_finetune("quadruped-jump").higher_is_better
+    with pytest.raises(ConfigError, match="task 'quadrotor-swarm' declares no fine-tuning gap"):
+        task_finetune("quadrotor-swarm")
+    with pytest.raises(ConfigError, match="unknown task 'nope'"):
+        task_finetune("nope")
 
 
 def test_a_session_refuses_a_policy_of_another_task(tmp_path):
-    with pytest.raises(ConfigError, match="quadrotor-hover or quadruped-jump, not 'quadrotor-swarm'"):
+    with pytest.raises(ConfigError, match="task 'quadrotor-swarm' declares no fine-tuning gap"):
         ft.open_session(tmp_path / "s", PRETRAINED / "quadrotor-swarm", resume=False)
     assert not (tmp_path / "s").exists()  # nothing written
 
@@ -53,7 +65,7 @@ def test_a_session_refuses_a_policy_of_another_task(tmp_path):
 ])
 def test_bad_config_values_are_refused_naming_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
-        ft.finetune_config([override])
+        finetune_config([override])
 
 
 def test_a_resumed_session_keeps_its_config(tmp_path):
@@ -82,7 +94,7 @@ def test_earlier_sessions_join_the_prior_data_and_mismatched_ones_are_refused(tm
 
     later, cfg = ft.open_session(tmp_path / "later", hover, resume=False,
                                  overrides=["hold_steps=10", f"learner.prior_sessions=[{earlier.path}]"])
-    learner = ft.make_learner(later, cfg)
+    learner = session_learner.make_learner(later, cfg)
     assert learner.buffer.prior.size() == len(arrays["reward"])
     assert later.buffer_names() == ["prior"] and len(later.load_buffer("prior")["reward"]) == len(arrays["reward"])
 
@@ -113,13 +125,13 @@ def test_a_damaged_learner_checkpoint_gives_a_fresh_learner_fed_from_the_recordi
                                    overrides=["hold_steps=10", "learner.warmup=10", "learner.batch_size=16",
                                               "learner.hidden=[16,16]"])
     ft.run_actor(session, cfg, minutes=3.0 / 60.0, learner="sync", realtime=False)  # checkpoints at its end
-    state = session.learner_dir / ft.LEARNER_STATE
-    good = ft.make_learner(session, cfg)
+    state = session.learner_dir / session_learner.LEARNER_STATE
+    good = session_learner.make_learner(session, cfg)
     assert good.updates > 0 and good.buffer.online.size() > 0
     state.write_bytes(state.read_bytes()[:100])  # truncated, as by a full disk
     (session.buffers_dir / "online.npz").write_bytes(b"garbage")
     with caplog.at_level(logging.WARNING, logger="sim2real.finetune"):
-        fresh = ft.make_learner(session, cfg)
+        fresh = session_learner.make_learner(session, cfg)
     assert "is damaged" in caplog.text and "rebuilt from the session's recordings" in caplog.text
     assert fresh.updates == 0
     # every complete held residual of the recording is back in the online buffer

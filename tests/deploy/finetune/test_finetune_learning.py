@@ -22,8 +22,9 @@ import torch
 
 from sim2real.deploy.finetune.session import FinetuneSession
 from sim2real.deploy.finetune import runner as ft
+from sim2real.deploy.finetune.config import residual_spec
 
-PRETRAINED = Path(__file__).resolve().parents[2] / "policies" / "pretrained" / "quadrotor-hover"
+PRETRAINED = Path(__file__).resolve().parents[3] / "policies" / "pretrained" / "quadrotor-hover"
 ROBOT_MINUTES = 15_000 * 0.01 / 60.0  # 15 000 control steps at 100 Hz: 150 s of robot time (improvements measured
 # here: 0.048, 0.072, 0.058 m for seeds 0-2; at 10 000 steps seed 0 gave 0.023 m)
 SEEDS = (0, 1, 2)
@@ -69,7 +70,7 @@ def test_sessions_push_new_policies(sessions):
         assert version >= 1 and s["run"]["version"] == version
         record = session.version_record(version)
         assert record["sha256"] != session.base_sha256
-        state = ft.version_state(session, ft.residual_spec(session, session.read_config()), version)
+        state = ft.version_state(session, residual_spec(session, session.read_config()), version)
         assert float(state["mu.weight"].abs().sum()) > 0.0  # the residual is no longer the zero of version 0
 
 

@@ -16,13 +16,15 @@ import torch
 
 import sim2real
 from sim2real.deploy.finetune.actor import EdgeActor, expected_metadata, transition_sizes
-from sim2real.deploy.finetune.policy_channel import ActorLink, LearnerLink, pack_package, pack_policy, read_header
+from ros_helpers import wait_for
+
+from sim2real.deploy.finetune.policy_channel import ActorLink, LearnerLink
+from sim2real.deploy.finetune.policy_package import pack_package, pack_policy, read_header
 from sim2real.deploy.recording.layout import TransitionLayout
 from sim2real.deploy.recording.transitions import TransitionRecorder, read_transitions
-from ros_helpers import wait_for
 from sim2real.deploy.finetune.session import FinetuneSession
 from sim2real.configs.durable import sha256_bytes
-from sim2real.deploy.finetune.runner import base_policy, finetune_config, residual_spec, standin_task_config
+from sim2real.deploy.finetune.config import base_policy, finetune_config, residual_spec, standin_task_config
 from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, residual_input
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"

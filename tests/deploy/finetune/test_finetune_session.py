@@ -114,7 +114,7 @@ def check_versions(data: dict, decisions: list[dict], hold_steps: int) -> None:
 
 
 def hold_steps_of(session_dir: Path) -> int:
-    from sim2real.deploy.finetune.runner import session_config
+    from sim2real.deploy.finetune.config import session_config
 
     return int(session_config(FinetuneSession.open(session_dir))["hold_steps"])
 

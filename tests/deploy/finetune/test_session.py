@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from sim2real.deploy.finetune import session as session_mod
-from sim2real.deploy.finetune.policy_channel import pack_policy, read_header
+from sim2real.deploy.finetune.policy_package import pack_policy, read_header
 from sim2real.deploy.finetune.session import FinetuneSession
 from sim2real.configs.durable import (
     append_jsonl,

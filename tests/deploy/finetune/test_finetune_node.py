@@ -24,9 +24,9 @@ from std_msgs.msg import Bool, Float32MultiArray, String
 
 import sim2real
 from sim2real.configs import load_robot
-from sim2real.deploy.finetune.node import (
-    PHASE_EPISODE, PHASE_READY, PHASE_SAFE_STOP, STATUS_FIELDS, FinetuneNode, FinetuneOptions, HoverReward,
-)
+from sim2real.deploy.finetune.node import STATUS_FIELDS, FinetuneNode
+from sim2real.deploy.finetune.node_episodes import PHASE_EPISODE, PHASE_READY, PHASE_SAFE_STOP
+from sim2real.deploy.finetune.node_options import FinetuneOptions
 from sim2real.deploy.recording.transitions import read_transitions
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from ros_helpers import TopicRecorder, wait_until
@@ -88,8 +88,8 @@ class FakeLink:
 def version_package(session, version: int, mu_bias: float) -> bytes:
     """A signed residual version whose deterministic residual is ``tanh(mu_bias)`` on every action."""
     from sim2real.deploy.finetune.actor import expected_metadata
-    from sim2real.deploy.finetune.policy_channel import pack_policy
-    from sim2real.deploy.finetune.runner import residual_spec
+    from sim2real.deploy.finetune.policy_package import pack_policy
+    from sim2real.deploy.finetune.config import residual_spec
     from sim2real.deploy.finetune.residual_sac import ResidualActor
 
     spec = residual_spec(session, session.read_config())
@@ -216,7 +216,9 @@ def odometry_observations(odoms: list, goal, obs_builder) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------------- the reward
 def test_hover_reward_equals_the_task_envs_reward():
-    """HoverReward (the node's) gives the evaluation env's reward for the same states, actions and crashes."""
+    """The node's reward (the task spec's finetune.reward) gives the evaluation env's reward for the same states,
+    actions and crashes."""
+    from sim2real.deploy.finetune.config import edge_reward
     from sim2real.policies.artefact.onnx_policy import load_exported
     from sim2real.tasks import make_env
     from sim2real.tasks.state import RobotState
@@ -225,7 +227,7 @@ def test_hover_reward_equals_the_task_envs_reward():
     torch.manual_seed(0)
     env = make_env(task_cfg, num_envs=8, eval_mode=True)
     env._reset_envs = lambda ids: None  # keep the state an episode ended in (crashes included)
-    reward_fn = HoverReward(task_cfg, env.control_dt)
+    reward_fn = edge_reward(task_cfg["task"])(task_cfg, env.control_dt)
     obs = env.get_observations()["policy"]
     crashes = 0
     for step in range(12):
@@ -458,7 +460,7 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
 def test_deploy_finetune_refuses_other_robots_and_policies(session, tmp_path, capsys, swarm_policy):
     from sim2real.cli import main
     from sim2real.deploy.finetune.session import FinetuneSession
-    from sim2real.deploy.finetune.runner import finetune_config
+    from sim2real.deploy.finetune.config import finetune_config
 
     def error(argv) -> str:
         assert main(argv) == 2
@@ -469,7 +471,7 @@ def test_deploy_finetune_refuses_other_robots_and_policies(session, tmp_path, ca
     assert "flies quadrotors" in error(["deploy", "--finetune", str(session.path), "--robot", "go2"])
     swarm = FinetuneSession.create(tmp_path / "swarm_session", swarm_policy(), task="quadrotor-swarm",
                                    robot_name="crazyflie2", config=finetune_config())
-    assert "quadrotor-hover" in error(["deploy", "--finetune", str(swarm.path), "--robot", "crazyflie2"])
+    assert "declares no fine-tuning gap" in error(["deploy", "--finetune", str(swarm.path), "--robot", "crazyflie2"])
     assert "--goal" in error(["deploy", "--finetune", str(session.path), "--robot", "crazyflie2",
                               "--goal", "0", "0", "1"])
     assert "geofence" in error(["deploy", "--finetune", str(session.path), "--robot", "crazyflie2",

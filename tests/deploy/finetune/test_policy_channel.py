@@ -1,4 +1,5 @@
-"""Signed policy packages (every refusal reason, with real weights) and the ZeroMQ actor/learner link on loopback."""
+"""Signed policy packages (policy_package: every refusal reason, with real weights) and the ZeroMQ actor/learner
+link on loopback (policy_channel)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import pytest
 import torch
 
 from sim2real.deploy.finetune.policy_channel import (
-    POLICY_MAGIC, ActorLink, LearnerLink, PolicyRejected, TransitionBatch, decode_transitions, encode_transitions,
-    pack_package, pack_policy, read_header, verify_policy,
+    ActorLink, LearnerLink, TransitionBatch, decode_transitions, encode_transitions,
+)
+from sim2real.deploy.finetune.policy_package import (
+    POLICY_MAGIC, PolicyRejected, pack_package, pack_policy, read_header, verify_policy,
 )
 from ros_helpers import wait_for
 
