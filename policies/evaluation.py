@@ -43,3 +43,22 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
     finally:
         set_rng_state(saved_rng)
     return {"task": cfg["task"], **env.summarize_outcomes(outcome), "num_episodes": n, "seed": seed}
+
+
+def plan_hooks(task: str) -> tuple[Callable, Callable, Callable]:
+    """``(load, evaluate, report)`` of ``task``'s plan files (its spec's :class:`~sim2real.tasks.spec.PlanHooks`):
+    ``load(path, cfg) -> (plans, cfg)``, ``evaluate(cfg, policy, plans, repeats=...) -> metrics``,
+    ``report(metrics) -> str``.
+
+    Raises:
+        ConfigError: the task declares no plan files (one line naming the task and the tasks that do).
+        UnknownTaskError: ``task`` is not registered.
+    """
+    from sim2real.configs import ConfigError
+    from sim2real.tasks import get_task, tasks
+
+    spec = get_task(task)
+    if spec.plans is None:
+        takers = [name for name, other in tasks().items() if other.plans is not None]
+        raise ConfigError(f"--plans applies to {', '.join(takers) or 'no registered task'}, not {task}")
+    return spec.hook(spec.plans.load), spec.hook(spec.plans.evaluate), spec.hook(spec.plans.report)

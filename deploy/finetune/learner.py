@@ -54,19 +54,6 @@ def residual_batch(arrays: dict[str, np.ndarray], reward_scale: float):
             col("terminated").reshape(-1))
 
 
-def before_env_reset(env, callback) -> None:
-    """Call ``callback(ids)`` (``ids``: ``[K]`` long tensor of env indices) just before ``env`` resets those envs,
-    while their observations still show the state each ended episode ended in (the env resets inside ``step``).
-    The one place that wraps the env's ``_reset_envs`` (to become the base env's reset hook)."""
-    reset = env._reset_envs
-
-    def hooked(ids):
-        callback(ids)
-        reset(ids)
-
-    env._reset_envs = hooked
-
-
 @torch.no_grad()
 def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_envs: int, noise: float,
                    hold: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -84,7 +71,7 @@ def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_en
     def keep_terminal(ids):  # the observation each ended episode ended in (the env resets inside step)
         terminal["obs"] = env.get_observations()["policy"].clone()
 
-    before_env_reset(env, keep_terminal)
+    env.add_reset_callback(keep_terminal)  # (the base env calls it before it resets the ended envs)
     obs = env.get_observations()["policy"]
     keys = ("obs", "next_obs", "base_action", "next_base_action", "residual", "reward", "terminated", "truncated",
             "steps")

@@ -131,13 +131,10 @@ class SimulatedRobot:
         # The env resets an ended episode inside step(); keep the observation of the state it ended in (the
         # transition's next state, which a time-out bootstraps from).
         self._terminal_obs: torch.Tensor | None = None
-        reset = self.env._reset_envs
-
-        def reset_keeping_terminal(ids):
+        def keep_terminal(ids):
             self._terminal_obs = self.env.get_observations()["policy"].clone()
-            reset(ids)
 
-        self.env._reset_envs = reset_keeping_terminal
+        self.env.add_reset_callback(keep_terminal)  # called before the env resets the ended envs
         self._next_tick = time.monotonic()
 
     @property
