@@ -5,7 +5,7 @@ object ``x`` (the robot state, the actions and whatever task quantities the term
 side or fine-tuning alike) and the task's reward parameters (``rewards.params`` of its config), and lists them in
 ``TERMS`` (name -> function). The config holds the weights apart from the parameters (``rewards.weights``: one per
 term, a weight for a term no code computes is refused by :func:`check_reward_config`; ``rewards.params``;
-``rewards.scale``: the overall scale).
+``rewards.scale``: the overall scale). Terms several tasks share (base velocities, tilt, action rate) are here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,29 @@ from typing import Callable, Mapping
 import torch
 
 from sim2real.configs import ConfigError
+from sim2real.sim.rotations import quat_to_rotmat
 
 RewardTerm = Callable[[object, dict], torch.Tensor]
+
+
+def lin_vel_l2(x, p: dict) -> torch.Tensor:
+    """``|v|^2`` [m^2/s^2] of the base, world frame (``x.state.base_lin_vel_w``)."""
+    return torch.sum(torch.square(x.state.base_lin_vel_w), dim=-1)
+
+
+def ang_vel_l2(x, p: dict) -> torch.Tensor:
+    """``|omega|^2`` [rad^2/s^2] of the base, body frame (``x.state.base_ang_vel_b``)."""
+    return torch.sum(torch.square(x.state.base_ang_vel_b), dim=-1)
+
+
+def tilt(x, p: dict) -> torch.Tensor:
+    """``1 - R_zz`` of the base orientation (0 level, 2 upside down; ``x.state.base_quat_w``, w, x, y, z)."""
+    return 1.0 - quat_to_rotmat(x.state.base_quat_w)[:, 2, 2]
+
+
+def action_rate_l2(x, p: dict) -> torch.Tensor:
+    """``|a_t - a_{t-1}|^2`` (``x.actions``, ``x.last_actions``, normalised actions)."""
+    return torch.sum(torch.square(x.actions - x.last_actions), dim=-1)
 
 
 def compute_terms(terms: Mapping[str, RewardTerm], x, params: dict) -> dict[str, torch.Tensor]:

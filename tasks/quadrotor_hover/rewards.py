@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sim2real.sim.rotations import quat_to_rotmat
-from sim2real.tasks.rewards import compute_terms, weighted_reward_sum
+from sim2real.tasks.rewards import (
+    action_rate_l2, ang_vel_l2, compute_terms, lin_vel_l2, tilt, weighted_reward_sum,
+)
 from sim2real.tasks.state import RobotState
 
 
@@ -47,33 +48,13 @@ def precision(x: HoverRewardInputs, p: dict) -> torch.Tensor:
     return torch.exp(-x.pos_err / p["precision_scale"])
 
 
-def lin_vel(x: HoverRewardInputs, p: dict) -> torch.Tensor:
-    """``|v|^2`` [m^2/s^2], world frame."""
-    return torch.sum(torch.square(x.state.base_lin_vel_w), dim=-1)
-
-
-def ang_vel(x: HoverRewardInputs, p: dict) -> torch.Tensor:
-    """``|omega|^2`` [rad^2/s^2], body frame."""
-    return torch.sum(torch.square(x.state.base_ang_vel_b), dim=-1)
-
-
-def tilt(x: HoverRewardInputs, p: dict) -> torch.Tensor:
-    """``1 - R_zz`` (0 level, 2 upside down)."""
-    return 1.0 - quat_to_rotmat(x.state.base_quat_w)[:, 2, 2]
-
-
-def action_rate(x: HoverRewardInputs, p: dict) -> torch.Tensor:
-    """``|a_t - a_{t-1}|^2``."""
-    return torch.sum(torch.square(x.actions - x.last_actions), dim=-1)
-
-
 def termination(x: HoverRewardInputs, p: dict) -> torch.Tensor:
     """1 on a crash (paid once)."""
     return x.crash.float()
 
 
-TERMS = {"position": position, "precision": precision, "lin_vel": lin_vel, "ang_vel": ang_vel, "tilt": tilt,
-         "action_rate": action_rate, "termination": termination}
+TERMS = {"position": position, "precision": precision, "lin_vel": lin_vel_l2, "ang_vel": ang_vel_l2,
+         "tilt": tilt, "action_rate": action_rate_l2, "termination": termination}
 #: Terms paid once (not multiplied by the control period).
 ONCE = ("termination",)
 #: Terms whose weight grows with the curriculum's global penalty schedule.

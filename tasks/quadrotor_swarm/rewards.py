@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sim2real.sim.rotations import quat_to_rotmat
-from sim2real.tasks.rewards import compute_terms
+from sim2real.tasks.rewards import action_rate_l2, ang_vel_l2, compute_terms, lin_vel_l2, tilt
 
 TERMS_PLACEHOLDER = True
 EVENT_TERMS = ("collision_drone", "collision_obstacle", "collision_floor")
@@ -89,30 +88,10 @@ def speed_limit(x: SwarmRewardInputs, p: dict) -> torch.Tensor:
     return (speed - p["max_speed"]).clamp_min(0.0).square()
 
 
-def lin_vel(x: SwarmRewardInputs, p: dict) -> torch.Tensor:
-    """``|v|^2`` [m^2/s^2]."""
-    return torch.sum(torch.square(x.state.base_lin_vel_w), dim=-1)
-
-
-def ang_vel(x: SwarmRewardInputs, p: dict) -> torch.Tensor:
-    """``|omega|^2`` [rad^2/s^2], body frame."""
-    return torch.sum(torch.square(x.state.base_ang_vel_b), dim=-1)
-
-
-def tilt(x: SwarmRewardInputs, p: dict) -> torch.Tensor:
-    """``1 - R_zz``."""
-    return 1.0 - quat_to_rotmat(x.state.base_quat_w)[:, 2, 2]
-
-
-def action_rate(x: SwarmRewardInputs, p: dict) -> torch.Tensor:
-    """``|a_t - a_{t-1}|^2``."""
-    return torch.sum(torch.square(x.actions - x.last_actions), dim=-1)
-
-
 TERMS = {"distance": distance, "goal": goal, "proximity": proximity, "obstacle_proximity": obstacle_proximity,
          "collision_drone": collision_drone, "collision_obstacle": collision_obstacle,
-         "collision_floor": collision_floor, "speed_limit": speed_limit, "lin_vel": lin_vel, "ang_vel": ang_vel,
-         "tilt": tilt, "action_rate": action_rate}
+         "collision_floor": collision_floor, "speed_limit": speed_limit, "lin_vel": lin_vel_l2,
+         "ang_vel": ang_vel_l2, "tilt": tilt, "action_rate": action_rate_l2}
 
 
 def compute(x: SwarmRewardInputs, params: dict) -> dict[str, torch.Tensor]:
