@@ -147,7 +147,9 @@ class Sim2RealRunner(OnPolicyRunner):
             self.logger.writer.add_image("Curriculum/task_space", image, it, dataformats="HWC")
 
     def evaluate_and_keep_best(self, it: int) -> dict:
-        """Score the current policy on the held-out set; write ``best.pt`` when it improves. A run on
+        """Score the current policy on the selection set (the task's held-out distribution drawn from
+        ``eval.selection_seed``, disjoint from the ``eval.seed`` set that ``sim2real eval`` reports, so the figure a
+        user reads is not the one ``best.pt`` was picked on); write ``best.pt`` when it improves. A run on
         ``--sim isaaclab`` scores on MuJoCo Warp (the solver of Isaac Lab's ``newton_mjwarp`` physics), since Isaac
         Lab keeps one simulation per process and the training envs hold it."""
         policy = self.alg.get_policy()
@@ -155,7 +157,8 @@ class Sim2RealRunner(OnPolicyRunner):
         backend = "mujoco-warp" if self.task_cfg.get("sim", {}).get("backend") == "isaaclab" else None
         try:
             metrics = evaluate(self.task_cfg, lambda o: policy({"policy": o}),
-                               num_episodes=self.task_cfg["train"]["eval_episodes"], sim_backend=backend)
+                               num_episodes=self.task_cfg["train"]["eval_episodes"],
+                               seed=self.task_cfg["eval"]["selection_seed"], sim_backend=backend)
         finally:
             self.alg.train_mode()
         metrics["iteration"] = it

@@ -111,6 +111,9 @@ def check_train(cfg: dict) -> None:
     require(train["schedule"] in ("adaptive", "fixed"), "train.schedule", "must be 'adaptive' or 'fixed'")
     require(train["init_std"] > 0, "train.init_std", "must be positive")
     require(cfg["eval"]["num_episodes"] >= 1, "eval.num_episodes", "must be at least 1")
+    require(cfg["eval"]["selection_seed"] != cfg["eval"]["seed"], "eval.selection_seed",
+            f"must differ from eval.seed ({cfg['eval']['seed']}): the set that picks best.pt is held out from the "
+            f"set sim2real eval reports")
 
 
 def check_device(device: str) -> None:

@@ -111,3 +111,24 @@ def test_corrupt_checkpoint_is_a_clear_error(tiny_run, tmp_path):
     torch.save({"weights": torch.zeros(3)}, other)
     with pytest.raises(CheckpointError, match="not a sim2real checkpoint"):
         load_checkpoint(other)
+
+
+def test_best_pt_is_chosen_on_a_set_held_out_from_the_eval_set(tmp_path, monkeypatch):
+    """The periodic evaluation that picks best.pt draws its episodes from ``eval.selection_seed``, not from the
+    ``eval.seed`` set that ``sim2real eval`` reports (so the reported figure is not the one best.pt was picked on)."""
+    from sim2real.policies import runner as runner_mod
+    from sim2real.tasks import task_config
+
+    cfg = task_config("quadrotor-hover", ["env.num_envs=16", "train.eval_episodes=8"])
+    seeds = []
+
+    def fake_evaluate(cfg_, policy, num_episodes=None, seed=None, sim_backend=None):
+        seeds.append(seed)
+        return {"success_rate": 0.0, "score": 0.0}
+
+    monkeypatch.setattr(runner_mod, "evaluate", fake_evaluate)
+    runner = Sim2RealRunner(make_env(cfg), cfg, tmp_path / "run", progress=False)
+    runner.evaluate_and_keep_best(0)
+    assert seeds == [cfg["eval"]["selection_seed"]]
+    assert cfg["eval"]["selection_seed"] != cfg["eval"]["seed"]
+    assert (tmp_path / "run" / "best.pt").is_file()
