@@ -109,8 +109,9 @@ def cmd_list(args) -> int:
     from sim2real.configs import available_robots, load_robot
     from sim2real.tasks import tasks
 
+    specs = tasks()  # (an extra task folder that cannot be registered is refused before anything is printed)
     print("tasks:")
-    for spec in tasks().values():
+    for spec in specs.values():
         print(f"  {spec.name:20s} {spec.description}")
     print("robots:")
     for name in available_robots():
@@ -193,7 +194,7 @@ def cmd_export(args) -> int:
 
     path, _ = ck.load_task_checkpoint(args.checkpoint, args.task, args.runs_root)
     out = Path(args.output) if args.output else path.parent / "policy"
-    export_policy(path, out, ck.git_revision())
+    export_policy(path, out, ck.git_revision(), overwrite=args.force)
     print(f"exported {path} to {out}/policy.onnx + metadata.json")
     return 0
 
@@ -311,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True)
     p.add_argument("--checkpoint", default="best", help="PATH|latest|best (default best)")
     p.add_argument("--output", help="output folder (default <run>/policy)")
+    p.add_argument("--force", action="store_true", help="replace an exported policy already in the output folder")
     p.add_argument("--runs-root", type=Path)
     p.set_defaults(func=cmd_export)
 
@@ -431,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError, ExportError) as exc:
         print("error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # (train's says where it saved the last completed update)
+        print("\n" + (str(exc) or "interrupted"), file=sys.stderr)
         return 130
 
 

@@ -117,10 +117,33 @@ def load_task_checkpoint(spec: str, task: str, root: Path | None = None) -> tupl
     """Resolve ``spec`` (see :func:`resolve_checkpoint`) and load it; raises :class:`CheckpointError` if it is
     missing, corrupt, or was trained for another task."""
     path = resolve_checkpoint(spec, task, root)
-    data = load_checkpoint(path)
+    try:
+        data = load_checkpoint(path)
+    except CheckpointError as damaged:
+        if spec != "latest" and not Path(spec).is_dir():
+            raise
+        # The newest checkpoint is damaged (a crash mid-write of a copy, a full disk): take the newest intact one
+        # before it, with a note; the damaged file stays where it is.
+        path, data = _newest_intact(path.parent, before=path, damaged=damaged)
     if data["infos"]["config"]["task"] != task:
         raise CheckpointError(f"{path} belongs to task '{data['infos']['config']['task']}', not '{task}'")
     return path, data
+
+
+def _newest_intact(run: Path, before: Path, damaged: CheckpointError) -> tuple[Path, dict]:
+    """The newest checkpoint of ``run`` older than ``before`` that loads, with a note on stderr naming the damaged
+    one; raises ``damaged`` when there is none."""
+    import sys
+
+    for older in reversed([p for p in list_checkpoints(run) if checkpoint_iteration(p) < checkpoint_iteration(before)]):
+        try:
+            data = load_checkpoint(older)
+        except CheckpointError:
+            continue
+        print(f"note: {damaged}; resuming from the newest intact checkpoint, {older.name} (the damaged file is left "
+              f"as it is)", file=sys.stderr)
+        return older, data
+    raise damaged
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -129,7 +152,7 @@ def load_checkpoint(path: Path) -> dict:
         data = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises many kinds for truncated/corrupt files
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(exc).__name__}: {detail}") from None
+        raise CheckpointError(f"checkpoint {path} is damaged (cannot be read: {type(exc).__name__}: {detail})") from None
     if not isinstance(data, dict) or "actor_state_dict" not in data or not isinstance(data.get("infos"), dict) \
             or "config" not in data["infos"]:
         raise CheckpointError(f"{path} is not a sim2real checkpoint (missing actor weights or config)")

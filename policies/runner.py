@@ -10,6 +10,7 @@ TensorBoard scalars are still written by rsl-rl's logger).
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -117,6 +118,9 @@ class Sim2RealRunner(OnPolicyRunner):
         if self.run_dir is not None and every > 0 and ((it + 1) % every == 0 or it + 1 == total_it):
             self.evaluate_and_keep_best(it)
             stats["eval_success"] = self.last_eval["success_rate"]
+        # The state of this completed update, kept until the next one completes (see save_interrupted). Taken after
+        # the evaluation (which restores the RNG states it used), as the regular save right after this hook is.
+        self._completed = copy.deepcopy(self.checkpoint())
         if self._progress:
             if self._bar is None:
                 from tqdm import tqdm
@@ -179,6 +183,13 @@ class Sim2RealRunner(OnPolicyRunner):
         distributed run writes nothing."""
         if getattr(self, "is_distributed", False) and getattr(self, "gpu_global_rank", 0) != 0:
             return
+        atomic_torch_save(self.checkpoint(infos), Path(path))
+        if prune and self.run_dir is not None:
+            prune_checkpoints(self.run_dir, int(self.task_cfg["train"]["keep_last"]))
+
+    def checkpoint(self, infos: dict | None = None) -> dict:
+        """What a checkpoint holds now (live tensors, not copies): models, normaliser and optimiser, ``iter`` (the
+        next iteration to run), config, curriculum state, RNG states, best score and last evaluation."""
         saved = self.alg.save()
         saved["iter"] = self.current_learning_iteration + 1
         saved["infos"] = {
@@ -189,9 +200,22 @@ class Sim2RealRunner(OnPolicyRunner):
             "best_score": self.best_score,
             "last_eval": self.last_eval,
         }
-        atomic_torch_save(saved, Path(path))
-        if prune and self.run_dir is not None:
-            prune_checkpoints(self.run_dir, int(self.task_cfg["train"]["keep_last"]))
+        return saved
+
+    def save_interrupted(self) -> Path | None:
+        """Write the checkpoint of the last completed update (the copy taken when its iteration was logged, so an
+        interrupt in the middle of the next rollout or update loses nothing and changes nothing) as
+        ``model_<it>.pt``, atomically, as the regular save of that iteration would have; returns its path (None: no
+        update completed, or no run directory)."""
+        snapshot = getattr(self, "_completed", None)
+        if snapshot is None or self.run_dir is None:
+            return None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        path = self.run_dir / f"model_{snapshot['iter'] - 1}.pt"
+        atomic_torch_save(snapshot, path)
+        return path
 
     def load(self, path: str, load_cfg: dict | None = None, strict: bool = True, map_location: str | None = None):
         """Restore models, optimiser, iteration, curriculum and RNG states from one of our checkpoints."""

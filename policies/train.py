@@ -5,9 +5,12 @@ torchrun (only rank 0 writes), the iterations and the export of ``best.pt`` at t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import sys
+import threading
 from pathlib import Path
 
 # Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
@@ -61,6 +64,27 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
                           f"{saved['device']!r}); --distributed trains on cuda:LOCAL_RANK: start a new run instead")
     get_task(task).check_config(cfg)
     return resume_path, data, cfg
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped on Ctrl-C or SIGTERM; the message says where the last completed update was saved."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in the main thread while the block runs (so ``kill`` saves like Ctrl-C)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def train(task: str, *, overrides: list[str], config_file: str | None = None, num_envs: int | None = None,
@@ -145,21 +169,45 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     if main_rank:
         print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
     try:
-        runner.learn(int(iterations))
+        with _sigterm_as_interrupt():
+            runner.learn(int(iterations))
+    except KeyboardInterrupt:
+        saved = runner.save_interrupted() if main_rank else None
+        if saved is None:
+            raise TrainingInterrupted("interrupted before the first update completed: nothing to save") from None
+        raise TrainingInterrupted(f"interrupted: saved the last completed update to {saved}; continue with "
+                                  f"sim2real train --task {task} --resume") from None
     finally:
         if setup is not None:
             dist_mod.shutdown()
     if not main_rank:
         return None
     if runner.last_eval is not None:
-        m = runner.last_eval
-        print(f"eval (iteration {m['iteration']}): "
-              + ", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float) and k != "score"))
+        print(f"last eval (iteration {runner.last_eval['iteration']}): {_metrics_text(runner.last_eval)}")
+    best = run_dir / "best.pt"
+    best_eval = _read_json(run_dir / "best.json") if best.is_file() else None
+    if best_eval is not None:
+        print(f"best.pt (iteration {best_eval.get('iteration', '?')}, its selection evaluation): "
+              f"{_metrics_text(best_eval)}")
     if export:
         from sim2real.policies.artefact.export import export_policy
 
-        best = run_dir / "best.pt"
         source = best if best.is_file() else ck.list_checkpoints(run_dir)[-1]
         out = export_policy(source, run_dir / "policy", ck.git_revision())
-        print(f"exported {source.name} to {out}")
+        print(f"exported {source.name} to {out} (score it on the held-out set: sim2real eval --policy {out})")
     return run_dir
+
+
+def _metrics_text(metrics: dict) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in metrics.items() if isinstance(v, float) and k != "score")
+
+
+def _read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``, or None when it is missing or unreadable."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

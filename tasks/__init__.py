@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
 import pkgutil
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -43,23 +45,40 @@ def register_task(spec: TaskSpec, package: str | None = None, folder: Path | Non
 def register_task_folder(folder: str | Path) -> TaskSpec:
     """Import the task package in ``folder`` (its ``__init__.py`` defines ``SPEC``) and register its spec.
 
+    The package is imported under a module name unique to the folder's path, so two folders of the same name (say
+    ``~/a/task`` and ``~/b/task``) are two packages.
+
     Raises:
-        UnknownTaskError: the folder has no ``__init__.py`` or it defines no ``SPEC``.
+        UnknownTaskError: the folder does not exist, has no ``__init__.py``, cannot be imported (the error in one
+            line), defines no ``SPEC = TaskSpec(...)``, or declares a task name another folder already registers.
     """
-    folder = Path(folder).resolve()
+    folder = Path(folder).expanduser().resolve()
     init = folder / "__init__.py"
+    if not folder.is_dir():
+        raise UnknownTaskError(f"task folder {folder} does not exist ({TASK_PATH_ENV} or register_task_folder)")
     if not init.is_file():
         raise UnknownTaskError(f"task folder {folder} has no __init__.py (a task package defines SPEC there)")
-    name = f"sim2real_task_{folder.name}"
+    stem = re.sub(r"\W", "_", folder.name)
+    name = f"sim2real_task_{stem}_{hashlib.sha1(str(folder).encode()).hexdigest()[:8]}"
     module = sys.modules.get(name)
     if module is None:
         loader_spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(folder)])
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[name] = module
-        loader_spec.loader.exec_module(module)
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:  # the user's code: one line naming the folder, not a traceback
+            del sys.modules[name]
+            raise UnknownTaskError(f"task folder {folder}: importing its __init__.py failed: "
+                                   f"{type(exc).__name__}: {exc}") from None
     spec = getattr(module, "SPEC", None)
     if not isinstance(spec, TaskSpec):
-        raise UnknownTaskError(f"task folder {folder}: its __init__.py defines no SPEC = TaskSpec(...)")
+        raise UnknownTaskError(f"task folder {folder}: its __init__.py defines no SPEC = TaskSpec(...) (found "
+                               f"{type(spec).__name__})")
+    known = _REGISTRY.get(spec.name)
+    if known is not None and Path(known.folder) != folder:
+        raise UnknownTaskError(f"task folder {folder} declares task '{spec.name}', which {known.folder} already "
+                               f"registers: give the task another name")
     return register_task(spec, package=name, folder=folder)
 
 

@@ -186,8 +186,18 @@ class TaskSpec:
         return Path(self.folder) / self.config
 
     def hook(self, ref: str):
-        """The object a hook string of this spec names (relative modules resolve inside the task's package)."""
-        return resolve_hook(ref, self.package)
+        """The object a hook string of this spec names (relative modules resolve inside the task's package).
+
+        Raises:
+            ConfigError: the module cannot be imported or lacks the attribute (one line naming the task and hook).
+        """
+        try:
+            return resolve_hook(ref, self.package)
+        except (ImportError, AttributeError, SyntaxError) as exc:
+            from sim2real.configs import ConfigError
+
+            raise ConfigError(f"task {self.name}: its hook {ref!r} cannot be resolved ({type(exc).__name__}: "
+                              f"{exc})") from None
 
     def load_env_class(self):
         return self.hook(self.env_class)

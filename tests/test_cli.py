@@ -178,9 +178,9 @@ def test_missing_and_corrupt_checkpoint(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x80\x02garbage")
     _assert_clean_error(sim2real_main("export", "--task", "quadrotor-hover", "--checkpoint", bad, check=False),
-                        "cannot read checkpoint")
+                        "is damaged (cannot be read")
     _assert_clean_error(sim2real_main("eval", "--task", "quadrotor-hover", "--checkpoint", bad, check=False),
-                        "cannot read checkpoint")
+                        "is damaged (cannot be read")
 
 
 def test_missing_and_corrupt_policy(cli_run, tmp_path):

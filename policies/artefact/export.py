@@ -72,16 +72,22 @@ def _make_batch_symbolic(model: onnx.ModelProto) -> None:
     del model.graph.value_info[:]
 
 
-def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown") -> Path:
+def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown", overwrite: bool = True) -> Path:
     """Export ``checkpoint`` to ``out_dir/policy.onnx`` + ``out_dir/metadata.json``; returns ``out_dir``.
+
+    ``overwrite``: replace an exported policy already in ``out_dir`` (else it is refused).
 
     Raises:
         CheckpointError: the checkpoint is missing or corrupt.
-        ExportError: the exported graph disagrees with the torch policy, or ``out_dir`` is an existing file.
+        ExportError: the exported graph disagrees with the torch policy, ``out_dir`` is an existing file, or it holds
+            an exported policy and ``overwrite`` is False.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"output {out_dir} exists and is not a folder")
+    if not overwrite and any((out_dir / name).exists() for name in (ONNX_FILE, METADATA_FILE)):
+        raise ExportError(f"{out_dir} already holds an exported policy: choose another --output, or pass --force to "
+                          f"replace it")
     runner, cfg, data = load_runner(Path(checkpoint))
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, _quiet_exporter():

@@ -183,9 +183,12 @@ def check_replay(policy_dir: Path, episodes: int | None = None, variants: tuple[
     for variant in (("nominal",) + tuple(v for v in variants if v != "nominal")):
         try:
             m = replay_variant(cfg, pol, meta, variant, n, seed)
-        except Exception as exc:  # a variant the task's config refuses: reported, not fatal
-            items.append(Item(VARIANT_TEXT.get(variant, variant), WARN,
-                              f"not run ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"))
+        except Exception as exc:  # a variant the task's config refuses: reported, not fatal; the nominal: FAIL
+            why = f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+            if variant == "nominal":  # no evidence the policy does its task at all
+                items.append(Item(VARIANT_TEXT["nominal"], FAIL, f"could not run {why}"))
+                break
+            items.append(Item(VARIANT_TEXT.get(variant, variant), WARN, f"not run {why}"))
             continue
         value = float(m.get(crit.metric, math.nan))
         status, reason = _judge(crit, variant, value, nominal, m)

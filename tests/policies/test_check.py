@@ -269,3 +269,21 @@ def test_a_task_without_a_check_spec_gets_metadata_and_onnx_only(monkeypatch):
     assert replay.status == WARN and not replay.items
     assert replay.summary.startswith("not run: task quadrotor-hover declares no replay check")
     assert report.verdict == WARN
+
+
+def test_a_nominal_replay_that_cannot_run_fails_the_check(monkeypatch):
+    """No evidence that the policy does its task is a FAIL, not a warning (a variant that cannot run stays a WARN)."""
+    from sim2real.configs import ConfigError
+    from sim2real.policies.check import replay
+
+    real = replay.replay_variant
+
+    def refuse(cfg, onnx, meta, variant, episodes, seed=None):
+        if variant in ("nominal", "latency"):
+            raise ConfigError(f"config refused for {variant}")
+        return real(cfg, onnx, meta, variant, episodes, seed)
+
+    monkeypatch.setattr(replay, "replay_variant", refuse)
+    report = run_check(HOVER, load_robot("crazyflie2"), episodes=4, variants=("nominal", "latency"))
+    assert report.verdict == FAIL
+    assert "could not run (ConfigError: config refused for nominal)" in report.format()

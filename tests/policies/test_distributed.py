@@ -202,7 +202,7 @@ def test_rank_0_writes_the_run(torchrun, tmp_path, capsys):
     assert saved["seed"] == 5 and saved["device"] == "cuda:0"
     assert record["exports"] == [run_dir / "best.pt"] and record["shutdowns"] == 1
     out = capsys.readouterr().out
-    assert "rank 0 of 2" in out and "eval (iteration 2)" in out
+    assert "rank 0 of 2" in out and "last eval (iteration 2)" in out
 
 
 def test_rank_1_resume_reads_but_does_not_write(torchrun, tmp_path):

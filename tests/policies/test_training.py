@@ -105,7 +105,7 @@ def test_corrupt_checkpoint_is_a_clear_error(tiny_run, tmp_path):
     blob = list_checkpoints(tiny_run)[-1].read_bytes()
     bad = tmp_path / "truncated.pt"
     bad.write_bytes(blob[: len(blob) // 3])
-    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+    with pytest.raises(CheckpointError, match=r"is damaged \(cannot be read"):
         load_checkpoint(bad)
     other = tmp_path / "other.pt"
     torch.save({"weights": torch.zeros(3)}, other)
@@ -132,3 +132,24 @@ def test_best_pt_is_chosen_on_a_set_held_out_from_the_eval_set(tmp_path, monkeyp
     assert seeds == [cfg["eval"]["selection_seed"]]
     assert cfg["eval"]["selection_seed"] != cfg["eval"]["seed"]
     assert (tmp_path / "run" / "best.pt").is_file()
+
+
+def test_a_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(tiny_run, tmp_path, capsys):
+    import shutil
+
+    from sim2real.policies.checkpoints import load_task_checkpoint
+
+    run = tmp_path / "quadrotor-hover" / tiny_run.name
+    shutil.copytree(tiny_run, run)
+    ckpts = list_checkpoints(run)
+    assert len(ckpts) >= 2
+    newest, previous = ckpts[-1], ckpts[-2]
+    damaged = newest.read_bytes()[:100]
+    newest.write_bytes(damaged)
+    path, data = load_task_checkpoint("latest", "quadrotor-hover", tmp_path)
+    assert path == previous and data["iter"] == torch.load(previous, weights_only=False)["iter"]
+    err = capsys.readouterr().err
+    assert f"checkpoint {newest} is damaged" in err and f"the newest intact checkpoint, {previous.name}" in err
+    assert newest.read_bytes() == damaged  # never deleted or overwritten
+    with pytest.raises(CheckpointError, match="is damaged"):  # a file named explicitly is not replaced by another
+        load_task_checkpoint(str(newest), "quadrotor-hover", tmp_path)

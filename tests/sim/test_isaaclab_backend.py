@@ -157,7 +157,7 @@ def test_train_cli_one_iteration(tmp_path, capsys):
     assert rc == 0, out.err[-2000:]
     runs = list(tmp_path.glob("quadruped-jump/*"))
     assert len(runs) == 1 and (runs[0] / "best.pt").is_file(), list(tmp_path.rglob("*"))
-    assert "eval (iteration 0)" in out.out + out.err
+    assert "last eval (iteration 0)" in out.out + out.err
 
 
 def test_a_cache_entry_missing_its_usda_is_converted_again(tmp_path, monkeypatch):
