@@ -241,7 +241,9 @@ class FinetuneSession:
         """Hold the session's ``<role>.lock`` (``role``: ``actor`` or ``learner``) for the ``with`` block: one actor
         and one learner per session at a time, since two would interleave recordings, metrics, versions and
         checkpoints. An advisory ``fcntl.flock`` (released by the kernel when the process dies, even by kill -9);
-        the holder's pid is written into the file. Re-entrant within a process.
+        the holder's pid is written into the file, and the holder removes the file when it lets go (a file left by a
+        holder that died is taken over by the next start and removed when that one ends). Re-entrant within a
+        process.
 
         Raises:
             RuntimeError: another process holds it (the message names its pid)."""
@@ -252,14 +254,21 @@ class FinetuneSession:
         if held is not None:
             held[1] += 1
         else:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            while True:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+                    os.close(fd)
+                    raise RuntimeError(f"{self.path} is in use: another {role} (pid {holder}) runs this session; "
+                                       "stop it first") from None
+                try:  # the file may have been removed by a holder letting go between our open and our lock
+                    if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                        break
+                except FileNotFoundError:
+                    pass
                 os.close(fd)
-                raise RuntimeError(f"{self.path} is in use: another {role} (pid {holder}) runs this session; stop it "
-                                   "first") from None
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
             _HELD_LOCKS[path] = held = [fd, 1]
@@ -269,6 +278,8 @@ class FinetuneSession:
             held[1] -= 1
             if held[1] == 0:
                 del _HELD_LOCKS[path]
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # while still locked: a waiting opener sees the inode change and retries
                 os.close(held[0])  # closing the descriptor releases the lock
 
     def load_key(self) -> str:

@@ -333,8 +333,11 @@ def test_one_actor_per_session_another_process_is_refused_naming_its_pid(session
                 pass
         holder.kill()  # a kill -9 releases the lock (the kernel drops it with the process)
         holder.wait(10)
+        assert (session.path / "actor.lock").read_text().strip() == str(holder.pid)  # the dead holder's file...
         with session.exclusive("actor"):
             assert (session.path / "actor.lock").read_text().strip() == str(os.getpid())
+        assert not (session.path / "actor.lock").exists()  # ...is taken over and removed when the next one ends
+        assert not (session.path / "learner.lock").exists()
     finally:
         if holder.poll() is None:
             holder.kill()
