@@ -9,6 +9,9 @@ not list it refuses in one line.
   ``SyncVectorEnv`` (:mod:`.legged`), else simulated seconds per wall second (quadrotor).
 * ``hover-time`` (:mod:`.hover_time`): wall seconds of training until the held-out eval success rate >= 0.9, with
   where the time goes (simulation, policy inference during rollouts, PPO update; evaluation excluded).
+* ``train-profile`` (:mod:`.train_profile`): where a task's training wall time goes (simulation, policy inference
+  and rollout storage, learner update), training env-steps/s against the env alone in the same run, and how often
+  the adaptive learning rate sits at its cap.
 * ``inference`` (:mod:`.inference`): ONNX inference latency per step (p50/p99) and the policy node's control-period
   error (p50/p99) at 50 Hz and 100 Hz against the stand-in robot.
 * ``swarm`` (:mod:`.swarm`): success, collisions per drone-minute and drone-steps/s at 8 and 32 drones per room
@@ -17,7 +20,7 @@ not list it refuses in one line.
 * ``finetune`` (:mod:`.finetune`): how much of the reality gap a fine-tuning session recovers.
 * ``gpu`` (:mod:`.gpu`): every task listing it at 4096 / 16384 envs on MuJoCo Warp (CUDA) and C MuJoCo (all CPU
   cores), plus a short training run per task; without CUDA it says so, ``--quick`` runs a tiny CPU version.
-* ``all``: every bench but curricula, finetune and gpu (which train), on every task that lists it.
+* ``all``: every bench but train-profile, curricula, finetune and gpu (which train), on every task that lists it.
 
 Without ``--task`` a bench runs on the default task (``quadrotor-hover``, set by the CLI) when that task lists it,
 else on every task that lists it.
@@ -50,6 +53,7 @@ class Bench:
 BENCHES: dict[str, Bench] = {
     "throughput": Bench("throughput", overrides=True),
     "hover-time": Bench("hover_time"),
+    "train-profile": Bench("train_profile", in_all=False, overrides=True),
     "inference": Bench("inference"),
     "swarm": Bench("swarm"),
     "curricula": Bench("curricula", in_all=False, overrides=True),

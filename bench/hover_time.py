@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from sim2real.bench.timing import TrainingTimer
+
 
 class _StopTraining(Exception):
     pass
@@ -35,25 +37,11 @@ def bench_hover_time(task: str, quick: bool = False, target: float = 0.9, budget
     torch.manual_seed(int(cfg["seed"]))
     budget_s = 60.0 if quick else budget_s
     env = make_env(cfg)
-    spent = {"sim": 0.0, "eval": 0.0, "collect": 0.0, "update": 0.0}
-    env_step = env.step
-
-    def timed_step(actions):
-        t = time.perf_counter()
-        try:
-            return env_step(actions)
-        finally:
-            spent["sim"] += time.perf_counter() - t
-
-    env.step = timed_step
+    spent = {"eval": 0.0}
     run_dir = new_run_dir(task, "bench", Path(tempfile.mkdtemp(prefix="sim2real-bench-")))
     runner = Sim2RealRunner(env, cfg, run_dir, progress=False)
-    rsl_log, evaluate = runner._rsl_log, runner.evaluate_and_keep_best
-
-    def log_hook(**kw):
-        spent["collect"] += kw["collect_time"]
-        spent["update"] += kw["learn_time"]
-        return rsl_log(**kw)
+    timer = TrainingTimer(env, runner)
+    evaluate = runner.evaluate_and_keep_best
 
     result: dict = {"reached": False}
     start = time.perf_counter()
@@ -72,24 +60,23 @@ def bench_hover_time(task: str, quick: bool = False, target: float = 0.9, budget
             raise _StopTraining
         return m
 
-    runner._rsl_log, runner.evaluate_and_keep_best = log_hook, eval_hook
+    runner.evaluate_and_keep_best = eval_hook
     try:
         runner.learn(1_000_000)
     except _StopTraining:
         pass
-    rollout_other = max(spent["collect"] - spent["sim"], 0.0)
-    total = spent["sim"] + rollout_other + spent["update"]
+    share = timer.shares()
     every = int(cfg["train"]["eval_interval"])
     result.update(num_envs=env.num_envs, eval_interval=every, eval_episodes=cfg["train"]["eval_episodes"],
-                  time_sim_s=spent["sim"], time_policy_inference_s=rollout_other, time_update_s=spent["update"],
+                  time_sim_s=timer.sim, time_policy_inference_s=timer.inference, time_update_s=timer.update,
                   time_eval_s=spent["eval"])
     status = "reached" if result["reached"] else f"NOT reached within {budget_s:.0f} s"
     print(f"eval success >= {target} {status}: {result.get('train_wall_s', float('nan')):.1f} s of training, "
           f"{result.get('iterations')} iterations, {env.num_envs} envs, evaluated every {every} iterations on "
           f"{cfg['train']['eval_episodes']} episodes (reference: Learning to Fly in Seconds, 18 s on a laptop)")
-    if total > 0:
-        print(f"where the training time goes: simulation {100 * spent['sim'] / total:.0f}%, policy inference and "
-              f"rollout storage {100 * rollout_other / total:.0f}%, PPO update {100 * spent['update'] / total:.0f}% "
+    if timer.total > 0:
+        print(f"where the training time goes: simulation {100 * share['sim']:.0f}%, policy inference and "
+              f"rollout storage {100 * share['inference']:.0f}%, PPO update {100 * share['update']:.0f}% "
               f"(evaluations: {spent['eval']:.1f} s, excluded)")
     return result
 

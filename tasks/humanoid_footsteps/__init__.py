@@ -14,5 +14,5 @@ SPEC = TaskSpec(
     check=CheckSpec(criterion=ReplayCriterion("success_rate", "", 0.1, 0.5, fail_drop=0.3, warn_drop=0.1),
                     episodes=16),
     deploy=DeploySpec(node="legged"),
-    bench=BenchSpec(entries=("throughput", "gpu")),
+    bench=BenchSpec(entries=("train-profile", "throughput", "gpu")),
 )

@@ -17,5 +17,5 @@ SPEC = TaskSpec(
                                   show=("success_rate", "collisions_per_drone_minute", "pos_error_mean")),
         episodes=2, variants=("nominal", "dynamics", "latency"), fine_physics=2, episode_unit="rooms"),
     deploy=DeploySpec(node="swarm"),
-    bench=BenchSpec(entries=("swarm",)),
+    bench=BenchSpec(entries=("train-profile", "swarm")),
 )

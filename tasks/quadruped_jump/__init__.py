@@ -19,7 +19,7 @@ SPEC = TaskSpec(
         episodes=48, deploy_observations=True),
     deploy=DeploySpec(node="legged"),
     finetune=FinetuneSpec(gap_metric="success_rate", higher_is_better=True),
-    bench=BenchSpec(entries=("throughput", "curricula", "finetune", "gpu"),
+    bench=BenchSpec(entries=("train-profile", "throughput", "curricula", "finetune", "gpu"),
                     curricula=CurriculaBenchSpec(space="landing", hand_written="stages",
                                                  hand_written_overrides=("curriculum.max_difficulty=2.0",))),
 )

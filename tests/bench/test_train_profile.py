@@ -1,0 +1,39 @@
+"""``bench train-profile``: the split of a training run's time and its env-steps/s against the env alone."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim2real.bench.timing import ADAPTIVE_LR_MAX, TrainingTimer
+from sim2real.bench.train_profile import bench_train_profile
+
+
+def test_profile_splits_the_training_time_and_counts_its_steps():
+    out = bench_train_profile("quadrotor-hover", overrides=["env.num_envs=64"], iterations=2)
+    assert out["iterations"] == 2 and out["num_envs"] == 64 and out["steps_per_env"] == 24
+    shares = [out["share_sim"], out["share_inference"], out["share_update"]]
+    assert all(s > 0 for s in shares) and math.isclose(sum(shares), 1.0, rel_tol=1e-9)
+    total = out["time_sim_s"] + out["time_inference_s"] + out["time_update_s"]
+    assert math.isclose(out["train_env_steps_per_s"], 64 * 24 * 2 / total, rel_tol=1e-9)
+    # Training steps the same env and also runs the policy and the learner: it cannot outrun the env alone.
+    assert out["train_env_steps_per_s"] < out["env_only_env_steps_per_s"]
+    assert 0.0 <= out["lr_at_cap"] <= 1.0
+
+
+def test_lr_at_cap_counts_iterations_at_rsl_rl_s_bound():
+    class Env:
+        def step(self, actions):
+            return actions
+
+    class Runner:
+        def _rsl_log(self, **kw):
+            return None
+
+    env, runner = Env(), Runner()
+    timer = TrainingTimer(env, runner)
+    for lr in (1e-3, ADAPTIVE_LR_MAX, ADAPTIVE_LR_MAX, 5e-3):
+        runner._rsl_log(collect_time=0.5, learn_time=1.5, learning_rate=lr)
+    assert timer.iterations == 4 and timer.lr_at_cap() == pytest.approx(0.5)
+    assert timer.update == pytest.approx(6.0) and timer.collect == pytest.approx(2.0)
