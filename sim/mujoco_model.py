@@ -237,6 +237,28 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
     return model, _index(model, legged, path.name, obstacle, int(terrain_boxes))
 
 
+def check_imu_on_base(model: mujoco.MjModel, site: str, base: int, model_name: str) -> None:
+    """The IMU must move with the base: its site on the base body or on a body welded to it (no joint between).
+
+    The policy observes the base's orientation and body rates; an IMU behind a joint (a humanoid's torso IMU behind
+    its waist joints) would report the waist's motion as the base's, and the deploy side reads the IMU as the base.
+
+    Raises:
+        ConfigError: a joint lies between the IMU site's body and the base body (named in the message).
+    """
+    body = int(model.site_bodyid[model.site(site).id])
+    while body != base:
+        if body == 0:
+            raise ConfigError(f"robot.imu_site: site '{site}' is not on the base body "
+                              f"'{model.body(base).name}' or a body welded to it in {model_name}")
+        if model.body_jntnum[body] > 0:
+            joint = model.joint(int(model.body_jntadr[body])).name
+            raise ConfigError(f"robot.imu_site: site '{site}' is on body '{model.body(body).name}', which moves "
+                              f"relative to the base body '{model.body(base).name}' (joint '{joint}'): the policy "
+                              f"would read that joint's motion as the base's; use an IMU site on the base body")
+        body = int(model.body_parentid[body])
+
+
 def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle: bool,
            terrain_boxes: int = 0) -> ModelIndex:
     base = model.body(legged.base_body).id
@@ -244,6 +266,7 @@ def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle
             and model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
     if not free:
         raise ConfigError(f"robot.base_body: '{legged.base_body}' has no free joint in {model_name}")
+    check_imu_on_base(model, legged.imu_site, base, model_name)
 
     def actuator_of(name: str, key: str) -> tuple[int, int]:
         jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)

@@ -1,6 +1,7 @@
 """Task registry: observations, rewards, terminations, commands and domain randomisation as batched torch code.
 
-``get_task(name)`` returns a task's :class:`~sim2real.tasks.spec.TaskSpec`; ``make_env(cfg)`` builds the rsl-rl ``VecEnv`` of a resolved config.
+``get_task(name)`` returns a task's :class:`~sim2real.tasks.spec.TaskSpec`; ``make_env(cfg)`` builds the rsl-rl
+``VecEnv`` of a resolved config.
 """
 
 from __future__ import annotations

@@ -60,6 +60,24 @@ class TaskEnv(VecEnv):
             self.last_outcome[key][ids] = value.to(self.last_outcome[key].dtype)
         self.episodes_done[ids] += 1
 
+    def _finite_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """``actions`` ``[N, A]`` on the env's device with every row that holds a NaN or Inf replaced by zeros; those
+        envs are flagged in :attr:`non_finite` ``[N]`` (bool), which the task ends as terminated at this step and
+        counts (:meth:`_log_non_finite`), so no non-finite action reaches the simulation, the action history or the
+        next observation."""
+        actions = actions.to(self.device)
+        self.non_finite = ~torch.isfinite(actions).all(-1)
+        if bool(self.non_finite.any()):
+            actions = torch.where(self.non_finite.unsqueeze(-1), torch.zeros_like(actions), actions)
+        return actions
+
+    def _log_non_finite(self, log: dict) -> None:
+        """``Episode_Termination/non_finite``: envs whose actions were non-finite this step; the running total in
+        :attr:`non_finite_total`."""
+        count = int(self.non_finite.sum())
+        self.non_finite_total = getattr(self, "non_finite_total", 0) + count
+        log["Episode_Termination/non_finite"] = float(count)
+
     # --- curriculum hooks of a task without a curriculum -------------------------------------------------------
     def curriculum_state_dict(self) -> dict:
         return {}

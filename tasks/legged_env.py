@@ -55,10 +55,12 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
             torch.set_num_threads(threads)
 
     def _act(self, actions: torch.Tensor) -> None:
-        """Apply ``actions`` ``[N, A]`` for one control step: NaN -> 0, clipped to the action clip, delayed by the
-        per-env latency, sent as joint targets; random pushes; then read the new state and count the step."""
+        """Apply ``actions`` ``[N, A]`` for one control step: a row with NaN/Inf -> zeros and its env flagged
+        (:meth:`~sim2real.tasks.base_env.TaskEnv._finite_actions`; the task ends it), clipped to the action clip,
+        delayed by the per-env latency, sent as joint targets; random pushes; then read the new state and count the
+        step."""
         clip = self.action_term.action_clip
-        actions = torch.nan_to_num(actions.to(self.device), nan=0.0).clamp(-clip, clip)
+        actions = self._finite_actions(actions).clamp(-clip, clip)
         self.last_actions = self.actions
         self.actions = actions
         self.sim.step(self.action_term.to_command(self.dr.delay(actions)))

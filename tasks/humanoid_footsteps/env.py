@@ -237,7 +237,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         tilt = tilt_from_quat(state.base_quat_w)
         ground = fp.height_at(state.base_pos_w[:, None, :2], self.box_centre_w, self.box_half).squeeze(1)
         low = state.base_pos_w[:, 2] - ground < e["termination_height"]
-        fall = body_contact | (tilt > e["termination_tilt"]) | low | self.sim.unstable.to(self.device)
+        fall = body_contact | (tilt > e["termination_tilt"]) | low | self.sim.unstable.to(self.device) | self.non_finite
 
         tr, st = self.tracker, self._state
         x = rew.FootstepRewardInputs(
@@ -265,6 +265,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         time_out &= ~fall
         dones = fall | time_out
         extras = {"time_outs": time_out, "log": {}}
+        self._log_non_finite(extras["log"])
         done_ids = dones.nonzero(as_tuple=False).squeeze(-1)
         if len(done_ids) > 0:
             self._record_outcome(done_ids, fall[done_ids], extras["log"])

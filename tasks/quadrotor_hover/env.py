@@ -138,7 +138,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
     # --- stepping ------------------------------------------------------------------------------------------
     def step(self, actions: torch.Tensor):
         self.curriculum.record_step()
-        command = self.drones.act(actions.to(self.device))
+        command = self.drones.act(self._finite_actions(actions))
         for _ in range(self.decimation):
             self.dyn.step(self.action_term.apply(command, self.dyn))
         self.episode_length_buf += 1
@@ -152,7 +152,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
 
         e = self.cfg["env"]
         crash = (pos_err > e["crash_distance"]) | (state.base_pos_w[:, 2] < e["ground_height"])
-        crash |= ~self.drones.finite()
+        crash |= ~self.drones.finite() | self.non_finite
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~crash
 
         terms = rew.compute(rew.HoverRewardInputs(state, self.actions, self.last_actions, pos_err, crash),
@@ -163,6 +163,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
 
         dones = crash | time_out
         extras = {"time_outs": time_out, "log": {}}
+        self._log_non_finite(extras["log"])
         done_ids = dones.nonzero(as_tuple=False).squeeze(-1)
         if len(done_ids) > 0:
             success = time_out[done_ids] & (self.in_tol_steps[done_ids] >= self.success_hold_steps)

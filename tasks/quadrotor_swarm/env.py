@@ -181,7 +181,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
     def step(self, actions: torch.Tensor):
         ecfg, r, m = self.cfg["env"], self.num_rooms, self.drones_per_room
         self.curriculum.record_step()
-        command = self.drones.act(actions.to(self.device))
+        command = self.drones.act(self._finite_actions(actions))
         pairs = torch.zeros(r, m, m, dtype=torch.bool, device=self.device)
         obstacle = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         boundary = torch.zeros_like(obstacle)
@@ -222,12 +222,13 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
                                      once=rew.EVENT_TERMS, scaled=rew.SCHEDULED_PENALTIES,
                                      scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"])
 
-        room_bad = ~self.room_view(self.drones.finite()).all(-1)
+        room_bad = ~self.room_view(self.drones.finite() & ~self.non_finite).all(-1)
         room_time_out = (self.room_view(self.episode_length_buf)[:, 0] >= self.max_episode_length) & ~room_bad
         room_done = room_bad | room_time_out
         dones = room_done.repeat_interleave(m)
         time_outs = room_time_out.repeat_interleave(m)
         extras = {"time_outs": time_outs, "log": {}}
+        self._log_non_finite(extras["log"])
         self._push_collision_states(new_drone + new_obstacle)
         done_rooms = room_done.nonzero(as_tuple=False).squeeze(-1)
         if len(done_rooms) > 0:

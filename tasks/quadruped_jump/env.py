@@ -154,7 +154,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         tilt = tilt_from_quat(state.base_quat_w)
         unstable = self.sim.unstable.to(self.device)
         fall = body_contact | (tilt > e["termination_tilt"]) | (state.base_pos_w[:, 2] < e["termination_height"])
-        fall |= unstable
+        fall |= unstable | self.non_finite
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~fall
 
         x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
@@ -166,6 +166,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
         dones = fall | time_out
         extras = {"time_outs": time_out, "log": {}}
+        self._log_non_finite(extras["log"])
         done_ids = dones.nonzero(as_tuple=False).squeeze(-1)
         if len(done_ids) > 0:
             self._record_outcome(done_ids, state, success[done_ids], fall[done_ids], extras["log"])

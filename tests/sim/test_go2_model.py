@@ -159,3 +159,28 @@ def test_crouch_oscillation_is_stable(model):
     assert np.abs(d.qvel).max() < 20.0
     assert 0.1 < h.min() and h.max() < 0.35
     assert d.qpos[3] > 0.98
+
+
+def test_an_imu_behind_a_joint_is_refused_and_one_on_the_base_is_accepted(tmp_path):
+    """The IMU reads as the base: a site behind a joint (a torso IMU behind a waist) is refused at load, naming the
+    joint; the shipped models' IMUs on their base bodies build."""
+    import shutil
+
+    from sim2real.configs import ConfigError
+    from sim2real.sim.mujoco_model import build_model
+
+    robot = load_robot("go2")
+    _, index = build_model(robot)  # accepted: the IMU site sits on the base body
+    assert index.imu_site >= 0
+    src = resolve_mjcf(robot["mjcf"]).parent
+    for f in src.glob("*.xml"):
+        shutil.copy(f, tmp_path / f.name)
+    go2 = (tmp_path / "go2.xml").read_text()
+    site = '<site name="imu" pos="-0.02557 0 0.04232" size="0.01"/>'
+    assert site in go2
+    thigh = '<body name="FL_thigh" pos="0 0.0955 0">'
+    (tmp_path / "go2.xml").write_text(go2.replace(site, "").replace(thigh, thigh + site))
+    moved = {**robot, "mjcf": str(tmp_path / resolve_mjcf(robot["mjcf"]).name)}
+    with pytest.raises(ConfigError, match=r"robot.imu_site: site 'imu' is on body 'FL_thigh', which moves relative "
+                                          r"to the base body 'base' \(joint 'FL_thigh_joint'\)"):
+        build_model(moved)
