@@ -88,7 +88,6 @@ def _discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
-    _DISCOVERED = True
     here = Path(__file__).resolve().parent
     for info in sorted(pkgutil.iter_modules([str(here)]), key=lambda m: m.name):
         if info.ispkg:
@@ -97,7 +96,8 @@ def _discover() -> None:
             if isinstance(spec, TaskSpec) and spec.name not in _REGISTRY:
                 register_task(spec, package=module.__name__, folder=here / info.name)
     for entry in filter(None, os.environ.get(TASK_PATH_ENV, "").split(os.pathsep)):
-        register_task_folder(entry)
+        register_task_folder(entry)  # (a folder that fails is refused again on the next call, not skipped)
+    _DISCOVERED = True
 
 
 def tasks() -> dict[str, TaskSpec]:
