@@ -141,7 +141,9 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
     assert targets[-1][0] >= window[1], "the recording ended before the hold window"
     heights = [z for t, z in odom if window[0] <= t <= window[1]]
     ts = [t for t, _ in odom if window[0] <= t <= window[1]]
-    assert len(heights) >= 0.5 * 50 * HOLD_S and max(np.diff(ts)) < 0.5, "odometry stream too sparse"
+    # Dense enough to judge "stays up": half the nominal samples, and no hole a fall and recovery could hide in (a
+    # robot that falls cannot stand again within 1 s; a loaded 2-core machine stalls the stream for up to ~0.9 s).
+    assert len(heights) >= 0.5 * 50 * HOLD_S and max(np.diff(ts)) < 1.0, "odometry stream too sparse"
     assert min(heights) > MIN_BASE_HEIGHT_M, (min(heights), logs())
     max_tilt = max(a for t, a in tilts if window[0] <= t <= window[1])
     assert max_tilt < MAX_TILT_RAD, max_tilt
