@@ -25,6 +25,7 @@ class TaskEnv(VecEnv):
         episodes_done: ``[N]`` finished episodes per env.
         episode_sums: ``{term: [N]}`` weighted reward of each term so far this episode.
         last_outcome: ``{key: [N]}`` the outcome of each env's last finished episode.
+        non_finite: ``[N]`` bool, envs whose actions this step held NaN/Inf; ``non_finite_total``: their count.
     """
 
     def _init_bookkeeping(self, num_envs: int, reward_terms: Iterable[str], outcome_keys: Iterable[str],
@@ -32,6 +33,8 @@ class TaskEnv(VecEnv):
         self.episode_sums = {k: torch.zeros(num_envs, device=device) for k in reward_terms}
         self.last_outcome = {k: torch.zeros(num_envs, device=device) for k in outcome_keys}
         self.episodes_done = torch.zeros(num_envs, dtype=torch.long, device=device)
+        self.non_finite = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        self.non_finite_total = 0
         self._reset_callbacks: list[Callable[[torch.Tensor], None]] = []
 
     def add_reset_callback(self, fn: Callable[[torch.Tensor], None]) -> None:
@@ -41,7 +44,7 @@ class TaskEnv(VecEnv):
         self._reset_callbacks.append(fn)
 
     def _before_reset(self, ids: torch.Tensor) -> None:
-        for fn in getattr(self, "_reset_callbacks", ()):
+        for fn in self._reset_callbacks:
             fn(ids)
 
     def _close_episodes(self, ids: torch.Tensor, log: dict) -> torch.Tensor:
@@ -75,7 +78,7 @@ class TaskEnv(VecEnv):
         """``Episode_Termination/non_finite``: envs whose actions were non-finite this step; the running total in
         :attr:`non_finite_total`."""
         count = int(self.non_finite.sum())
-        self.non_finite_total = getattr(self, "non_finite_total", 0) + count
+        self.non_finite_total += count
         log["Episode_Termination/non_finite"] = float(count)
 
     # --- curriculum hooks of a task without a curriculum -------------------------------------------------------
