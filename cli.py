@@ -396,8 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="curricula: env steps of training per teacher and seed")
     p.add_argument("--teachers", help="curricula: comma-separated teachers (default: all): hand_written (the "
                    "task's own rule), uniform, alp_gmm, lp_bandit, variance, success_band")
-    p.add_argument("--seeds", type=positive_int, default=1,
-                   help="curricula: training seeds per teacher; finetune: sessions per arm")
+    p.add_argument("--seeds", type=positive_int, default=None,
+                   help="curricula: training seeds per teacher (default 1); finetune: sessions per arm (default 1); "
+                        "hover-time: training seeds, 1, 2, ... (default 3)")
     p.add_argument("--minutes", type=positive_float, default=10.0,
                    help="finetune: robot time per session [min] (real time on the stand-in)")
     p.add_argument("--grid", type=positive_int, default=6,

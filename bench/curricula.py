@@ -169,7 +169,7 @@ def bench_curricula(task: str, budget: int, teachers: list[str] | None = None, s
 
 def run(args, task: str) -> dict:
     teachers = [t.strip() for t in args.teachers.split(",")] if args.teachers else None
-    return bench_curricula(task, int(args.budget), teachers, args.seeds, args.grid, args.repeats, args.overrides,
+    return bench_curricula(task, int(args.budget), teachers, args.seeds or 1, args.grid, args.repeats, args.overrides,
                            args.out)
 
 

@@ -130,5 +130,5 @@ def print_table(summary: dict, minutes: float) -> None:
 
 
 def run(args, task: str) -> dict:
-    return bench_finetune(args.policy or PRETRAINED_DIR / task, 1.0 if args.quick else args.minutes, args.seeds,
+    return bench_finetune(args.policy or PRETRAINED_DIR / task, 1.0 if args.quick else args.minutes, args.seeds or 1,
                           args.out, args.overrides)

@@ -11,14 +11,15 @@ import random
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 # Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
 FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
-                   "observations.policy", "observations.scales", "train.actor_hidden_dims", "train.critic_hidden_dims",
-                   "train.activation", "train.obs_normalization", "device", "observations.num_neighbors",
-                   "observations.sdf_size", "train.embed_dim", "train.num_heads", "curriculum.teacher",
-                   "curriculum.space", "curriculum.bins")  # keys a task lacks are skipped
+                   "observations.policy", "observations.scales", "observations.history_length",
+                   "train.actor_hidden_dims", "train.critic_hidden_dims", "train.activation", "train.obs_normalization",
+                   "device", "observations.num_neighbors", "observations.sdf_size", "train.embed_dim", "train.num_heads",
+                   "curriculum.teacher", "curriculum.space", "curriculum.bins")  # keys a task lacks are skipped
 
 
 def seed_everything(seed: int) -> None:
@@ -168,6 +169,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     iterations = max_iterations if max_iterations is not None else cfg["train"]["max_iterations"]
     if main_rank:
         print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
+    loop_start = time.perf_counter()
     try:
         with _sigterm_as_interrupt():
             runner.learn(int(iterations))
@@ -182,6 +184,10 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
             dist_mod.shutdown()
     if not main_rank:
         return None
+    done = int(iterations)
+    steps = done * int(getattr(env, "num_envs", 0)) * int(cfg["train"]["num_steps_per_env"])
+    print(f"training loop: {time.perf_counter() - loop_start:.1f} s for {done} iterations "
+          f"({steps:,} env steps, periodic evaluations included)")
     if runner.last_eval is not None:
         print(f"last eval (iteration {runner.last_eval['iteration']}): {_metrics_text(runner.last_eval)}")
     best = run_dir / "best.pt"

@@ -24,7 +24,8 @@ def require(ok: bool, key: str, message: str) -> None:
 
 
 def check_observations(obs: dict) -> None:
-    """``observations.policy`` names registered terms; noise stds are >= 0; scales (if any) are finite."""
+    """``observations.policy`` names registered terms; noise stds are >= 0; scales (if any) are finite; history
+    lengths (if any) are integers >= 1 of listed terms."""
     for name in obs["policy"]:
         require(name in OBS_TERMS, "observations.policy",
                 f"unknown observation term {name!r} (known: {', '.join(sorted(OBS_TERMS))})")
@@ -33,6 +34,10 @@ def check_observations(obs: dict) -> None:
     for name, scale in obs.get("scales", {}).items():
         require(name in obs["policy"], f"observations.scales.{name}", "is not a term of observations.policy")
         require(scale == scale and abs(scale) != float("inf"), f"observations.scales.{name}", "must be finite")
+    for name, length in obs.get("history_length", {}).items():
+        require(name in obs["policy"], f"observations.history_length.{name}", "is not a term of observations.policy")
+        require(isinstance(length, int) and not isinstance(length, bool) and length >= 1,
+                f"observations.history_length.{name}", f"must be an integer >= 1, got {length!r}")
 
 
 def check_quadrotor_dr(dr: dict) -> None:

@@ -28,8 +28,7 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
     def _init_policy_observations(self, ocfg: dict) -> None:
         """``obs_builder`` of the ``observations.policy`` terms with their scales, and the per-column noise std
         ``[D]`` (``observations.noise`` of each term times its scale)."""
-        self.obs_builder = ObservationBuilder(
-            [{"name": t, "scale": float(ocfg["scales"].get(t, 1.0))} for t in ocfg["policy"]], self.num_actions)
+        self.obs_builder = ObservationBuilder.from_config(ocfg, self.num_actions)
         self._obs_noise_std = noise_std_vector(self.obs_builder.layout(), ocfg["noise"], self.device)
 
     def get_observations(self) -> TensorDict:

@@ -1,8 +1,17 @@
 """Observation terms shared by every task, and the builder that concatenates them into a group.
 
 Each term is a pure function ``f(state: RobotState) -> Tensor[N, k]`` registered under a name with its size,
-unit and frame. A task lists the terms of its ``policy`` group by name (with a scale); the exported metadata
-stores that list, and the deploy node rebuilds the observation by calling the same functions by name.
+unit and frame. A task lists the terms of its ``policy`` group by name (with a scale and, optionally, a history
+length); the exported metadata stores that list, and the deploy node rebuilds the observation by calling the same
+functions by name through :meth:`ObservationBuilder.from_metadata`.
+
+A term with ``history_length`` K > 1 contributes its values at the last K control steps, oldest first and the
+current one last (Isaac Lab's observation ``history_length``, flattened), ``[N, K * k]``. Learning to Fly in
+Seconds (Eschmann et al. 2024) feeds its policy an action history this way: the rotor thrusts lag the commands
+(motor time constant, latency), so the last action alone does not tell the policy what the motors do now. The
+history is the builder's state: :meth:`ObservationBuilder.advance` stores a step's values once the policy has acted
+on them, :meth:`ObservationBuilder.reset` starts an episode (its first observation repeats the current values K
+times), and :meth:`ObservationBuilder.build` stays a pure function of the state and that history.
 """
 
 from __future__ import annotations
@@ -81,51 +90,136 @@ def last_action(s: RobotState) -> torch.Tensor:
 
 
 class ObservationBuilder:
-    """Concatenates named terms, each multiplied by its scale, into one ``[N, D]`` group.
+    """Concatenates named terms, each multiplied by its scale, into one ``[N, D]`` group, keeping the past values
+    of the terms that have a history.
 
     Args:
-        terms: ``[{"name": str, "scale": float}, ...]`` in observation order.
+        terms: ``[{"name": str, "scale": float, "history_length": int}, ...]`` in observation order (scale 1 and
+            history length 1 when absent).
         num_actions: resolves the size of action-sized terms.
 
     Raises:
         KeyError: a term name is not registered (the message lists the known terms).
+        ValueError: a history length is not an integer >= 1.
     """
 
     def __init__(self, terms: list[dict], num_actions: int):
         self.terms: list[tuple[ObsTerm, float]] = []
+        self.history: list[int] = []
         for spec in terms:
             name = spec["name"]
             if name not in OBS_TERMS:
                 raise KeyError(f"unknown observation term '{name}' (known: {', '.join(sorted(OBS_TERMS))})")
+            length = spec.get("history_length", 1)
+            if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+                raise ValueError(f"observation term '{name}': history_length must be an integer >= 1, got {length!r}")
             self.terms.append((OBS_TERMS[name], float(spec.get("scale", 1.0))))
+            self.history.append(length)
         self.num_actions = num_actions
+        # Per term with a history: its K - 1 previous values [N, K - 1, k] (oldest first), and which rows hold them.
+        self._past: dict[int, torch.Tensor] = {}
+        self._filled: torch.Tensor | None = None
+
+    @classmethod
+    def from_config(cls, ocfg: dict, num_actions: int) -> "ObservationBuilder":
+        """The builder of a task's ``observations`` section: ``policy`` (term names in order) with the optional
+        ``scales`` and ``history_length`` maps (term name -> value)."""
+        scales, history = ocfg.get("scales", {}), ocfg.get("history_length", {})
+        return cls([{"name": n, "scale": float(scales.get(n, 1.0)), "history_length": history.get(n, 1)}
+                    for n in ocfg["policy"]], num_actions)
+
+    @classmethod
+    def from_metadata(cls, meta: dict) -> "ObservationBuilder":
+        """The builder an exported policy's metadata describes (terms, scales and history lengths in order): what
+        a deploy node and the pre-flight check build observations with."""
+        return cls([{"name": t["name"], "scale": t["scale"], "history_length": t.get("history_length", 1)}
+                    for t in meta["observation"]["policy"]], int(meta["action"]["size"]))
 
     def term_size(self, term: ObsTerm) -> int:
+        """Columns of one value of ``term`` (without its history)."""
         return self.num_actions if term.size == -1 else term.size
 
     @property
     def dim(self) -> int:
-        return sum(self.term_size(t) for t, _ in self.terms)
+        return sum(self.term_size(t) * k for (t, _), k in zip(self.terms, self.history))
+
+    @property
+    def has_history(self) -> bool:
+        return any(k > 1 for k in self.history)
 
     def layout(self) -> list[dict]:
-        """The metadata description: name, offset, size, scale, unit and frame of each term, in order."""
+        """The metadata description: name, offset, size (history included), scale, history length, unit and frame
+        of each term, in order."""
         out, offset = [], 0
-        for term, scale in self.terms:
-            size = self.term_size(term)
+        for (term, scale), length in zip(self.terms, self.history):
+            size = self.term_size(term) * length
             out.append(
-                {"name": term.name, "offset": offset, "size": size, "scale": scale, "unit": term.unit,
-                 "frame": term.frame, "description": term.description}
+                {"name": term.name, "offset": offset, "size": size, "scale": scale, "history_length": length,
+                 "unit": term.unit, "frame": term.frame, "description": term.description}
             )
             offset += size
         return out
 
     def slices(self) -> dict[str, slice]:
-        """Column range of each term inside the group."""
+        """Column range of each term inside the group (the whole history of a term with one)."""
         return {d["name"]: slice(d["offset"], d["offset"] + d["size"]) for d in self.layout()}
 
+    def _values(self, state: RobotState) -> list[torch.Tensor]:
+        return [term.fn(state) * scale for term, scale in self.terms]
+
     def build(self, state: RobotState) -> torch.Tensor:
-        """The observation group ``[N, D]`` of ``state``."""
-        return torch.cat([term.fn(state) * scale for term, scale in self.terms], dim=-1)
+        """The observation group ``[N, D]`` of ``state``: each term's value, preceded by its stored past values
+        for a term with a history (rows without a history yet repeat the current value). Does not change the
+        history."""
+        values = self._values(state)
+        if not self.has_history:
+            return torch.cat(values, dim=-1)
+        out = []
+        for i, (value, length) in enumerate(zip(values, self.history)):
+            if length == 1:
+                out.append(value)
+                continue
+            current = value.unsqueeze(1)
+            repeated = current.expand(-1, length - 1, -1)
+            past = self._past.get(i)
+            if past is None or past.shape[0] != value.shape[0]:
+                past = repeated
+            else:
+                past = torch.where(self._filled.view(-1, 1, 1), past, repeated)
+            out.append(torch.cat((past, current), dim=1).flatten(1))
+        return torch.cat(out, dim=-1)
+
+    def advance(self, state: RobotState) -> None:
+        """Store the values of ``state`` (the state the policy has just acted on) as the newest past values of
+        every term with a history; call once per control step, after :meth:`build` of that state."""
+        if not self.has_history:
+            return
+        values = {i: term.fn(state) * scale for i, ((term, scale), length) in enumerate(zip(self.terms, self.history))
+                  if length > 1}
+        n = state.num_envs
+        if self._filled is None or self._filled.shape[0] != n:
+            self._past, self._filled = {}, torch.zeros(n, dtype=torch.bool, device=state.base_pos_w.device)
+        for i, value in values.items():
+            length = self.history[i]
+            current = value.unsqueeze(1)
+            past = self._past.get(i)
+            if past is None:
+                past = current.expand(-1, length - 1, -1).clone()
+            else:
+                past = torch.where(self._filled.view(-1, 1, 1), past, current.expand(-1, length - 1, -1))
+                past = torch.cat((past[:, 1:], current), dim=1)
+            self._past[i] = past
+        self._filled[:] = True
+
+    def reset(self, ids: torch.Tensor | None = None) -> None:
+        """Forget the history of rows ``ids`` (all rows when None): a new episode, or a policy that starts
+        acting."""
+        if self._filled is None:
+            return
+        if ids is None:
+            self._filled[:] = False
+        else:
+            self._filled[ids] = False
 
 
 @obs_term("base_height", 1, "m", "world", "base height above the floor (z of base_pos_w)")

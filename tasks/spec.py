@@ -138,10 +138,14 @@ class BenchSpec:
     Attributes:
         entries: names of the benches that run on this task (see ``sim2real bench --help``).
         curricula: the teacher comparison's settings (None: ``bench curricula`` refuses the task).
+        profile_baseline: ``(label, overrides)``: config overrides that restore settings the task's defaults
+            replaced, which ``bench train-profile`` profiles beside the defaults in the same run (None: the
+            defaults have not changed since profiles were first taken).
     """
 
     entries: tuple[str, ...] = ()
     curricula: CurriculaBenchSpec | None = None
+    profile_baseline: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)

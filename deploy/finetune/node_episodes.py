@@ -133,7 +133,7 @@ class EpisodePhases:
     def _filter(self, action: torch.Tensor) -> tuple[torch.Tensor, str | None]:
         command, fault = self.safety.filter_action(action)
         if fault is None:
-            self.last_action = action.clamp(-1.0, 1.0)
+            self.apply_action(action)
         return command, fault
 
     def _on_input_fault(self, fault: str) -> None:

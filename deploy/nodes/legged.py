@@ -226,8 +226,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         lo, hi = (float(c) for c in meta["action"]["clip"])
         self.action_low, self.action_high = lo, hi
         self.joint_low, self.joint_high = index.joint_range[:, 0].copy(), index.joint_range[:, 1].copy()
-        self.obs_builder = ObservationBuilder(
-            [{"name": t["name"], "scale": t["scale"]} for t in meta["observation"]["policy"]], meta["action"]["size"])
+        self.obs_builder = ObservationBuilder.from_metadata(meta)
         self.imu_to_base_quat = self.robot.get("imu_to_base_quat")
         self.last_action = torch.zeros(1, self.action_term.num_actions)
         self._reset_command()
@@ -392,8 +391,10 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         if fault is None and self.phase == "ramp":
             command = self._ramp_command(now)
         elif fault is None:
-            action = torch.from_numpy(self.policy(self.observation(now))).reshape(1, -1)
+            state = self.robot_state(now)
+            action = torch.from_numpy(self.policy(self.obs_builder.build(state).numpy())).reshape(1, -1)
             if bool(torch.isfinite(action).all()):
+                self.obs_builder.advance(state)  # the acted-on state joins the observation history
                 self.last_action, targets = self.action_to_targets(action)
                 command = (targets, self.kp, self.kd)
                 if self.footsteps is not None:
@@ -435,6 +436,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
             self.phase = "policy"
             self.policy_since = now
             self.last_action = torch.zeros(1, self.action_term.num_actions)
+            self.obs_builder.reset()
             self._reset_command()
             if self.footsteps is not None:
                 plan = self.footsteps.start_in_place(self._odom.pos_w, self._odom.quat_w)

@@ -17,7 +17,9 @@ Topics, relative to the node's namespace (default ``/crazyflie``):
 
 Each tick: the latest odometry -> :class:`RobotState` (batch 1; ``last_action`` = the previous policy action,
 clipped to [-1, 1] as the task env stores it; ``command`` = goal) -> the task's :class:`ObservationBuilder`
--> onnxruntime -> :class:`SafetyLayer` -> the action term's command. See :mod:`sim2real.deploy.safety`.
+made from the metadata (with the history of the terms that have one: it moves on with every action that goes
+out and starts at configure) -> onnxruntime -> :class:`SafetyLayer` -> the action term's command. See
+:mod:`sim2real.deploy.safety`.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ class PolicyNode(PolicyLifecycleNode):
         self.rate_hz = rate_hz
         self.tick_faults: Counter = Counter()  # ticks per outcome: "ok" (policy in control) or a fault name
         self.last_command: torch.Tensor | None = None
+        self._observed = None  # RobotState of the latest observation()
         self._estop = False
         self.safety: SafetyLayer | None = None
         self.policy: OnnxPolicy | None = None
@@ -161,11 +164,11 @@ class PolicyNode(PolicyLifecycleNode):
 
     def _configure_io(self, meta: dict) -> None:
         """Observation builder, safety layer, goal and the topics of a configured node."""
-        self.obs_builder = ObservationBuilder(
-            [{"name": t["name"], "scale": t["scale"]} for t in meta["observation"]["policy"]], meta["action"]["size"])
+        self.obs_builder = ObservationBuilder.from_metadata(meta)
         self.safety = SafetyLayer(self.state_timeout_s, self.action_term)
         self.safety.on_estop(self._estop)
         self.last_action = self.hover_action()
+        self._observed = None  # the history starts at the first tick the policy acts
         reset_goal(self, self.initial_goal)
         self._pub = self.create_lifecycle_publisher(Float32MultiArray, self.command_topic, self._qos)
         self._subs = [self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
@@ -204,10 +207,19 @@ class PolicyNode(PolicyLifecycleNode):
 
     # --- control --------------------------------------------------------------------------------------------
     def observation(self) -> np.ndarray:
-        """The policy observation ``[1, D]`` (float32) of the latest odometry, goal and previous action."""
+        """The policy observation ``[1, D]`` (float32) of the latest odometry, goal, previous action and the
+        observation history (terms with a ``history_length``), built by the task's :class:`ObservationBuilder`."""
         goal = torch.as_tensor(self._goal, dtype=torch.float32).reshape(1, 3)
-        state = robot_state(self._sample, self.last_action, goal)
-        return self.obs_builder.build(state).numpy()
+        self._observed = robot_state(self._sample, self.last_action, goal)
+        return self.obs_builder.build(self._observed).numpy()
+
+    def apply_action(self, action: torch.Tensor) -> None:
+        """The policy's ``action`` ``[1, A]`` goes out: the state of the latest :meth:`observation` joins the
+        observation history (as the task env's step does) and ``action``, clipped to [-1, 1], becomes
+        ``last_action``."""
+        if self._observed is not None:
+            self.obs_builder.advance(self._observed)
+        self.last_action = action.clamp(-1.0, 1.0)
 
     def _on_tick(self) -> None:
         now = time.monotonic()
@@ -217,7 +229,7 @@ class PolicyNode(PolicyLifecycleNode):
             action = torch.from_numpy(self.policy(self.observation())).reshape(1, -1)
             command, fault = self.safety.filter_action(action)
             if fault is None:
-                self.last_action = action.clamp(-1.0, 1.0)
+                self.apply_action(action)
         else:
             command = self.safety.safe_command()
         record_fault(self, fault, now, self.get_logger())

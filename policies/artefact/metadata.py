@@ -5,7 +5,7 @@
     schema_version, task,
     robot: {name, kind, joint_names, motor_names, default_pose, params, params_hash},
     control_period_s,
-    observation: {policy: [{name, offset, size, scale, unit, frame, description}, ...], dim},
+    observation: {policy: [{name, offset, size, scale, history_length, unit, frame, description}, ...], dim},
     action: {interface, size, clip, command_names, command_units, scaling},
     normalizer: {included, location},
     onnx: {file, sha256, input, output, opset, batch},
@@ -281,6 +281,12 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
             size = action_size if reg.size == -1 else reg.size
             if reg.size == 0:  # a block whose size the task sets (the swarm's neighbour slots and obstacle map)
                 size = _task_block_size(meta, name, problems)
+            history = t.get("history_length", 1)  # absent in policies exported before histories existed
+            if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+                problems.append((f"observation.policy[{i}].history_length",
+                                 f"expected an integer >= 1, got {history!r}"))
+            elif size is not None:
+                size *= history
             for field, expect in (("size", size), ("unit", reg.unit), ("frame", reg.frame), ("offset", offset),
                                   ("description", reg.description)):
                 same(f"observation.policy[{i}].{field}", t.get(field), expect, what="sim2real")

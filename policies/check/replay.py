@@ -62,11 +62,10 @@ def variant_overrides(cfg: dict, variant: str) -> list[str]:
 
 
 def _deploy_builder(meta: dict):
-    """The observation builder a deploy node makes from the metadata (terms and scales in order)."""
+    """The observation builder a deploy node makes from the metadata (terms, scales and histories in order)."""
     from sim2real.tasks.observations import ObservationBuilder
 
-    return ObservationBuilder([{"name": t["name"], "scale": t["scale"]} for t in meta["observation"]["policy"]],
-                              meta["action"]["size"])
+    return ObservationBuilder.from_metadata(meta)
 
 
 def replay_variant(cfg: dict, onnx, meta: dict, variant: str, episodes: int, seed: int | None = None) -> dict:
@@ -96,7 +95,9 @@ def replay_variant(cfg: dict, onnx, meta: dict, variant: str, episodes: int, see
 
         def policy(env_obs: torch.Tensor) -> torch.Tensor:
             if builder is not None:  # the deploy path: metadata's terms + scales on the robot state, sensor noise
-                clean = builder.build(env.robot_state())
+                state = env.robot_state()
+                clean = builder.build(state)
+                builder.advance(state)  # its history moves on as the node's does when the action goes out
                 obs = clean + torch.randn(clean.shape, generator=gen) * env._obs_noise_std
             else:
                 obs = env_obs

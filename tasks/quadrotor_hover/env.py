@@ -1,11 +1,12 @@
 """``quadrotor-hover``: reach and hold a goal position from random initial states (rsl-rl ``VecEnv``).
 
 Observation groups (TensorDict, batch ``[N]``):
-  * ``policy``: the terms named in ``observations.policy`` (see :mod:`sim2real.tasks.observations`), with
-    Gaussian noise of ``observations.noise``;
-  * ``critic``: the noise-free policy terms plus privileged state: mass, inertia and max-thrust ratios to
-    nominal, motor time constant [s], rotor thrusts as fractions of max, external force / nominal weight,
-    action latency [steps].
+  * ``policy``: the terms named in ``observations.policy`` (see :mod:`sim2real.tasks.observations`), a term
+    listed in ``observations.history_length`` with its values at the last K control steps, with Gaussian noise of
+    ``observations.noise``;
+  * ``critic``: the noise-free policy terms (their current values only) plus privileged state: mass, inertia and
+    max-thrust ratios to nominal, motor time constant [s], rotor thrusts as fractions of max, external force /
+    nominal weight, action latency [steps].
 
 Actions ``[N, 4]`` in [-1, 1] go through :class:`sim2real.tasks.actions.QuadrotorAction`, delayed by the
 per-episode latency. Rewards and terminations: :mod:`sim2real.tasks.quadrotor_hover.rewards`. Curriculum
@@ -70,7 +71,11 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         self.action_term, self.dyn, self.nominal = self.drones.action_term, self.drones.dyn, self.drones.nominal
         self.latency = self.drones.latency
         self.num_actions = self.action_term.num_actions
-        self.obs_builder = ObservationBuilder([{"name": n} for n in cfg["observations"]["policy"]], self.num_actions)
+        self.obs_builder = ObservationBuilder.from_config(cfg["observations"], self.num_actions)
+        # The critic sees the current terms without their history: its privileged state holds the rotor thrusts
+        # the action history lets the policy infer.
+        self.critic_builder = ObservationBuilder.from_config({**cfg["observations"], "history_length": {}},
+                                                             self.num_actions)
         self._obs_noise_std = noise_std_vector(self.obs_builder.layout(), cfg["observations"]["noise"], device)
 
         n = self.num_envs
@@ -130,14 +135,17 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         return self.drones.privileged()
 
     def get_observations(self) -> TensorDict:
-        clean = self.obs_builder.build(self.robot_state())
+        state = self.robot_state()
+        clean = self.obs_builder.build(state)
         policy = clean + torch.randn_like(clean) * self._obs_noise_std
-        critic = torch.cat((clean, self.privileged()), dim=-1)
+        critic = torch.cat((self.critic_builder.build(state) if self.obs_builder.has_history else clean,
+                            self.privileged()), dim=-1)
         return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
 
     # --- stepping ------------------------------------------------------------------------------------------
     def step(self, actions: torch.Tensor):
         self.curriculum.record_step()
+        self.obs_builder.advance(self.robot_state())  # the state the policy just acted on joins the history
         command = self.drones.act(self._finite_actions(actions))
         for _ in range(self.decimation):
             self.dyn.step(self.action_term.apply(command, self.dyn))
@@ -224,6 +232,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         self.dyn.set_state(ids, pos, quat, vel, angvel, hover)
         self.in_tol_steps[ids] = 0
         self.episode_length_buf[ids] = 0
+        self.obs_builder.reset(ids)
 
     @staticmethod
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:

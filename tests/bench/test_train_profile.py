@@ -12,6 +12,10 @@ from sim2real.bench.train_profile import bench_train_profile
 
 def test_profile_splits_the_training_time_and_counts_its_steps():
     out = bench_train_profile("quadrotor-hover", overrides=["env.num_envs=64"], iterations=2)
+    base = out["baseline"]  # the settings of 2026-12-03, profiled in the same run
+    assert base is not None and base["iterations"] == 2
+    assert out["speedup"] == pytest.approx(out["train_env_steps_per_s"] / base["train_env_steps_per_s"])
+    assert len(out["kls"]) == 2 and all(kl >= 0.0 for kl in out["kls"]) and len(out["learning_rates"]) == 2
     assert out["iterations"] == 2 and out["num_envs"] == 64 and out["steps_per_env"] == 24
     shares = [out["share_sim"], out["share_inference"], out["share_update"]]
     assert all(s > 0 for s in shares) and math.isclose(sum(shares), 1.0, rel_tol=1e-9)

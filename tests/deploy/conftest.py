@@ -12,15 +12,34 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-OBS_DIM = 22  # pos_error_w 3, rot_matrix_w 9, lin_vel_w 3, ang_vel_b 3, last_action 4
+OBS_DIM = 22  # one value of each term: pos_error_w 3, rot_matrix_w 9, lin_vel_w 3, ang_vel_b 3, last_action 4
 SLICES = {"pos_error_w": slice(0, 3), "rot_matrix_w": slice(3, 12), "lin_vel_w": slice(12, 15),
           "ang_vel_b": slice(15, 18), "last_action": slice(18, 22)}
 
 
+def expand_to_layout(weight: np.ndarray, layout: list[dict]) -> np.ndarray:
+    """Weights ``[22, 4]`` over one value of each hover term (:data:`SLICES`) as weights ``[D, 4]`` over the task's
+    observation ``layout`` (metadata ``observation.policy``): each term's rows go to its current value (the last
+    columns of a term with a history); the rows of past values are zero. A ``[D, 4]`` weight is returned as is."""
+    weight = np.asarray(weight, dtype=np.float64)
+    dim = sum(t["size"] for t in layout)
+    if weight.shape[0] == dim:
+        return weight
+    assert weight.shape[0] == OBS_DIM, f"weights for {weight.shape[0]} inputs, the policy takes {OBS_DIM} or {dim}"
+    full = np.zeros((dim, weight.shape[1]))
+    for t in layout:
+        rows = SLICES[t["name"]]
+        size = rows.stop - rows.start
+        end = t["offset"] + t["size"]
+        full[end - size:end] = weight[rows]
+    return full
+
+
 def write_linear_policy(out_dir: Path, weight: np.ndarray, bias, interface: str = "motor_thrust",
                         robot: dict | None = None) -> Path:
-    """An exported policy ``actions = obs @ weight + bias`` (weight ``[22, 4]``) with the real metadata of the
-    quadrotor-hover task (``robot``: default crazyflie2); returns ``out_dir``."""
+    """An exported policy ``actions = obs @ weight + bias`` with the real metadata of the quadrotor-hover task
+    (``robot``: default crazyflie2); ``weight`` is ``[D, 4]`` over the task's observation, or ``[22, 4]`` over one
+    value of each term (:func:`expand_to_layout`); returns ``out_dir``."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -32,12 +51,14 @@ def write_linear_policy(out_dir: Path, weight: np.ndarray, bias, interface: str 
     if robot is not None:
         cfg["robot"] = robot
     env = make_env(cfg, num_envs=1)
-    w = numpy_helper.from_array(np.asarray(weight, dtype=np.float32).reshape(OBS_DIM, 4), "W")
+    layout = env.obs_builder.layout()
+    dim = env.obs_builder.dim
+    w = numpy_helper.from_array(expand_to_layout(weight, layout).astype(np.float32).reshape(dim, 4), "W")
     b = numpy_helper.from_array(np.asarray(bias, dtype=np.float32).reshape(4), "b")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["obs", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["actions"])],
         "linear_policy",
-        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", OBS_DIM])],
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", dim])],
         [helper.make_tensor_value_info("actions", TensorProto.FLOAT, ["batch", 4])],
         initializer=[w, b],
     )

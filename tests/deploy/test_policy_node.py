@@ -269,29 +269,88 @@ def test_configure_refuses_a_policy_for_another_robot(ros_ctx, namespace, linear
         node.destroy_node()
 
 
+def record_episode(env, act, steps: int) -> list[dict]:
+    """Step ``env`` (all envs just reset) ``steps`` times with ``act(clean_obs [N, D]) -> actions [N, A]``; per step:
+    each env's odometry message, goal, last action, clean observation and the actions taken."""
+    from sim2real.deploy.ros_conversions import fill_odometry
+
+    d, n, records = env.dyn, env.num_envs, []
+    for _ in range(steps):
+        obs = env.obs_builder.build(env.robot_state())
+        actions = act(obs)
+        records.append({"odom": [fill_odometry(Odometry(), d.pos_w[i], d.quat_w[i], d.lin_vel_w[i], d.ang_vel_b[i])
+                                 for i in range(n)],
+                        "goal": env.goal_w.clone(), "last_action": env.actions.clone(), "actions": actions,
+                        "obs": obs.numpy()})
+        _, _, dones, _ = env.step(actions)
+        assert not dones.any()
+    return records
+
+
+def replay_through_node(node, records: list[dict], i: int, policy=None) -> None:
+    """Feed env ``i``'s recorded states to a freshly configured ``node`` tick by tick: its observation must equal the
+    env's (and with ``policy``, an ONNX policy, its action the env's), then the env's action goes out."""
+    from sim2real.deploy.ros_conversions import odometry_to_sample
+
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS  # a fresh history
+    for t, rec in enumerate(records):
+        node._sample = odometry_to_sample(rec["odom"][i])
+        node._goal = rec["goal"][i].numpy()
+        node.last_action = rec["last_action"][i:i + 1]  # (the env's reset action has this env's DR)
+        obs = node.observation()
+        np.testing.assert_allclose(obs[0], rec["obs"][i], atol=2e-5, err_msg=f"env {i}, step {t}")
+        if policy is not None:
+            np.testing.assert_allclose(policy(obs)[0], rec["actions"][i].numpy(), atol=1e-4,
+                                       err_msg=f"env {i}, step {t}")
+        node.apply_action(rec["actions"][i:i + 1])
+    assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+
+
 @pytest.mark.parametrize("interface", ["motor_thrust", "ctbr"])
 def test_node_observation_equals_the_task_observation_of_the_same_state(ros_ctx, namespace, linear_policy,
                                                                         interface):
     """Training builds the observation from the simulator's state, the node from odometry messages: the same
-    physical state must give the same observation (frames, quaternion order, scales, last action)."""
-    from sim2real.deploy.ros_conversions import fill_odometry, odometry_to_sample
+    physical states must give the same observations (frames, quaternion order, scales, last action) and the same
+    action history, tick after tick from the start of an episode."""
     from sim2real.tasks import make_env, task_config
 
     cfg = task_config("quadrotor-hover", [f"env.action_interface={interface}"])
-    env = make_env(cfg, num_envs=8)
-    for _ in range(5):  # move away from the reset state, with non-trivial last actions
-        env.step(0.3 * torch.randn(8, 4))
+    env = make_env(cfg, num_envs=3)  # every env has just been reset: its history starts now
+    k = cfg["observations"]["history_length"]["last_action"]
+    assert k > 1
+    records = record_episode(env, lambda obs: (0.3 * torch.randn(obs.shape[0], 4)).clamp(-1.0, 1.0), 12)
     node = PolicyNode(linear_policy(np.zeros((22, 4)), np.zeros(4), interface=interface), ROBOT,
                       namespace=namespace, context=ros_ctx)
     try:
-        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        expected = env.obs_builder.build(env.robot_state()).numpy()
-        d = env.dyn
-        for i in range(8):
-            msg = fill_odometry(Odometry(), d.pos_w[i], d.quat_w[i], d.lin_vel_w[i], d.ang_vel_b[i])
-            node._sample = odometry_to_sample(msg)
-            node._goal = env.goal_w[i].numpy()
-            node.last_action = env.actions[i:i + 1]  # the action applied in the step just taken
-            np.testing.assert_allclose(node.observation()[0], expected[i], atol=2e-5)
+        for i in range(3):
+            replay_through_node(node, records, i)
+    finally:
+        node.destroy_node()
+    # The history is in the observation: at the last step, the actions of the k steps before it, oldest first.
+    last = records[-1]["obs"][0, -4 * k:].reshape(k, 4)
+    taken = torch.cat([r["actions"][:1] for r in records[-1 - k:-1]]).numpy()
+    np.testing.assert_allclose(last, taken, atol=1e-6)
+
+
+def test_the_shipped_hover_policy_acts_the_same_in_the_node_as_in_training(ros_ctx, namespace):
+    """The shipped hover policy, flying its own task's held-out envs: the node (odometry, goal, its action history)
+    gives it the observation training gives it, and it answers with the same actions, tick after tick."""
+    import json
+
+    from sim2real.policies.artefact import PRETRAINED_DIR
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
+    from sim2real.tasks import make_env
+
+    folder = PRETRAINED_DIR / "quadrotor-hover"
+    meta = json.loads((folder / "metadata.json").read_text())
+    cfg = meta["training"]["task_config"]
+    policy = OnnxPolicy(folder, ROBOT)
+    torch.manual_seed(0)
+    env = make_env(cfg, num_envs=3, eval_mode=True)
+    records = record_episode(env, lambda obs: torch.from_numpy(policy(obs.numpy())), 60)
+    node = PolicyNode(folder, ROBOT, namespace=namespace, context=ros_ctx)
+    try:
+        for i in range(3):
+            replay_through_node(node, records, i, policy)
     finally:
         node.destroy_node()

@@ -238,6 +238,12 @@ def _clean_observation(env) -> torch.Tensor:
     return torch.cat((d.pos_w - env.goal_w, rot, d.lin_vel_w, d.ang_vel_b, env.last_actions), dim=-1)
 
 
+def _current(policy: torch.Tensor) -> torch.Tensor:
+    """The current value of each policy term ``[N, 22]``: the policy group is the 18 state values, then the last 9
+    actions oldest first (``observations.history_length``), so the current last action is its last 4 columns."""
+    return torch.cat((policy[:, :18], policy[:, -4:]), dim=-1)
+
+
 def test_observation_noise_has_the_configured_std() -> None:
     n = 4096
     env, cfg = _env(n)
@@ -249,14 +255,14 @@ def test_observation_noise_has_the_configured_std() -> None:
     obs = env.get_observations()
     critic_clean = obs["critic"][:, :dim]
     torch.testing.assert_close(critic_clean, _clean_observation(env), rtol=1e-6, atol=1e-7)
-    diff = obs["policy"] - critic_clean
+    diff = _current(obs["policy"]) - critic_clean
     noisy = std > 0
     assert int(noisy.sum()) == 18  # every term but last_action is noisy in the task config
     torch.testing.assert_close(diff.std(dim=0)[noisy], std[noisy], rtol=0.05, atol=0.0)
     assert bool((diff.mean(dim=0)[noisy].abs() < 5.0 * std[noisy] / math.sqrt(n)).all())
     assert bool((diff[:, ~noisy] == 0).all())
     # Fresh noise on every call, independent across envs and entries.
-    diff2 = env.get_observations()["policy"] - critic_clean
+    diff2 = _current(env.get_observations()["policy"]) - critic_clean
     corr = torch.corrcoef(torch.stack((diff[:, 0], diff2[:, 0], diff[:, 1])))
     assert float(corr[0, 1].abs()) < 0.1 and float(corr[0, 2].abs()) < 0.1
 
@@ -266,6 +272,8 @@ def test_zero_observation_noise_gives_the_clean_observation() -> None:
     env, _ = _env(256, zero)
     obs = env.get_observations()
     dim = sum(TERM_SIZES.values())
-    assert obs["policy"].shape == (256, dim)
-    assert torch.equal(obs["policy"], obs["critic"][:, :dim])
-    torch.testing.assert_close(obs["policy"], _clean_observation(env), rtol=1e-6, atol=1e-7)
+    assert obs["policy"].shape == (256, 18 + 9 * 4)
+    assert torch.equal(_current(obs["policy"]), obs["critic"][:, :dim])
+    torch.testing.assert_close(_current(obs["policy"]), _clean_observation(env), rtol=1e-6, atol=1e-7)
+    # Just reset: the history repeats the reset action.
+    torch.testing.assert_close(obs["policy"][:, 18:], obs["policy"][:, -4:].repeat(1, 9))

@@ -15,7 +15,8 @@ def test_vecenv_contract_shapes():
     env = _env(16)
     obs = env.get_observations()
     assert obs.batch_size == torch.Size([16])
-    assert obs["policy"].shape == (16, 22) and obs["critic"].shape == (16, 22 + 14)
+    # policy: 18 state values and the last 9 actions; critic: the state, the last action and 14 privileged values.
+    assert obs["policy"].shape == (16, 18 + 9 * 4) and obs["critic"].shape == (16, 22 + 14)
     obs, rew, dones, extras = env.step(torch.zeros(16, 4))
     assert rew.shape == (16,) and dones.shape == (16,) and extras["time_outs"].shape == (16,)
     assert env.max_episode_length == 500 and env.episode_length_buf.dtype == torch.long
@@ -24,7 +25,8 @@ def test_vecenv_contract_shapes():
 def test_observation_holds_the_action_just_applied():
     env = _env(8, "observations.noise={pos_error_w: 0.0, rot_matrix_w: 0.0, lin_vel_w: 0.0, ang_vel_b: 0.0, "
                   "last_action: 0.0}")
-    sl = env.obs_builder.slices()["last_action"]
+    history = env.obs_builder.slices()["last_action"]  # the last 9 actions, oldest first
+    sl = slice(history.stop - 4, history.stop)
     a1 = torch.rand(8, 4) * 1.6 - 0.8
     obs, *_ = env.step(a1)
     torch.testing.assert_close(obs["policy"][:, sl], a1)

@@ -1,0 +1,30 @@
+"""``sim2real bench hover-time`` mechanics (tiny budgets; the figures themselves are measured by the bench, never
+here)."""
+
+from __future__ import annotations
+
+from sim2real.bench.hover_time import hover_time_one_seed
+
+TINY = ["env.num_envs=64", "train.eval_episodes=16"]
+
+
+def test_a_crossing_counts_once_a_fresh_held_out_evaluation_confirms_it(capsys):
+    r = hover_time_one_seed("quadrotor-hover", 2, target=0.0, budget_s=30.0, eval_every_s=0.5, confirm_episodes=24,
+                            overrides=TINY)
+    assert r["reached"] and r["seed"] == 2
+    first = r["evaluations"][0]
+    assert r["iterations"] == first["iteration"] and first["confirm_success_rate"] >= 0.0
+    # The confirmation is `sim2real eval`'s set (eval.seed, its own episode count), not the selection set.
+    assert r["confirm"]["seed"] == 12345 and r["confirm"]["num_episodes"] == 24
+    assert r["env_steps"] == 64 * 24 * r["iterations"]
+    printed = capsys.readouterr().out  # each evaluation is reported as it happens
+    assert f"iteration {first['iteration']:4d}" in printed and "confirm (24 episodes, seed 12345)" in printed
+
+
+def test_an_unreached_target_stops_at_the_budget_after_regular_evaluations():
+    r = hover_time_one_seed("quadrotor-hover", 1, target=1.01, budget_s=1.5, eval_every_s=0.5, confirm_episodes=24,
+                            overrides=TINY)
+    assert not r["reached"] and r["confirm"] is None
+    assert r["train_wall_s"] > 1.5
+    assert len(r["evaluations"]) >= 2 and r["evaluations"][-1]["iteration"] == r["iterations"]
+    assert all("confirm_success_rate" not in e for e in r["evaluations"])
