@@ -87,10 +87,16 @@ def update_kl(alg) -> float:
     this figure to ``desired_kl``."""
     import torch
 
+    from sim2real.tasks.rollout import rng_state, set_rng_state
+
     st = alg.storage
-    with torch.inference_mode():
-        obs = st.observations.flatten(0, 1)
-        old = tuple(p.flatten(0, 1) for p in st.distribution_params)
-        alg.actor(obs, stochastic_output=True)
-        new = alg.actor.output_distribution_params
-        return float(alg.actor.get_kl_divergence(old, new).mean())
+    saved = rng_state()  # the actor samples when it builds its distribution: training's random stream stays as is
+    try:
+        with torch.inference_mode():
+            obs = st.observations.flatten(0, 1)
+            old = tuple(p.flatten(0, 1) for p in st.distribution_params)
+            alg.actor(obs, stochastic_output=True)
+            new = alg.actor.output_distribution_params
+            return float(alg.actor.get_kl_divergence(old, new).mean())
+    finally:
+        set_rng_state(saved)

@@ -25,6 +25,6 @@ SPEC = TaskSpec(
                     curricula=CurriculaBenchSpec(space="start", hand_written="levels",
                                                  overrides=("env.success_pos_tol=0.1", "env.success_vel_tol=0.2")),
                     # the settings of 2026-12-03 morning, before issue 20's recipe (docs/benchmarks.md)
-                    profile_baseline=("2026-12-03", ("observations.history_length.last_action=1",
+                    profile_baseline=("2026-12-03 before issue 20", ("observations.history_length.last_action=1",
                                                      "rewards.params.precision_scale=0.02"))),
 )
