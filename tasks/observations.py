@@ -167,6 +167,16 @@ class ObservationBuilder:
     def _values(self, state: RobotState) -> list[torch.Tensor]:
         return [term.fn(state) * scale for term, scale in self.terms]
 
+    def _window(self, i: int, value: torch.Tensor) -> torch.Tensor:
+        """Term ``i``'s last K values ``[N, K, k]``, oldest first, ending with ``value`` (its current one); rows
+        without a stored history repeat ``value``."""
+        current = value.unsqueeze(1)
+        repeated = current.expand(-1, self.history[i] - 1, -1)
+        past = self._past.get(i)
+        if past is not None and past.shape[0] == value.shape[0]:
+            repeated = torch.where(self._filled.view(-1, 1, 1), past, repeated)
+        return torch.cat((repeated, current), dim=1)
+
     def build(self, state: RobotState) -> torch.Tensor:
         """The observation group ``[N, D]`` of ``state``: each term's value, preceded by its stored past values
         for a term with a history (rows without a history yet repeat the current value). Does not change the
@@ -174,41 +184,20 @@ class ObservationBuilder:
         values = self._values(state)
         if not self.has_history:
             return torch.cat(values, dim=-1)
-        out = []
-        for i, (value, length) in enumerate(zip(values, self.history)):
-            if length == 1:
-                out.append(value)
-                continue
-            current = value.unsqueeze(1)
-            repeated = current.expand(-1, length - 1, -1)
-            past = self._past.get(i)
-            if past is None or past.shape[0] != value.shape[0]:
-                past = repeated
-            else:
-                past = torch.where(self._filled.view(-1, 1, 1), past, repeated)
-            out.append(torch.cat((past, current), dim=1).flatten(1))
-        return torch.cat(out, dim=-1)
+        return torch.cat([value if length == 1 else self._window(i, value).flatten(1)
+                          for i, (value, length) in enumerate(zip(values, self.history))], dim=-1)
 
     def advance(self, state: RobotState) -> None:
         """Store the values of ``state`` (the state the policy has just acted on) as the newest past values of
         every term with a history; call once per control step, after :meth:`build` of that state."""
         if not self.has_history:
             return
-        values = {i: term.fn(state) * scale for i, ((term, scale), length) in enumerate(zip(self.terms, self.history))
-                  if length > 1}
         n = state.num_envs
         if self._filled is None or self._filled.shape[0] != n:
             self._past, self._filled = {}, torch.zeros(n, dtype=torch.bool, device=state.base_pos_w.device)
-        for i, value in values.items():
-            length = self.history[i]
-            current = value.unsqueeze(1)
-            past = self._past.get(i)
-            if past is None:
-                past = current.expand(-1, length - 1, -1).clone()
-            else:
-                past = torch.where(self._filled.view(-1, 1, 1), past, current.expand(-1, length - 1, -1))
-                past = torch.cat((past[:, 1:], current), dim=1)
-            self._past[i] = past
+        for i, ((term, scale), length) in enumerate(zip(self.terms, self.history)):
+            if length > 1:
+                self._past[i] = self._window(i, term.fn(state) * scale)[:, 1:]
         self._filled[:] = True
 
     def reset(self, ids: torch.Tensor | None = None) -> None:
