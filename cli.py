@@ -407,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png; finetune: "
                    "folder for the sessions and finetune.json")
     p.add_argument("--policy", help="swarm, finetune: the exported policy folder (default: the task's shipped one)")
+    p.add_argument("--learner", choices=["ppo", "td3", "sac"], default="ppo",
+                   help="hover-time: ppo (rsl-rl-lib, the task's training) or an off-policy learner from "
+                        "stable-baselines3 on 32 envs (the comparison of docs/benchmarks.md)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (gpu: a tiny CPU version, "
                                                         "4 envs, where there is no CUDA)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

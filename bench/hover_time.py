@@ -102,11 +102,12 @@ def hover_time_one_seed(task: str, seed: int, target: float = 0.9, budget_s: flo
 
 def bench_hover_time(task: str, quick: bool = False, target: float = 0.9, budget_s: float = 300.0,
                      seeds: tuple[int, ...] = (1, 2, 3), eval_every_s: float = 5.0,
-                     overrides: list[str] | None = None) -> dict:
+                     overrides: list[str] | None = None, learner: str = "ppo") -> dict:
     """:func:`hover_time_one_seed` for each of ``seeds`` (``quick``: one seed, 60 s budget); prints each seed and
     the median training time to a confirmed crossing (a seed that does not reach the target within ``budget_s``
     counts as slower than every seed that does; the median is reported as not reached when half the seeds or more
-    miss).
+    miss). ``learner``: ``ppo`` (rsl-rl-lib, the task's own training) or an off-policy learner of
+    :mod:`sim2real.bench.offpolicy` (``td3``, ``sac``: stable-baselines3, same evaluations and confirmation).
 
     Returns:
         ``{"target", "median_train_wall_s", "reached", "seeds": [per-seed results]}``.
@@ -115,27 +116,34 @@ def bench_hover_time(task: str, quick: bool = False, target: float = 0.9, budget
         seeds, budget_s = seeds[:1], 60.0
     runs = []
     for seed in seeds:
-        r = hover_time_one_seed(task, seed, target, budget_s, eval_every_s, overrides=overrides)
+        if learner == "ppo":
+            r = hover_time_one_seed(task, seed, target, budget_s, eval_every_s, overrides=overrides)
+        else:
+            from sim2real.bench.offpolicy import offpolicy_hover_time_one_seed
+
+            r = offpolicy_hover_time_one_seed(task, seed, learner, target, budget_s, eval_every_s, overrides=overrides)
         runs.append(r)
         status = (f"reached after {r['train_wall_s']:.1f} s of training ({r['env_steps']:,} env steps, "
                   f"{r['iterations']} iterations)" if r["reached"] else f"NOT reached within {budget_s:.0f} s")
         total = r["time_sim_s"] + r["time_inference_s"] + r["time_update_s"] or 1.0
-        print(f"seed {seed}: success >= {target} {status}; training time: simulation "
-              f"{100 * r['time_sim_s'] / total:.0f}%, inference and storage {100 * r['time_inference_s'] / total:.0f}%, "
-              f"PPO update {100 * r['time_update_s'] / total:.0f}%; evaluations {r['time_eval_s']:.1f} s (excluded)",
-              flush=True)
+        split = (f"simulation {100 * r['time_sim_s'] / total:.0f}%, inference and storage "
+                 f"{100 * r['time_inference_s'] / total:.0f}%, PPO update {100 * r['time_update_s'] / total:.0f}%"
+                 if learner == "ppo" else f"{learner} (stable-baselines3), not split")
+        print(f"seed {seed}: success >= {target} {status}; training time: {split}; evaluations "
+              f"{r['time_eval_s']:.1f} s (excluded)", flush=True)
     times = [r["train_wall_s"] if r["reached"] else float("inf") for r in runs]
     median = statistics.median(times)
     reached = median != float("inf")
     shown = ", ".join(f"{t:.1f}" if t != float("inf") else "not reached" for t in times)
-    print(f"{task}: median time to held-out success >= {target}: "
+    print(f"{task} ({learner}): median time to held-out success >= {target}: "
           f"{f'{median:.1f} s' if reached else f'not reached within {budget_s:.0f} s'} over seeds "
           f"{', '.join(str(s) for s in seeds)} ({shown}); {runs[0]['num_envs']} envs, evaluated at least every "
           f"{eval_every_s:g} s of training, each crossing confirmed on a fresh held-out set "
           f"(reference: Learning to Fly in Seconds, 18 s on a laptop)")
-    return {"target": target, "median_train_wall_s": median if reached else None, "reached": reached, "seeds": runs}
+    return {"target": target, "median_train_wall_s": median if reached else None, "reached": reached, "seeds": runs,
+            "learner": learner}
 
 
 def run(args, task: str) -> dict:
     seeds = tuple(range(1, int(args.seeds or 3) + 1))
-    return bench_hover_time(task, quick=args.quick, seeds=seeds)
+    return bench_hover_time(task, quick=args.quick, seeds=seeds, learner=getattr(args, "learner", None) or "ppo")

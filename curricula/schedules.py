@@ -26,6 +26,13 @@ class StepSchedule:
     def advance(self, env_steps: int) -> None:
         self.steps += int(env_steps)
 
+    def record(self, scores) -> None:
+        """(Finished episodes do not move a step schedule; see :class:`CompetenceSchedule`.)"""
+
+    def finish(self) -> None:
+        """Jump to the final value (evaluation: rewards are reported at full weight)."""
+        self.steps = 10**15
+
     @property
     def value(self) -> float:
         n = self.steps // self.interval
@@ -43,3 +50,66 @@ class StepSchedule:
 
     def load_state_dict(self, state: dict) -> None:
         self.steps = int(state["steps"])
+
+
+class CompetenceSchedule:
+    """``value = min(final, initial * factor ** k)``, where the step ``k`` follows measured competence instead of
+    env steps: after every ``window`` finished episodes, ``k`` rises by one if their mean score (in [0, 1], e.g. the
+    fraction of a room's drones at their goals) reached ``up``, falls by one (not below 0) if it was at or below
+    ``down``, and stays otherwise. Penalties annealed this way grow only as fast as the policy copes with them, so a
+    curriculum is not lost to them (issue 22; Huang et al. 2024 anneal their collision penalty by steps).
+
+    Args:
+        initial, final, factor: as :class:`StepSchedule` (``factor > 1``).
+        up, down: mean scores that move the step up / down (``0 <= down < up <= 1``).
+        window: episodes per decision.
+
+    Raises:
+        ValueError: an argument out of range.
+    """
+
+    def __init__(self, initial: float, final: float, factor: float, up: float, down: float, window: int):
+        if not (initial > 0 and final >= initial and factor > 1.0):
+            raise ValueError(f"need 0 < initial <= final and factor > 1, got {initial}, {final}, {factor}")
+        if not 0.0 <= down < up <= 1.0 or window < 1:
+            raise ValueError(f"need 0 <= down < up <= 1 and window >= 1, got {down}, {up}, {window}")
+        self.initial, self.final, self.factor = float(initial), float(final), float(factor)
+        self.up, self.down, self.window = float(up), float(down), int(window)
+        self.top = max(0, math.ceil(math.log(self.final / self.initial) / math.log(self.factor) - 1e-9))
+        self.k = 0
+        self._sum, self._count = 0.0, 0
+
+    def record(self, scores) -> None:
+        """Add the scores ``[B]`` of episodes that just ended; decide after every ``window`` of them."""
+        for s in (float(v) for v in scores):
+            self._sum += s
+            self._count += 1
+            if self._count >= self.window:
+                rate = self._sum / self._count
+                if rate >= self.up:
+                    self.k = min(self.k + 1, self.top)
+                elif rate <= self.down:
+                    self.k = max(self.k - 1, 0)
+                self._sum, self._count = 0.0, 0
+
+    def advance(self, env_steps: int) -> None:
+        """(Env steps do not move a competence schedule.)"""
+
+    def finish(self) -> None:
+        """Jump to the final value (evaluation: rewards are reported at full weight)."""
+        self.k = self.top
+
+    @property
+    def value(self) -> float:
+        return min(self.final, self.initial * self.factor**self.k)
+
+    def log(self) -> dict[str, float]:
+        return {"Curriculum/penalty_scale": self.value}
+
+    def state_dict(self) -> dict:
+        return {"k": self.k, "sum": self._sum, "count": self._count}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "k" not in state:  # a checkpoint of a step-annealed run: start from the scale it had reached
+            return
+        self.k, self._sum, self._count = int(state["k"]), float(state["sum"]), int(state["count"])

@@ -5,8 +5,9 @@
 An env's difficulty rises by ``step_up`` after a successful episode and falls by ``step_down`` after a failed one
 (the game-inspired rule of Rudin et al. 2021 extended over stages, as in the jumping curriculum of Atanassov et
 al.: in-place jump, then forward/diagonal jumps of growing distance, then jumps over obstacles of growing height).
-A fraction ``review_prob`` of resets replays a uniformly drawn easier difficulty, so earlier stages are not
-forgotten. ``max_difficulty`` caps promotion (e.g. 1.0 trains stage 1 only).
+A fraction ``review_prob`` of resets replays an easier difficulty: one of the stages up to the env's own, drawn
+uniformly, then a difficulty uniformly within it (below the env's own in its own stage), so every earlier stage
+keeps an equal share of the reviews however far the env has gone. ``max_difficulty`` caps promotion (e.g. 1.0 trains stage 1 only).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class StagedLevelCurriculum(Curriculum):
         initial: starting difficulty of every env.
         step_up / step_down: difficulty added on success / removed on failure.
         max_difficulty: cap on the difficulty (``<= S``).
-        review_prob: probability that a reset samples a uniform difficulty in ``[0, x]`` instead of ``x``.
+        review_prob: probability that a reset reviews an easier difficulty instead of ``x`` (a stage up to the
+            env's own drawn uniformly, then a difficulty within it, below ``x`` in ``x``'s own stage).
         device: torch device.
         fixed: if set, every reset gets this difficulty and updates do nothing (evaluation).
 
@@ -84,7 +86,16 @@ class StagedLevelCurriculum(Curriculum):
             return torch.full((len(env_ids), 1), float(self.fixed), device=self.difficulty.device)
         x = self.difficulty[env_ids]
         review = torch.rand(len(env_ids), device=x.device) < self.review_prob
-        return torch.where(review, x * torch.rand_like(x), x).unsqueeze(-1)
+        # A review picks one of the stages up to the env's own uniformly, then a difficulty uniformly within it
+        # (below the env's own in its own stage): each earlier stage keeps an equal share however far the env got.
+        # One uniform draw u gives both: the stage is floor(u (S + 1)), the place within it the fraction left over
+        # (in stage 0 that is x u, the uniform draw below x).
+        stage, level = self.split(x)
+        scaled = torch.rand_like(x) * (stage + 1).float()
+        pick = scaled.floor().clamp(max=stage.float())
+        within = (scaled - pick).clamp(0.0, 1.0)
+        top = torch.where(pick == stage.float(), level, torch.ones_like(level))
+        return torch.where(review, pick + top * within, x).unsqueeze(-1)
 
     def update(self, env_ids: torch.Tensor, params: torch.Tensor, outcome: EpisodeOutcome) -> None:
         """Promote (``outcome.success``) or demote (``outcome.failure``) envs ``env_ids`` after episodes played at

@@ -79,6 +79,20 @@ def render_qpos(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int
     Raises:
         RuntimeError: no GL backend (set ``MUJOCO_GL=egl`` or ``osmesa`` before starting Python).
     """
+    return render_segments([(model, qpos)], path, control_dt, fps, size, distance, lookat_z)
+
+
+def render_segments(segments: list, path: Path, control_dt: float, fps: int = 25, size=(480, 360),
+                    distance: float = 2.0, lookat_z: float = 0.25) -> Path:
+    """:func:`render_qpos` of several ``(model, qpos [T, nq])`` segments, one after the other in one GIF."""
+    frames = []
+    for model, qpos in segments:
+        frames += _qpos_frames(model, qpos, control_dt, fps, size, distance, lookat_z)
+    return save_gif(frames, path, fps)
+
+
+def _qpos_frames(model, qpos: np.ndarray, control_dt: float, fps: int, size, distance: float,
+                 lookat_z: float) -> list:
     from PIL import Image
 
     model.vis.global_.offwidth, model.vis.global_.offheight = max(size[0], 640), max(size[1], 480)
@@ -100,21 +114,23 @@ def render_qpos(model, qpos: np.ndarray, path: Path, control_dt: float, fps: int
         renderer.update_scene(data, cam)
         frames.append(Image.fromarray(renderer.render().copy()))
     renderer.close()
-    return save_gif(frames, path, fps)
+    return frames
 
 
 def plots_then_video(traj: dict, plot: Callable[[dict, Path], Path], output: Path, video: bool, control_dt: float,
                      **camera) -> Path:
     """Write ``plot(traj, <output>.png)``; then, with ``video`` and a non-PNG ``output``, ``<output>.gif`` of
-    ``traj["render"]`` (``(model, qpos [T, nq])``, :func:`render_qpos` with ``camera`` settings). Returns the GIF,
-    or the PNG when there is no video (or no GL backend: the reason is printed)."""
+    ``traj["render"]`` (``(model, qpos [T, nq])``, or a list of them played one after the other;
+    :func:`render_segments` with ``camera`` settings). Returns the GIF, or the PNG when there is no video (or no GL
+    backend: the reason is printed)."""
     output = Path(output)
     plot_path = plot(traj, output.with_suffix(".png"))
     if not video or output.suffix == ".png":
         return plot_path
     try:
-        model, qpos = traj["render"]
-        return render_qpos(model, qpos, output.with_suffix(".gif"), control_dt, **camera)
+        render = traj["render"]
+        segments = render if isinstance(render, list) else [render]
+        return render_segments(segments, output.with_suffix(".gif"), control_dt, **camera)
     except RuntimeError as exc:
         print(f"{exc}; wrote trajectory plots only")
         return plot_path

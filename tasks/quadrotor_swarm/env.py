@@ -26,6 +26,7 @@ import torch
 from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
+from sim2real.curricula.schedules import CompetenceSchedule
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
 from sim2real.tasks.base_env import TaskEnv
@@ -36,10 +37,14 @@ from sim2real.tasks.quadrotor_swarm import rewards as rew
 from sim2real.tasks.quadrotor_swarm.checks import check_config
 from sim2real.tasks.quadrotor_swarm.goals import sample_starts_and_goals
 from sim2real.tasks.quadrotor_swarm.observations import SwarmObservation
-from sim2real.tasks.quadrotor_swarm.world import RoomSpec, min_column_clearance, resolve_collisions, sample_occupancy
+from sim2real.tasks.quadrotor_swarm.world import (
+    RoomSpec, nearest_column, resolve_collisions, sample_occupancy,
+)
 from sim2real.tasks.observations import noise_std_vector
 from sim2real.tasks.rewards import weighted_reward_sum
 from sim2real.tasks.state import RobotState
+from sim2real.sim.quadrotor import downwash_acceleration
+from sim2real.sim.rotations import quat_rotate
 
 #: Room state saved for replay (``[B, M, ...]`` per room, plus room scalars).
 REPLAY_KEYS = ("pos_w", "quat_w", "lin_vel_w", "ang_vel_b", "motor_thrust", "goal_w", "occupied", "step", "density",
@@ -112,10 +117,15 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
             ccfg, self.task_spaces(), r, device, eval_mode=eval_mode,
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
             hand_written=lambda: PerEnvLevelCurriculum.from_config(ccfg, r, device, 1.0 if eval_mode else None))
-        self.penalty_schedule = StepSchedule(ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"],
-                                             ccfg["penalty_scale_factor"], ccfg["penalty_scale_interval"])
+        if ccfg["penalty_anneal"] == "competence":
+            self.penalty_schedule = CompetenceSchedule(
+                ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"], ccfg["penalty_scale_factor"],
+                ccfg["penalty_competence_up"], ccfg["penalty_competence_down"], ccfg["penalty_competence_episodes"])
+        else:
+            self.penalty_schedule = StepSchedule(ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"],
+                                                 ccfg["penalty_scale_factor"], ccfg["penalty_scale_interval"])
         if eval_mode:
-            self.penalty_schedule.steps = 10**15
+            self.penalty_schedule.finish()
         rcfg = cfg["replay"]
         self.replay_enabled = bool(rcfg["enabled"]) and not eval_mode
         self.replay = StateReplayBuffer(int(rcfg["capacity"]), int(rcfg["max_uses"]), device)
@@ -178,6 +188,14 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
 
     # --- stepping ------------------------------------------------------------------------------------------
+    def _apply_downwash(self) -> None:
+        """Set each drone's interaction force to the downwash of the drones above it in its room
+        (:func:`sim2real.sim.quadrotor.downwash_acceleration` times its mass)."""
+        d = self.dyn
+        up = quat_rotate(d.quat_w, torch.tensor([0.0, 0.0, 1.0], device=self.device).expand(self.num_envs, 3))
+        accel = downwash_acceleration(self.room_view(d.pos_w), self.room_view(up), d.params.gravity)
+        d.interaction_force_w = accel.reshape(-1, 3) * d.params.mass.unsqueeze(-1)
+
     def step(self, actions: torch.Tensor):
         ecfg, r, m = self.cfg["env"], self.num_rooms, self.drones_per_room
         self.curriculum.record_step()
@@ -186,6 +204,8 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         obstacle = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         boundary = torch.zeros_like(obstacle)
         for _ in range(self.decimation):
+            if ecfg["downwash"]:
+                self._apply_downwash()
             self.dyn.step(self.action_term.apply(command, self.dyn))
             pos, vel, contacts = resolve_collisions(self.room_view(self.dyn.pos_w), self.room_view(self.dyn.lin_vel_w),
                                                     self.centers, self.occupied, self.room, ecfg["restitution"])
@@ -214,9 +234,10 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         self.in_tol_steps = torch.where(at_goal, self.in_tol_steps + 1, torch.zeros_like(self.in_tol_steps))
 
         room_pos = self.room_view(state.base_pos_w)
-        clearance = min_column_clearance(room_pos, self.centers, self.occupied, self.room).reshape(-1)
-        x = rew.SwarmRewardInputs(state, room_pos, clearance, self.actions, self.last_actions, pos_err, new_drone,
-                                  new_obstacle, new_boundary)
+        clearance, normal = nearest_column(room_pos, self.centers, self.occupied, self.room)
+        x = rew.SwarmRewardInputs(state, room_pos, clearance.reshape(-1), self.actions, self.last_actions, pos_err,
+                                  new_drone, new_obstacle, new_boundary, room_vel_w=self.room_view(state.base_lin_vel_w),
+                                  column_normal=normal.reshape(-1, 2))
         terms = rew.compute(x, self.reward_params)
         reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
                                      once=rew.EVENT_TERMS, scaled=rew.SCHEDULED_PENALTIES,
@@ -274,6 +295,8 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         # Replayed episodes restarted from a stored state, not from what the teacher chose: they do not count.
         self.curriculum.episode_end(rooms[fresh], EpisodeOutcome(promote[fresh], (demote & ~promote)[fresh],
                                                                  score=at_goal[fresh], episode_return=ret[fresh]))
+        if not self.eval_mode:  # competence-annealed penalties: the rooms' at-goal fraction (no collision counted)
+            self.penalty_schedule.record(at_goal[fresh].tolist())
 
     # --- resets, replay ------------------------------------------------------------------------------------
     def _room_levels(self, rooms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -240,8 +240,21 @@ def _walls(pos: torch.Tensor, vel: torch.Tensor, room: RoomSpec, e: float, pairs
 def min_column_clearance(pos_w: torch.Tensor, centers: torch.Tensor, occupied: torch.Tensor,
                          room: RoomSpec) -> torch.Tensor:
     """Horizontal clearance ``[R, M]`` [m] between each drone's surface and the nearest column's surface."""
-    dist, _ = column_distance(pos_w[..., :2], centers, occupied)
-    return dist - room.obstacle_radius - room.drone_radius
+    return nearest_column(pos_w, centers, occupied, room)[0]
+
+
+def nearest_column(pos_w: torch.Tensor, centers: torch.Tensor, occupied: torch.Tensor,
+                   room: RoomSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Horizontal clearance ``[R, M]`` [m] to the nearest column (surface to drone surface; huge without columns)
+    and the unit horizontal direction ``[R, M, 2]`` from that column's axis to the drone (world frame)."""
+    dist, idx = column_distance(pos_w[..., :2], centers, occupied)
+    c = centers.unsqueeze(0).expand(pos_w.shape[0], -1, -1) if centers.dim() == 2 else centers
+    if c.shape[1] == 0:
+        return dist - room.obstacle_radius - room.drone_radius, torch.zeros_like(pos_w[..., :2])
+    nearest = torch.gather(c, 1, idx.unsqueeze(-1).expand(-1, -1, 2))
+    away = pos_w[..., :2] - nearest
+    normal = away / torch.linalg.vector_norm(away, dim=-1, keepdim=True).clamp_min(1e-9)
+    return dist - room.obstacle_radius - room.drone_radius, normal
 
 
 def free_positions(zone_lo: torch.Tensor, zone_hi: torch.Tensor, num_rooms: int, num_drones: int,

@@ -78,6 +78,19 @@ def test_review_resets_are_easier_and_do_not_move_the_difficulty():
     assert (cur.difficulty == 1.6).all()
 
 
+def test_reviews_give_every_stage_up_to_the_env_s_own_an_equal_share():
+    torch.manual_seed(2)
+    n = 30000
+    cur = _cur(n=n, initial=2.5, review_prob=1.0)
+    x = cur.sample(torch.arange(n))[:, 0]
+    shares = [float(((x > lo) & (x <= hi)).float().mean()) for lo, hi in ((-1.0, 1.0), (1.0, 2.0), (2.0, 2.5))]
+    assert shares == pytest.approx([1 / 3] * 3, abs=0.015)  # 5 sigma is 0.014
+    # uniform within each stage: half of stage 1's reviews lie below its middle; own stage only below the own x
+    in_stage_2 = x[(x > 1.0) & (x <= 2.0)]
+    assert float((in_stage_2 < 1.5).float().mean()) == pytest.approx(0.5, abs=0.03)
+    assert float(x.max()) < 2.5
+
+
 def test_review_probability_is_the_fraction_of_reviews():
     torch.manual_seed(1)
     n = 20000

@@ -1,0 +1,64 @@
+"""CompetenceSchedule: penalties that grow with measured competence, not with steps (hand-computed sequences)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim2real.curricula.schedules import CompetenceSchedule
+
+
+def test_the_step_follows_each_window_s_mean_score():
+    s = CompetenceSchedule(0.2, 1.0, 1.5, up=0.7, down=0.4, window=4)
+    assert s.value == pytest.approx(0.2) and s.top == 4  # 0.2 * 1.5^4 = 1.01 > 1.0: four steps to the cap
+    s.record([1.0, 1.0, 1.0])
+    assert s.k == 0  # no decision before a full window
+    s.record([0.0])  # mean 0.75 >= 0.7
+    assert s.k == 1 and s.value == pytest.approx(0.3)
+    s.record([0.5, 0.5, 0.5, 0.5])  # 0.5: between down and up, stays
+    assert s.k == 1
+    s.record([0.4, 0.4, 0.4, 0.4])  # at down: one step back
+    assert s.k == 0
+    s.record([0.0] * 4)
+    assert s.k == 0  # never below the initial value
+    s.record([1.0] * 40)  # ten good windows: capped at the final value
+    assert s.k == 4 and s.value == 1.0
+
+
+def test_state_round_trips_and_finish_gives_the_final_value():
+    s = CompetenceSchedule(0.2, 1.0, 1.5, up=0.7, down=0.4, window=4)
+    s.record([1.0] * 4 + [0.9, 0.9])
+    t = CompetenceSchedule(0.2, 1.0, 1.5, up=0.7, down=0.4, window=4)
+    t.load_state_dict(s.state_dict())
+    t.record([0.9, 0.9])
+    assert t.k == 2 and t.value == pytest.approx(0.45)
+    t.load_state_dict({"steps": 123})  # a step-annealed run's state: ignored
+    assert t.k == 2
+    t.finish()
+    assert t.value == 1.0
+
+
+@pytest.mark.parametrize("kwargs", [dict(up=0.4, down=0.7), dict(window=0), dict(factor=1.0)])
+def test_bad_arguments_are_refused(kwargs):
+    args = dict(initial=0.2, final=1.0, factor=1.5, up=0.7, down=0.4, window=4) | kwargs
+    with pytest.raises(ValueError):
+        CompetenceSchedule(**args)
+
+
+def test_the_swarm_anneals_its_penalties_by_competence_when_asked():
+    import torch
+
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config("quadrotor-swarm", ["curriculum.penalty_anneal=competence", "curriculum.penalty_competence_episodes=2",
+                                          "env.num_envs=2", "env.drones_per_env=2"])
+    env = make_env(cfg)
+    assert isinstance(env.penalty_schedule, CompetenceSchedule) and env.penalty_schedule.value == pytest.approx(0.2)
+    env.penalty_schedule.record([1.0, 1.0])  # what two rooms with every drone at its goal report
+    assert env.penalty_schedule.value == pytest.approx(0.3)
+    for _ in range(3):
+        env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert env.penalty_schedule.value == pytest.approx(0.3)  # env steps do not move it
+    evaluation = make_env(cfg, eval_mode=True)
+    assert evaluation.penalty_schedule.value == 1.0
+    with pytest.raises(Exception, match="penalty_anneal"):
+        task_config("quadrotor-swarm", ["curriculum.penalty_anneal=sometimes"])
