@@ -56,7 +56,7 @@ BENCHES: dict[str, Bench] = {
     "hover-time": Bench("hover_time"),
     "train-profile": Bench("train_profile", in_all=False, overrides=True),
     "inference": Bench("inference"),
-    "swarm": Bench("swarm"),
+    "swarm": Bench("swarm", overrides=True),
     "curricula": Bench("curricula", in_all=False, overrides=True),
     "finetune": Bench("finetune", in_all=False, overrides=True),
     "gpu": Bench("gpu", in_all=False, overrides=True, joint=True),

@@ -36,9 +36,10 @@ def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float
     return out[0], out[1]
 
 
-def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None) -> dict:
+def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None,
+                overrides: list[str] | None = None) -> dict:
     """The table of the module docstring for the exported policy of ``task`` in ``policy_dir`` (default: the
-    shipped one).
+    shipped one); ``overrides``: task config ``KEY=VALUE`` applied to every row (e.g. ``env.downwash=false``).
 
     Returns:
         ``{"N<drones>_d<density %>": {"drones", "density", "rooms", "success_rate", "at_goal_rate",
@@ -53,6 +54,7 @@ def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None) -
     from sim2real.policies.evaluation import evaluate
 
     policy, base = load_exported(Path(policy_dir) if policy_dir else PRETRAINED_DIR / task, task)
+    base = apply_overrides(base, list(overrides or []))
     sizes = [(8, 0.2), (8, 0.8), (32, 0.2), (32, 0.8)]
     drone_budget = 64 if quick else 512  # drones per evaluation (rooms = budget / N)
     rows = {}
@@ -80,4 +82,4 @@ def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None) -
 
 
 def run(args, task: str) -> dict:
-    return bench_swarm(task, quick=args.quick, policy_dir=args.policy)
+    return bench_swarm(task, quick=args.quick, policy_dir=args.policy, overrides=list(args.overrides))
