@@ -7,7 +7,8 @@ An env's difficulty rises by ``step_up`` after a successful episode and falls by
 al.: in-place jump, then forward/diagonal jumps of growing distance, then jumps over obstacles of growing height).
 A fraction ``review_prob`` of resets replays an easier difficulty: one of the stages up to the env's own, drawn
 uniformly, then a difficulty uniformly within it (below the env's own in its own stage), so every earlier stage
-keeps an equal share of the reviews however far the env has gone. ``max_difficulty`` caps promotion (e.g. 1.0 trains stage 1 only).
+keeps an equal share of the reviews however far the env has gone. ``max_difficulty`` caps promotion (e.g. 1.0
+trains stage 1 only).
 """
 
 from __future__ import annotations

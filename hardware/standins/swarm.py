@@ -64,7 +64,8 @@ from sim2real.hardware.realtime import RealTimeStepper
 from sim2real.hardware.standins.quadrotor import (
     COMMAND_TOPICS, WORLD_FRAME, check_standin_args, odometry_message, standin_params,
 )
-from sim2real.sim.quadrotor import QuadrotorDynamics
+from sim2real.sim.quadrotor import QuadrotorDynamics, downwash_acceleration
+from sim2real.sim.rotations import quat_rotate
 from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.quadrotor_swarm.world import RoomSpec, free_positions, resolve_collisions, sample_occupancy
 
@@ -82,6 +83,8 @@ class SwarmWorld:
             ``[-collision_spin, collision_spin]`` [rad/s] (as in training).
         start_lo, start_hi: the start zone's corners ``[3]`` m (world frame).
         min_separation: least distance between two sampled starts [m].
+        downwash: a drone below another is pushed down by its downwash
+            (:func:`sim2real.sim.quadrotor.downwash_acceleration`, as in training with ``env.downwash``).
     """
 
     room: RoomSpec
@@ -90,16 +93,17 @@ class SwarmWorld:
     start_lo: list[float]
     start_hi: list[float]
     min_separation: float
+    downwash: bool = True
 
     @staticmethod
     def from_task_config(cfg: dict, room: RoomSpec | None = None) -> "SwarmWorld":
-        """From a swarm task's config (``world``, ``env.restitution``, ``env.collision_spin``, ``goals``);
-        ``room`` replaces the config's room (a policy's ``swarm.room``)."""
+        """From a swarm task's config (``world``, ``env.restitution``, ``env.collision_spin``, ``env.downwash``,
+        ``goals``); ``room`` replaces the config's room (a policy's ``swarm.room``)."""
         g, e = cfg["goals"], cfg["env"]
         x, (y0, y1), (z0, z1) = float(g["x_half"]), g["start_y"], g["z_range"]
         return SwarmWorld(room or RoomSpec.from_config(cfg["world"]), float(e["restitution"]),
                           float(e["collision_spin"]), [-x, float(y0), float(z0)], [x, float(y1), float(z1)],
-                          float(g["min_separation"]))
+                          float(g["min_separation"]), bool(e.get("downwash", True)))
 
     @staticmethod
     def load(policy_dir: str | Path | None = None) -> "SwarmWorld":
@@ -298,6 +302,10 @@ class SimSwarmNode(Node):
     def physics_step(self, now: float) -> None:
         """One ``dt`` step of every drone at wall time ``now`` [s], then the collision model and contact events."""
         dyn, held = self.dyn, ~self.released
+        if self.world.downwash:
+            up = quat_rotate(dyn.quat_w, torch.tensor([[0.0, 0.0, 1.0]]).expand(len(self.names), 3))
+            accel = downwash_acceleration(dyn.pos_w.unsqueeze(0), up.unsqueeze(0), dyn.params.gravity)[0]
+            dyn.interaction_force_w = accel * dyn.params.mass.unsqueeze(-1)
         dyn.step(self.motor_commands(now))
         if held.any():
             self._hold(held)

@@ -43,11 +43,11 @@ def swarm(ros_ctx, namespace):
     """``swarm(positions, occupied=None, **kwargs) -> SimSwarmNode`` (not spinning: tests step it by hand)."""
     with contextlib.ExitStack() as stack:
 
-        def make(positions, occupied=None, **kwargs):
+        def make(positions, occupied=None, world=WORLD, **kwargs):
             kwargs = {"mass_scale": 1.0, "thrust_scale": 1.0, "inertia_scale": 1.0, **kwargs}
             occupied = torch.zeros(ROOM.num_cells, dtype=torch.bool) if occupied is None else occupied
             names = [f"cf{i}" for i in range(len(positions))]
-            node = SimSwarmNode(ROBOT, names, WORLD, CENTERS, occupied, positions, swarm_ns=namespace,
+            node = SimSwarmNode(ROBOT, names, world, CENTERS, occupied, positions, swarm_ns=namespace,
                                 context=ros_ctx, **kwargs)
             stack.callback(node.destroy_node)
             return node
@@ -101,6 +101,21 @@ def test_a_drone_flown_into_a_column_bounces_and_is_counted(swarm):
     assert xs[-1] < max(xs) - 0.1  # bounced back
     assert node.contact_counts[0].tolist() == [0, 1, 0, 0]
     assert node.contact_counts[1].tolist() == [0, 0, 0, 0]  # the drone hovering elsewhere touched nothing
+
+
+def test_a_drone_under_another_sinks_in_its_downwash_as_in_training(swarm):
+    import dataclasses
+
+    # Three drones holding altitude with the same loop: one 0.3 m under the first, one beside them.
+    for downwash in (True, False):
+        world = dataclasses.replace(WORLD, downwash=downwash)
+        node = swarm([[0.0, 0.0, 1.5], [0.0, 0.0, 1.2], [1.0, 0.0, 1.2]], world=world)
+        track = fly(node, lambda k: [0.0, 0.0, 0.0], 30)
+        dz = track[-1][:, 2] - torch.tensor([1.5, 1.2, 1.2])
+        if downwash:  # ~0.23 g down on the lower drone for 0.3 s: about 10 cm, less its loop's small correction
+            assert float(dz[1]) < -0.05 and abs(float(dz[2])) < 0.01 and abs(float(dz[0])) < 0.01
+        else:
+            assert abs(float(dz[1])) < 0.01
 
 
 def test_drones_are_held_until_their_own_first_command_and_idle_without_commands(swarm):
