@@ -389,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
     p.add_argument("name", choices=[*BENCHES, "all"],
-                   help="all: every bench but curricula, finetune and gpu (which train), on every task that lists it")
+                   help="all: every bench but train-profile, curricula, finetune and gpu (which train), on every task "
+                        "that lists it")
     p.add_argument("--task", help="the task (its spec lists the benches that apply; default: quadrotor-hover where "
                    "the bench applies to it, else every task it applies to), e.g. throughput --task quadruped-jump")
     p.add_argument("--budget", type=positive_steps, default=3e6,
@@ -413,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (gpu: a tiny CPU version, "
                                                         "4 envs, where there is no CUDA)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="task config override for the throughput, swarm, curricula and gpu benches, e.g. "
+                   help="task config override for the throughput, swarm, train-profile, curricula and gpu benches, "
+                        "e.g. "
                         "robot.mjcf=PATH; finetune: a fine-tuning config override (configs/finetune.yaml)")
     p.add_argument("--output", help="write the results as JSON here (one key per bench, NAME/TASK where a bench "
                    "ran on several tasks)")

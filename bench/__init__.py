@@ -9,7 +9,8 @@ not list it refuses in one line.
   ``SyncVectorEnv`` (:mod:`.legged`), else simulated seconds per wall second (quadrotor).
 * ``hover-time`` (:mod:`.hover_time`): wall seconds of training until the held-out success rate >= 0.9 (evaluated
   at least every 5 s of training, the crossing confirmed on a fresh 512-episode set), median of 3 seeds, with where
-  the time goes (simulation, policy inference during rollouts, PPO update; evaluations excluded).
+  the time goes (simulation, policy inference during rollouts, PPO update; evaluations excluded); ``--learner
+  td3|sac`` trains stable-baselines3's off-policy learner instead (:mod:`.offpolicy`).
 * ``train-profile`` (:mod:`.train_profile`): where a task's training wall time goes (simulation, policy inference
   and rollout storage, learner update), training env-steps/s against the env alone in the same run, and how often
   the adaptive learning rate sits at its cap.
@@ -135,6 +136,8 @@ def run_bench(args) -> int:
     runs = _plan(args)
     if overrides and any(not BENCHES[name].overrides for name, _ in runs):
         raise ConfigError(f"--set applies to {' and '.join(n for n, b in BENCHES.items() if b.overrides)} only")
+    if (getattr(args, "learner", None) or "ppo") != "ppo" and any(name != "hover-time" for name, _ in runs):
+        raise ConfigError("--learner applies to hover-time only")
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
     counts = {name: sum(n == name for n, _ in runs) for name, _ in runs}

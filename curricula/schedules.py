@@ -110,6 +110,6 @@ class CompetenceSchedule:
         return {"k": self.k, "sum": self._sum, "count": self._count}
 
     def load_state_dict(self, state: dict) -> None:
-        if "k" not in state:  # a checkpoint of a step-annealed run: start from the scale it had reached
-            return
+        if "k" not in state:  # not a competence schedule's state (a resume cannot switch: FIXED_ON_RESUME)
+            raise ValueError("penalty schedule state of a step-annealed run; a competence schedule cannot resume it")
         self.k, self._sum, self._count = int(state["k"]), float(state["sum"]), int(state["count"])

@@ -19,7 +19,8 @@ FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.d
                    "observations.policy", "observations.scales", "observations.history_length",
                    "train.actor_hidden_dims", "train.critic_hidden_dims", "train.activation", "train.obs_normalization",
                    "device", "observations.num_neighbors", "observations.sdf_size", "train.embed_dim", "train.num_heads",
-                   "curriculum.teacher", "curriculum.space", "curriculum.bins")  # keys a task lacks are skipped
+                   "curriculum.teacher", "curriculum.space", "curriculum.bins",
+                   "curriculum.penalty_anneal")  # keys a task lacks are skipped
 
 
 def seed_everything(seed: int) -> None:

@@ -128,14 +128,21 @@ def task_config(name: str, overrides: list[str] | None = None, user_file: str | 
 
 def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
     """A config saved by an earlier version of this project (in a checkpoint or a policy's metadata), completed
-    with the current task defaults for the keys it lacks (every section but ``robot``, which is kept as saved).
+    with the current task defaults for the keys it lacks (every section but ``robot``, which is kept as saved), or
+    with the task's ``legacy_defaults`` where those reproduce how the saved config was trained.
 
     Returns:
         (the completed config, the dotted keys that were added). Raises UnknownTaskError for an unknown task.
     """
     import copy
 
-    defaults = resolve_task_config(get_task(cfg["task"]).config_path)
+    spec = get_task(cfg["task"])
+    defaults = resolve_task_config(spec.config_path)
+    for dotted, value in spec.legacy_defaults:  # what a config saved before the key existed was trained with
+        node, *path, leaf = [defaults, *dotted.split(".")]
+        for part in path:
+            node = node[part]
+        node[leaf] = value
     out, added = copy.deepcopy(cfg), []
 
     def fill(dst: dict, src: dict, prefix: str) -> None:

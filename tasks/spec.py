@@ -166,6 +166,9 @@ class TaskSpec:
         deploy: how the policy runs on a robot (None: ``deploy`` refuses the task).
         finetune: fine-tuning's gap metric and reward (None: ``finetune`` refuses the task).
         bench: the benchmarks that apply.
+        legacy_defaults: ``(dotted key, value)`` pairs for configs saved before the key existed (checkpoints,
+            exported policies) where the value that reproduces how they were trained differs from today's default
+            (e.g. a physics effect added later, on by default now, absent then).
         package: the task's Python package (set by the registry when it finds the spec).
         folder: the task's folder (set by the registry).
     """
@@ -181,6 +184,7 @@ class TaskSpec:
     deploy: DeploySpec | None = None
     finetune: FinetuneSpec | None = None
     bench: BenchSpec = field(default_factory=BenchSpec)
+    legacy_defaults: tuple[tuple[str, object], ...] = ()
     package: str = ""
     folder: Path | None = None
 

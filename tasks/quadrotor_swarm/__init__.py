@@ -18,4 +18,6 @@ SPEC = TaskSpec(
         episodes=2, variants=("nominal", "dynamics", "latency"), fine_physics=2, episode_unit="rooms"),
     deploy=DeploySpec(node="swarm"),
     bench=BenchSpec(entries=("train-profile", "swarm")),
+    # checkpoints and policies from before the downwash model (2026-12-03) were trained without it
+    legacy_defaults=(("env.downwash", False),),
 )

@@ -31,8 +31,8 @@ def test_state_round_trips_and_finish_gives_the_final_value():
     t.load_state_dict(s.state_dict())
     t.record([0.9, 0.9])
     assert t.k == 2 and t.value == pytest.approx(0.45)
-    t.load_state_dict({"steps": 123})  # a step-annealed run's state: ignored
-    assert t.k == 2
+    with pytest.raises(ValueError, match="step-annealed"):
+        t.load_state_dict({"steps": 123})
     t.finish()
     assert t.value == 1.0
 
