@@ -200,3 +200,14 @@ def downwash_acceleration(pos_w: torch.Tensor, thrust_axis_w: torch.Tensor, grav
     grams = (14.0 - 20.0 * below).clamp_min(0.0)
     accel = torch.where(inside, grams / (DOWNWASH_MASS_KG * 1000.0) * gravity, 0.0)  # [R, i, j]
     return -(accel.unsqueeze(-1) * axis).sum(2)
+
+
+def apply_downwash(dyn: QuadrotorDynamics, num_rooms: int) -> None:
+    """Set ``dyn.interaction_force_w`` [N] to the downwash each drone gets from the drones above it, the ``N`` drones
+    of ``dyn`` taken as ``num_rooms`` rooms of ``N / num_rooms`` consecutive drones (:func:`downwash_acceleration`
+    times each drone's mass)."""
+    n = dyn.num_envs
+    up = quat_rotate(dyn.quat_w, torch.tensor([0.0, 0.0, 1.0], device=dyn.device).expand(n, 3))
+    accel = downwash_acceleration(dyn.pos_w.view(num_rooms, n // num_rooms, 3), up.view(num_rooms, n // num_rooms, 3),
+                                  dyn.params.gravity)
+    dyn.interaction_force_w = accel.reshape(n, 3) * dyn.params.mass.unsqueeze(-1)

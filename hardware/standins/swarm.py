@@ -64,8 +64,7 @@ from sim2real.hardware.realtime import RealTimeStepper
 from sim2real.hardware.standins.quadrotor import (
     COMMAND_TOPICS, WORLD_FRAME, check_standin_args, odometry_message, standin_params,
 )
-from sim2real.sim.quadrotor import QuadrotorDynamics, downwash_acceleration
-from sim2real.sim.rotations import quat_rotate
+from sim2real.sim.quadrotor import QuadrotorDynamics, apply_downwash
 from sim2real.tasks.actions import QuadrotorAction
 from sim2real.tasks.quadrotor_swarm.world import RoomSpec, free_positions, resolve_collisions, sample_occupancy
 
@@ -303,9 +302,7 @@ class SimSwarmNode(Node):
         """One ``dt`` step of every drone at wall time ``now`` [s], then the collision model and contact events."""
         dyn, held = self.dyn, ~self.released
         if self.world.downwash:
-            up = quat_rotate(dyn.quat_w, torch.tensor([[0.0, 0.0, 1.0]]).expand(len(self.names), 3))
-            accel = downwash_acceleration(dyn.pos_w.unsqueeze(0), up.unsqueeze(0), dyn.params.gravity)[0]
-            dyn.interaction_force_w = accel * dyn.params.mass.unsqueeze(-1)
+            apply_downwash(dyn, 1)
         dyn.step(self.motor_commands(now))
         if held.any():
             self._hold(held)

@@ -43,8 +43,7 @@ from sim2real.tasks.quadrotor_swarm.world import (
 from sim2real.tasks.observations import noise_std_vector
 from sim2real.tasks.rewards import weighted_reward_sum
 from sim2real.tasks.state import RobotState
-from sim2real.sim.quadrotor import downwash_acceleration
-from sim2real.sim.rotations import quat_rotate
+from sim2real.sim.quadrotor import apply_downwash
 
 #: Room state saved for replay (``[B, M, ...]`` per room, plus room scalars).
 REPLAY_KEYS = ("pos_w", "quat_w", "lin_vel_w", "ang_vel_b", "motor_thrust", "goal_w", "occupied", "step", "density",
@@ -188,13 +187,6 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         return TensorDict({"policy": policy, "critic": critic}, batch_size=[self.num_envs], device=self.device)
 
     # --- stepping ------------------------------------------------------------------------------------------
-    def _apply_downwash(self) -> None:
-        """Set each drone's interaction force to the downwash of the drones above it in its room
-        (:func:`sim2real.sim.quadrotor.downwash_acceleration` times its mass)."""
-        d = self.dyn
-        up = quat_rotate(d.quat_w, torch.tensor([0.0, 0.0, 1.0], device=self.device).expand(self.num_envs, 3))
-        accel = downwash_acceleration(self.room_view(d.pos_w), self.room_view(up), d.params.gravity)
-        d.interaction_force_w = accel.reshape(-1, 3) * d.params.mass.unsqueeze(-1)
 
     def step(self, actions: torch.Tensor):
         ecfg, r, m = self.cfg["env"], self.num_rooms, self.drones_per_room
@@ -205,7 +197,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         boundary = torch.zeros_like(obstacle)
         for _ in range(self.decimation):
             if ecfg["downwash"]:
-                self._apply_downwash()
+                apply_downwash(self.dyn, self.num_rooms)
             self.dyn.step(self.action_term.apply(command, self.dyn))
             pos, vel, contacts = resolve_collisions(self.room_view(self.dyn.pos_w), self.room_view(self.dyn.lin_vel_w),
                                                     self.centers, self.occupied, self.room, ecfg["restitution"])

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams, downwash_acceleration
+from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams, apply_downwash, downwash_acceleration
 from sim2real.configs import load_robot
 
 G = 9.81
@@ -53,8 +53,7 @@ def test_a_drone_hovering_below_another_sinks_through_the_dynamics():
     dyn.pos_w[:] = torch.tensor([[0.0, 0.0, 1.5], [0.0, 0.0, 1.2], [0.5, 0.0, 1.2]])
     hover = (params.mass * params.gravity / 4.0).unsqueeze(-1).expand(3, 4)
     for _ in range(50):  # 0.5 s
-        axes = torch.tensor([[0.0, 0.0, 1.0]]).expand(3, 3).unsqueeze(0)
-        dyn.interaction_force_w = downwash_acceleration(dyn.pos_w.unsqueeze(0), axes, G)[0] * params.mass[:, None]
+        apply_downwash(dyn, 1)  # one room of three drones
         dyn.step(hover)
     dz = dyn.pos_w[:, 2] - torch.tensor([1.5, 1.2, 1.2])
     assert abs(float(dz[0])) < 1e-4 and abs(float(dz[2])) < 1e-4  # the upper one and the one beside it hover
