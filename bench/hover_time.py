@@ -9,6 +9,7 @@ evaluation at or above the target is confirmed by a fresh evaluation of ``confir
 ``eval.seed`` (the set ``sim2real eval`` reports, disjoint from the selection set); the crossing counts only when that
 one reaches the target too, else training goes on. The training wall time excludes the evaluations (reported
 separately); it is split into simulation (``env.step``), policy inference and rollout storage, and the PPO update.
+:func:`offpolicy_hover_time_one_seed` does the same with a stable-baselines3 learner (:mod:`.offpolicy`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ def hover_time_one_seed(task: str, seed: int, target: float = 0.9, budget_s: flo
         "time_eval_s", "num_envs"}``.
     """
     from sim2real.policies.checkpoints import new_run_dir
-    from sim2real.policies.evaluation import evaluate
     from sim2real.policies.runner import Sim2RealRunner
     from sim2real.tasks import make_env, task_config
 
@@ -76,13 +76,10 @@ def hover_time_one_seed(task: str, seed: int, target: float = 0.9, budget_s: flo
                 policy = runner.alg.get_policy()
                 runner.alg.eval_mode()
                 try:
-                    confirm = evaluate(cfg, lambda o: policy({"policy": o}), num_episodes=confirm_episodes)
+                    line += confirm_crossing(cfg, lambda o: policy({"policy": o}), target, confirm_episodes, record,
+                                             out)
                 finally:
                     runner.alg.train_mode()
-                line += f"  confirm ({confirm_episodes} episodes, seed {confirm['seed']}) {confirm['success_rate']:.3f}"
-                record["confirm_success_rate"] = confirm["success_rate"]
-                if confirm["success_rate"] >= target:
-                    out.update(reached=True, confirm=confirm)
             print(line, flush=True)
             state["eval_s"] += time.perf_counter() - t0
             state["last_eval_train_s"] = now
@@ -96,6 +93,79 @@ def hover_time_one_seed(task: str, seed: int, target: float = 0.9, budget_s: flo
     except _StopTraining:
         pass
     out.update(time_sim_s=timer.sim, time_inference_s=timer.inference, time_update_s=timer.update,
+               time_eval_s=state["eval_s"])
+    return out
+
+
+def confirm_crossing(cfg: dict, policy, target: float, confirm_episodes: int, record: dict, out: dict) -> str:
+    """After a selection evaluation at or above ``target``: evaluate ``policy`` on ``confirm_episodes`` fresh
+    episodes of ``eval.seed``'s set, note the figure in ``record`` (``confirm_success_rate``) and, when it reaches
+    ``target`` too, mark ``out`` reached with the confirming metrics. Returns the text for the evaluation's line."""
+    from sim2real.policies.evaluation import evaluate
+
+    confirm = evaluate(cfg, policy, num_episodes=confirm_episodes)
+    record["confirm_success_rate"] = confirm["success_rate"]
+    if confirm["success_rate"] >= target:
+        out.update(reached=True, confirm=confirm)
+    return f"  confirm ({confirm_episodes} episodes, seed {confirm['seed']}) {confirm['success_rate']:.3f}"
+
+
+def offpolicy_hover_time_one_seed(task: str, seed: int, algo: str, target: float = 0.9, budget_s: float = 300.0,
+                                  eval_every_s: float = 5.0, confirm_episodes: int = 512, num_envs: int = 32,
+                                  overrides: list[str] | None = None) -> dict:
+    """``hover_time_one_seed`` with an off-policy learner: train ``algo`` on ``num_envs`` envs of ``task`` (the
+    task's default config otherwise), evaluate on the selection set at least every ``eval_every_s`` of training, and
+    confirm a crossing of ``target`` on ``confirm_episodes`` episodes of ``eval.seed``'s set.
+
+    Returns:
+        the same keys as ``hover_time_one_seed`` (``time_sim_s`` and ``time_inference_s`` are 0: stable-baselines3
+        does not split its loop; ``time_update_s`` is the whole training time).
+    """
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from sim2real.bench.offpolicy import make_learner, task_vec_env
+    from sim2real.policies.evaluation import evaluate
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config(task, [*(overrides or []), f"seed={seed}", f"env.num_envs={num_envs}"])
+    torch.manual_seed(seed)
+    env = make_env(cfg)
+    venv = task_vec_env(env)
+    model = make_learner(algo, venv, seed)
+    out: dict = {"seed": seed, "reached": False, "confirm": None, "evaluations": [], "num_envs": num_envs,
+                 "learner": algo}
+    state = {"eval_s": 0.0, "last_eval": 0.0, "start": time.perf_counter()}
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        action, _ = model.predict(obs.cpu().numpy(), deterministic=True)
+        return torch.as_tensor(action, dtype=torch.float32)
+
+    def train_s() -> float:
+        return time.perf_counter() - state["start"] - state["eval_s"]
+
+    class Hook(BaseCallback):
+        def _on_step(self) -> bool:
+            now = train_s()
+            out.update(train_wall_s=now, env_steps=int(self.num_timesteps), iterations=int(self.n_calls))
+            if now - state["last_eval"] < eval_every_s and now <= budget_s:
+                return True
+            t0 = time.perf_counter()
+            m = evaluate(cfg, policy, num_episodes=int(cfg["train"]["eval_episodes"]),
+                         seed=int(cfg["eval"]["selection_seed"]))
+            record = {"train_s": round(now, 2), "env_steps": int(self.num_timesteps),
+                      "success_rate": m["success_rate"], "pos_error_median": m.get("pos_error_median")}
+            line = (f"  seed {seed}  {algo}  {self.num_timesteps:9,d} env steps  train {now:6.1f} s  "
+                    f"eval success {m['success_rate']:.3f}")
+            if m["success_rate"] >= target:
+                line += confirm_crossing(cfg, policy, target, confirm_episodes, record, out)
+            out["evaluations"].append(record)
+            print(line, flush=True)
+            state["eval_s"] += time.perf_counter() - t0
+            state["last_eval"] = train_s()
+            return not (out["reached"] or now > budget_s)
+
+    model.learn(total_timesteps=10**12, callback=Hook())
+    out.update(time_sim_s=0.0, time_inference_s=0.0, time_update_s=out.get("train_wall_s", 0.0),
                time_eval_s=state["eval_s"])
     return out
 
@@ -119,8 +189,6 @@ def bench_hover_time(task: str, quick: bool = False, target: float = 0.9, budget
         if learner == "ppo":
             r = hover_time_one_seed(task, seed, target, budget_s, eval_every_s, overrides=overrides)
         else:
-            from sim2real.bench.offpolicy import offpolicy_hover_time_one_seed
-
             r = offpolicy_hover_time_one_seed(task, seed, learner, target, budget_s, eval_every_s, overrides=overrides)
         runs.append(r)
         status = (f"reached after {r['train_wall_s']:.1f} s of training ({r['env_steps']:,} env steps, "

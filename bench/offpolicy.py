@@ -11,8 +11,6 @@ episode of 500 steps is off; a crash is terminal and needs none).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
@@ -97,66 +95,3 @@ def make_learner(algo: str, venv, seed: int, settings: dict | None = None):
         return TD3("MlpPolicy", venv, action_noise=noise, policy_delay=s["policy_delay"],
                    target_policy_noise=s["target_policy_noise"], target_noise_clip=s["target_noise_clip"], **common)
     return SAC("MlpPolicy", venv, **common)
-
-
-def offpolicy_hover_time_one_seed(task: str, seed: int, algo: str, target: float = 0.9, budget_s: float = 300.0,
-                                  eval_every_s: float = 5.0, confirm_episodes: int = 512, num_envs: int = 32,
-                                  overrides: list[str] | None = None) -> dict:
-    """``hover_time_one_seed`` with an off-policy learner: train ``algo`` on ``num_envs`` envs of ``task`` (the
-    task's default config otherwise), evaluate on the selection set at least every ``eval_every_s`` of training, and
-    confirm a crossing of ``target`` on ``confirm_episodes`` episodes of ``eval.seed``'s set.
-
-    Returns:
-        the same keys as ``hover_time_one_seed`` (``time_sim_s`` and ``time_inference_s`` are 0: stable-baselines3
-        does not split its loop; ``time_update_s`` is the whole training time).
-    """
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    from sim2real.policies.evaluation import evaluate
-    from sim2real.tasks import make_env, task_config
-
-    cfg = task_config(task, [*(overrides or []), f"seed={seed}", f"env.num_envs={num_envs}"])
-    torch.manual_seed(seed)
-    env = make_env(cfg)
-    venv = task_vec_env(env)
-    model = make_learner(algo, venv, seed)
-    out: dict = {"seed": seed, "reached": False, "confirm": None, "evaluations": [], "num_envs": num_envs,
-                 "learner": algo}
-    state = {"eval_s": 0.0, "last_eval": 0.0, "start": time.perf_counter()}
-
-    def policy(obs: torch.Tensor) -> torch.Tensor:
-        action, _ = model.predict(obs.cpu().numpy(), deterministic=True)
-        return torch.as_tensor(action, dtype=torch.float32)
-
-    def train_s() -> float:
-        return time.perf_counter() - state["start"] - state["eval_s"]
-
-    class Hook(BaseCallback):
-        def _on_step(self) -> bool:
-            now = train_s()
-            out.update(train_wall_s=now, env_steps=int(self.num_timesteps), iterations=int(self.n_calls))
-            if now - state["last_eval"] < eval_every_s and now <= budget_s:
-                return True
-            t0 = time.perf_counter()
-            m = evaluate(cfg, policy, num_episodes=int(cfg["train"]["eval_episodes"]),
-                         seed=int(cfg["eval"]["selection_seed"]))
-            record = {"train_s": round(now, 2), "env_steps": int(self.num_timesteps),
-                      "success_rate": m["success_rate"], "pos_error_median": m.get("pos_error_median")}
-            line = (f"  seed {seed}  {algo}  {self.num_timesteps:9,d} env steps  train {now:6.1f} s  "
-                    f"eval success {m['success_rate']:.3f}")
-            if m["success_rate"] >= target:
-                confirm = evaluate(cfg, policy, num_episodes=confirm_episodes)
-                record["confirm_success_rate"] = confirm["success_rate"]
-                line += f"  confirm ({confirm_episodes} episodes, seed {confirm['seed']}) {confirm['success_rate']:.3f}"
-                if confirm["success_rate"] >= target:
-                    out.update(reached=True, confirm=confirm)
-            out["evaluations"].append(record)
-            print(line, flush=True)
-            state["eval_s"] += time.perf_counter() - t0
-            state["last_eval"] = train_s()
-            return not (out["reached"] or now > budget_s)
-
-    model.learn(total_timesteps=10**12, callback=Hook())
-    out.update(time_sim_s=0.0, time_inference_s=0.0, time_update_s=out.get("train_wall_s", 0.0),
-               time_eval_s=state["eval_s"])
-    return out
