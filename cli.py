@@ -408,6 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png; finetune: "
                    "folder for the sessions and finetune.json")
     p.add_argument("--policy", help="swarm, finetune: the exported policy folder (default: the task's shipped one)")
+    p.add_argument("--load", type=int, default=0, choices=range(0, 65), metavar="N",
+                   help="inference, soak: start N CPU-bound busy-loop processes (nice 0) for the measurement "
+                        "(the timing goal's load is 2)")
+    p.add_argument("--seconds", type=positive_float, default=None, metavar="S",
+                   help="inference: control-period measurement per rate (default 60; --quick 3); soak: the whole "
+                        "soak (default 600; --quick 30)")
     p.add_argument("--learner", choices=["ppo", "td3", "sac"], default="ppo",
                    help="hover-time: ppo (rsl-rl-lib, the task's training) or an off-policy learner from "
                         "stable-baselines3 on 32 envs (the comparison of docs/benchmarks.md)")

@@ -15,14 +15,18 @@ not list it refuses in one line.
   and rollout storage, learner update), training env-steps/s against the env alone in the same run, and how often
   the adaptive learning rate sits at its cap.
 * ``inference`` (:mod:`.inference`): ONNX inference latency per step (p50/p99) and the policy node's control-period
-  error (p50/p99) at 50 Hz and 100 Hz against the stand-in robot.
+  error (p50/p99) at 50 Hz and 100 Hz against the stand-in robot (``--load N`` busy-loop processes beside it,
+  ``--seconds`` per rate).
+* ``soak`` (:mod:`.soak`): the policy node fed 1 kHz odometry for 10 minutes (``--seconds``): overruns, messages
+  not delivered, memory growth.
 * ``swarm`` (:mod:`.swarm`): success, collisions per drone-minute and drone-steps/s at 8 and 32 drones per room
   and 20% / 80% obstacle density (``--policy DIR``, default the shipped one).
 * ``curricula`` (:mod:`.curricula`): which teacher trains the best policy on the same env-step budget.
 * ``finetune`` (:mod:`.finetune`): how much of the reality gap a fine-tuning session recovers.
 * ``gpu`` (:mod:`.gpu`): every task listing it at 4096 / 16384 envs on MuJoCo Warp (CUDA) and C MuJoCo (all CPU
   cores), plus a short training run per task; without CUDA it says so, ``--quick`` runs a tiny CPU version.
-* ``all``: every bench but train-profile, curricula, finetune and gpu (which train), on every task that lists it.
+* ``all``: every bench but train-profile, curricula, finetune and gpu (which train) and soak (10 minutes), on every
+  task that lists it.
 
 Without ``--task`` a bench runs on the default task (``quadrotor-hover``, set by the CLI) when that task lists it,
 else on every task that lists it.
@@ -57,6 +61,7 @@ BENCHES: dict[str, Bench] = {
     "hover-time": Bench("hover_time"),
     "train-profile": Bench("train_profile", in_all=False, overrides=True),
     "inference": Bench("inference"),
+    "soak": Bench("soak", in_all=False),
     "swarm": Bench("swarm", overrides=True),
     "curricula": Bench("curricula", in_all=False, overrides=True),
     "finetune": Bench("finetune", in_all=False, overrides=True),
@@ -138,6 +143,9 @@ def run_bench(args) -> int:
         raise ConfigError(f"--set applies to {' and '.join(n for n, b in BENCHES.items() if b.overrides)} only")
     if (getattr(args, "learner", None) or "ppo") != "ppo" and any(name != "hover-time" for name, _ in runs):
         raise ConfigError("--learner applies to hover-time only")
+    for flag, value in (("--load", getattr(args, "load", 0)), ("--seconds", getattr(args, "seconds", None))):
+        if value and any(name not in ("inference", "soak") for name, _ in runs):
+            raise ConfigError(f"{flag} applies to inference and soak only")
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
     counts = {name: sum(n == name for n, _ in runs) for name, _ in runs}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY  # no ROS import there
+
 
 def finite_float(text: str) -> float:
     """argparse type: a finite float (``nan``/``inf`` are refused)."""
@@ -49,6 +51,10 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-timeout", type=positive_float, default=0.1, metavar="S",
                    help="odometry (legged: joint states or IMU) older than this is stale and idles the motors "
                         "(legged: damping mode) (s, default 0.1)")
+    p.add_argument("--rt-priority", type=int, default=DEFAULT_RT_PRIORITY, choices=range(0, 100), metavar="0-99",
+                   help="SCHED_FIFO priority of the control thread where the OS allows it (root, CAP_SYS_NICE or an "
+                        f"rtprio limit; else nice -10, else the default); 0: no real-time request (default "
+                        f"{DEFAULT_RT_PRIORITY})")
     p.add_argument("--duration", type=positive_float, default=None, metavar="S",
                    help="run this long, then idle the motors and exit (s; default: until Ctrl-C)")
     p.add_argument("--goal", type=finite_float, nargs=3, metavar=("X", "Y", "Z"),

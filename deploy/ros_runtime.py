@@ -124,9 +124,11 @@ def spin_node(node, context: Context, duration_s: float | None, *, start=None, s
 
 class BackgroundSpin:
     """Spin ``nodes`` with one executor in a daemon thread (a context manager; for in-process graphs in tests and
-    benchmarks). Node callbacks then run in that thread, one at a time."""
+    benchmarks). Node callbacks then run in that thread, one at a time; with ``rt_priority`` > 0 the thread asks for
+    ``SCHED_FIFO`` at that priority (:func:`~sim2real.deploy.control_clock.request_realtime`)."""
 
-    def __init__(self, context: Context, *nodes):
+    def __init__(self, context: Context, *nodes, rt_priority: int = 0):
+        self.rt_priority = int(rt_priority)
         self.executor = SingleThreadedExecutor(context=context)
         for node in nodes:
             self.executor.add_node(node)
@@ -135,6 +137,10 @@ class BackgroundSpin:
         self.error: BaseException | None = None
 
     def _run(self) -> None:
+        if self.rt_priority > 0:
+            from sim2real.deploy.control_clock import request_realtime
+
+            request_realtime(self.rt_priority)
         try:
             while not self._stop.is_set() and self.executor.context.ok():
                 self.executor.spin_once(timeout_sec=0.02)

@@ -473,5 +473,5 @@ def finetune_deploy_main(args, robot: dict) -> int:
                                 state_timeout_s=args.state_timeout, context=ctx)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        run_policy_nodes(ctx, [node], args.activate, args.duration)
+        run_policy_nodes(ctx, [node], args.activate, args.duration, rt_priority=args.rt_priority)
     return 0

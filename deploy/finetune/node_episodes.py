@@ -194,7 +194,7 @@ class EpisodePhases:
                     "operator_stop" if self._stop_requested else "time_limit")
                 self._finish_episode(end, terminated=terminated, recorded=True)
                 if terminated:
-                    self._enter_safe_stop(now, sample)
+                    self._enter_safe_stop(now, sample, breach)
                 else:
                     self._enter_reset()
                 return None
@@ -261,11 +261,11 @@ class EpisodePhases:
         self.get_logger().info(f"episode {episode} ended ({end}) after {steps} steps, return {self._return:.3f}; "
                                f"policy version {version} from now on")
 
-    def _enter_safe_stop(self, now: float, sample) -> None:
+    def _enter_safe_stop(self, now: float, sample, breach: str) -> None:
         self.phase, self.phase_since = PHASE_SAFE_STOP, now
         self._set_target(self.envelope.clamp(sample.pos_w))
-        self.get_logger().warning(f"safety envelope breached at {np.round(sample.pos_w, 3).tolist()}: safe stop, "
-                                  f"holding {np.round(self.target, 3).tolist()}")
+        self.get_logger().warning(f"safety envelope breached ({breach}) at {np.round(sample.pos_w, 3).tolist()}: "
+                                  f"safe stop, holding {np.round(self.target, 3).tolist()}")
 
     def _enter_reset(self) -> None:
         """Start the reset behaviour (its point is chosen at its first healthy tick, see :meth:`_reset_point`)."""

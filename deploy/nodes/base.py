@@ -7,22 +7,38 @@ Lifecycle (rclpy's standard services ``<namespace>/<node>/change_state``, ``get_
   * ``configure``: the node loads and checks its policy (:meth:`PolicyLifecycleNode._load`); a
     :class:`PolicyMismatchError` returns FAILURE and is kept in ``configure_error``; then its topics
     (:meth:`PolicyLifecycleNode._configure_io`);
-  * ``activate``: the control timer at ``period_s`` on the steady clock;
-  * ``deactivate`` / ``shutdown``: the node's safe command (motors idle, or damping) is published once and its
-    acknowledgement awaited (bounded), then the timer stops; ``cleanup`` / ``shutdown`` release the topics.
+  * ``activate``: the control tick every ``period_s`` from a :class:`~sim2real.deploy.control_clock.ControlClock`
+    (a dedicated thread on absolute deadlines, real-time priority where allowed), and the diagnostics at 1 Hz;
+  * ``deactivate`` / ``shutdown``: the clock stops, then the node's safe command (motors idle, or damping) is
+    published once and its acknowledgement awaited (bounded); ``cleanup`` / ``shutdown`` release the topics.
+
+The tick runs in the clock's thread, every other callback of the node in the executor's: the node's subscription
+and timer callbacks and its tick hold one lock (:meth:`PolicyLifecycleNode.create_subscription`,
+:meth:`PolicyLifecycleNode.create_timer`), so a tick never sees half of a message's update. An exception in the
+tick stops the clock, publishes the safe command and is raised by :func:`run_policy_nodes`.
+
+Diagnostics: ``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``, the ROS convention) at 1 Hz while active, one
+status named ``<node>: control`` with the control period's error p50/p99 [ms], overruns (a period over 1.5x
+nominal), the tick's compute time p50/p99 [us] (observation, inference, safety filter, publish), the ONNX
+inference time p50/p99 [us], the safety state (``fault``) and the scheduling the clock got.
 """
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 from collections import deque
 from pathlib import Path
 
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Bool
 
+from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, ControlClock
 from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 
@@ -64,13 +80,18 @@ class PolicyLifecycleNode(LifecycleNode):
         robot: robot config (dict) of the machine this runs on.
         namespace, node_name: ROS names; context: rclpy context (default: the global one).
         state_timeout_s: inputs older than this [s] count as stale (safe command).
+        rt_priority: ``SCHED_FIFO`` priority the control thread asks for (0: the default scheduling).
 
     Attributes:
         configure_error: why the latest ``configure`` failed (None: it did not).
         tick_times: monotonic time [s] of each control tick.
         fault: why the safe command is sent, None while the policy is in control (``"inactive"`` /
             ``"unconfigured"`` outside the active state); fault_since: monotonic time [s] it began.
-        active: the control timer runs.
+        active: the control clock runs.
+        control_error: the exception that stopped the control tick, or None.
+        clock: the :class:`ControlClock` of the current activation (None before the first).
+        clock_enabled: activation starts the control clock (False: the caller runs ``_on_tick`` itself, as tests
+            that step a node tick by tick do).
     """
 
     #: What the safe command is called in the log (``safe command``, ``damping command``).
@@ -79,7 +100,9 @@ class PolicyLifecycleNode(LifecycleNode):
     ESTOP_EFFECT = "motors idle"
 
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str, node_name: str,
-                 state_timeout_s: float, context=None):
+                 state_timeout_s: float, context=None, rt_priority: int = DEFAULT_RT_PRIORITY):
+        # Before super().__init__: rclpy's LifecycleNode creates its services through create_* there.
+        self._lock = threading.RLock()
         super().__init__(node_name, namespace=namespace, context=context)
         self.policy_dir = Path(policy_dir)
         self.robot = robot
@@ -90,12 +113,35 @@ class PolicyLifecycleNode(LifecycleNode):
         self.fault_since = time.monotonic()
         self.active = False
         self.policy = None
+        self.rt_priority = int(rt_priority)
+        self.clock_enabled = True
+        self.control_error: BaseException | None = None
+        self.clock: ControlClock | None = None
+        self.inference_times: deque[float] = deque(maxlen=1000)
         self._qos = QoSProfile(depth=10)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self._timer = None
+        self._diag_timer = None
+        self._overruns_reported = 0
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._subs: list = []
         # The e-stop is heard from construction on, whatever the lifecycle state (latched for the process life).
         self.create_subscription(Bool, "estop", self._on_estop, self._qos)
+
+    # --- one lock for the tick and the executor's callbacks ------------------------------------------------------
+    def _locked(self, callback):
+        def locked(*args):
+            with self._lock:
+                return callback(*args)
+
+        return locked
+
+    def create_subscription(self, msg_type, topic, callback, qos_profile, **kwargs):
+        """rclpy's ``create_subscription``; the callback holds the node's lock (serialised with the tick)."""
+        return super().create_subscription(msg_type, topic, self._locked(callback), qos_profile, **kwargs)
+
+    def create_timer(self, timer_period_sec, callback, *args, **kwargs):
+        """rclpy's ``create_timer``; the callback holds the node's lock (serialised with the tick)."""
+        return super().create_timer(timer_period_sec, self._locked(callback), *args, **kwargs)
 
     # --- what a node kind provides ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -138,6 +184,7 @@ class PolicyLifecycleNode(LifecycleNode):
             self.get_logger().error(str(exc))
             return TransitionCallbackReturn.FAILURE
         self.configure_error = None
+        self.policy = _TimedPolicy(self.policy, self.inference_times)
         self._configure_io(self.metadata)
         self.fault = "inactive"
         self.get_logger().info(self._configured_message())
@@ -145,12 +192,23 @@ class PolicyLifecycleNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         ret = super().on_activate(state)  # enables the lifecycle publishers
-        self._prepare_activation()
-        self._timer = self.create_timer(self.period_s, self._on_tick, clock=self._steady)
-        self.active = True
+        with self._lock:
+            self._prepare_activation()
+            self.control_error = None
+            self.active = True
+        # Everything loaded so far (torch, onnxruntime, the policy, ROS) moves to the GC's permanent generation: a
+        # full collection then scans only what was allocated since, instead of stalling the executor (which holds
+        # the GIL through a collection) for milliseconds while messages arrive at 1 kHz.
+        gc.collect()
+        gc.freeze()
+        if self.clock_enabled:
+            self.clock = ControlClock(self.period_s, self._locked(self._on_tick), rt_priority=self.rt_priority,
+                                      name=f"control {self.get_name()}", on_error=self._on_control_error).start()
+        self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, clock=self._steady)
         return ret
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._halt_clock()
         self._stop_control()
         return super().on_deactivate(state)
 
@@ -160,16 +218,39 @@ class PolicyLifecycleNode(LifecycleNode):
         return ret
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._halt_clock()
         self._stop_control()
         ret = super().on_shutdown(state)
         self._release()
         return ret
 
+    def _halt_clock(self) -> None:
+        """Stop the control tick (after the one in progress) and the diagnostics (idempotent)."""
+        if self.clock is not None:
+            self.clock.stop()
+        if self._diag_timer is not None:
+            self.destroy_timer(self._diag_timer)
+            self._diag_timer = None
+
+    def _on_control_error(self, exc: BaseException) -> None:
+        """The tick raised (in the clock's thread): log it, publish the safe command once, keep the error for
+        :func:`run_policy_nodes`."""
+        import traceback
+
+        self.control_error = exc
+        self.get_logger().error("control tick failed, " + self.SAFE_COMMAND + " published: "
+                                + "".join(traceback.format_exception_only(type(exc), exc)).strip())
+        with self._lock:
+            self.fault = f"control error: {type(exc).__name__}"
+            if self.active:
+                try:
+                    self._publish_safe()
+                except Exception as again:  # noqa: BLE001 - e.g. the node is being destroyed; logged, not raised
+                    self.get_logger().error(f"safe command after the control error failed too: {again!r}")
+
     def _stop_control(self) -> None:
-        """Publish the safe command once (if active), wait (bounded) for its acknowledgement, stop the timer."""
-        if self._timer is not None:
-            self.destroy_timer(self._timer)
-            self._timer = None
+        """Stop the clock, publish the safe command once (if active), wait (bounded) for its acknowledgement."""
+        self._halt_clock()
         publishers = self._publish_safe() if self.active else []
         if publishers:
             acked = wait_for_acks(publishers)
@@ -186,6 +267,40 @@ class PolicyLifecycleNode(LifecycleNode):
         self.policy = None
         self.fault = "unconfigured"
 
+    # --- diagnostics ---------------------------------------------------------------------------------------------
+    def diagnostics(self) -> DiagnosticStatus:
+        """The node's control status (see the module docstring); level OK while the policy is in control, WARN on
+        a fault or an overrun within the clock's window, ERROR after a control error."""
+        st = self.clock.stats() if self.clock is not None else {}
+        inf = np.asarray(self.inference_times, dtype=float) * 1e6
+        values = {"rate_hz": f"{1.0 / self.period_s:.6g}" if getattr(self, "period_s", None) else "nan",
+                  **{k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in st.items()},
+                  "inference_p50_us": f"{np.percentile(inf, 50):.4g}" if len(inf) else "nan",
+                  "inference_p99_us": f"{np.percentile(inf, 99):.4g}" if len(inf) else "nan",
+                  "safety": self.fault or "policy in control"}
+        if self.control_error is not None:
+            level = DiagnosticStatus.ERROR
+        elif self.fault is not None or st.get("overruns", 0) > self._overruns_reported:
+            level = DiagnosticStatus.WARN
+        else:
+            level = DiagnosticStatus.OK
+        return DiagnosticStatus(level=level, name=f"{self.get_fully_qualified_name()}: control",
+                                message=values["safety"], hardware_id=self.get_namespace(),
+                                values=[KeyValue(key=k, value=v) for k, v in values.items()])
+
+    def _publish_diagnostics(self) -> None:
+        status = self.diagnostics()
+        if self.clock is not None:
+            self._overruns_reported = self.clock.overruns  # WARN once per second that had new overruns
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(msg)
+
+    def destroy_node(self) -> None:
+        """Stop the control clock (its tick publishes on the node's publishers), then rclpy's ``destroy_node``."""
+        self._halt_clock()
+        super().destroy_node()
+
     # --- the e-stop -----------------------------------------------------------------------------------------------
     def _on_estop(self, msg: Bool) -> None:
         engaged = self._estop_engaged()
@@ -197,20 +312,33 @@ class PolicyLifecycleNode(LifecycleNode):
         self._latch_estop(bool(msg.data))
 
 
-def run_policy_nodes(ctx, nodes: list, activate: bool, duration_s: float | None) -> None:
-    """Spin policy ``nodes`` (:class:`PolicyLifecycleNode`) in one executor until ``duration_s`` or Ctrl-C / SIGTERM;
-    with ``activate`` configure and activate each first (otherwise they wait for lifecycle transitions). At the end
-    every active node is deactivated (its safe command published once) and destroyed.
+def run_policy_nodes(ctx, nodes: list, activate: bool, duration_s: float | None,
+                     rt_priority: int = DEFAULT_RT_PRIORITY) -> None:
+    """Spin policy ``nodes`` (:class:`PolicyLifecycleNode`) in one executor until ``duration_s``, Ctrl-C / SIGTERM
+    or a failed control tick; with ``activate`` configure and activate each first (otherwise they wait for
+    lifecycle transitions). Each node's control thread asks for ``SCHED_FIFO`` at ``rt_priority``, the executor's
+    (this) thread for one below: a callback holding the node's lock or the GIL is then not preempted by other
+    processes while the tick waits for it (0: the default scheduling for both). At the end every active node is
+    deactivated (its safe command published once) and destroyed.
 
     Raises:
         PolicyMismatchError: ``configure`` failed with ``activate``.
+        Exception: what a node's control tick raised (after its safe command).
     """
     from rclpy.executors import SingleThreadedExecutor
 
     from sim2real.deploy.ros_runtime import spin_for
 
+    def control_failed() -> bool:
+        return any(node.control_error is not None for node in nodes)
+
+    if rt_priority > 1:
+        from sim2real.deploy.control_clock import request_realtime
+
+        request_realtime(rt_priority - 1)
     executor = SingleThreadedExecutor(context=ctx)
     for node in nodes:
+        node.rt_priority = int(rt_priority)
         executor.add_node(node)
     try:
         for node in nodes:
@@ -221,7 +349,10 @@ def run_policy_nodes(ctx, nodes: list, activate: bool, duration_s: float | None)
             else:
                 node.get_logger().info("unconfigured: waiting for lifecycle transitions on "
                                        f"{node.get_fully_qualified_name()}/change_state")
-        spin_for(executor, ctx, duration_s)
+        spin_for(executor, ctx, duration_s, stop_when=control_failed)
+        for node in nodes:
+            if node.control_error is not None:
+                raise node.control_error
     finally:
         for node in nodes:
             try:
@@ -232,3 +363,20 @@ def run_policy_nodes(ctx, nodes: list, activate: bool, duration_s: float | None)
         executor.shutdown()
         for node in nodes:
             node.destroy_node()
+
+
+class _TimedPolicy:
+    """A policy (callable) whose calls' wall time [s] goes into ``times``; everything else is the policy's."""
+
+    def __init__(self, policy, times: deque):
+        self._policy, self._times = policy, times
+
+    def __call__(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return self._policy(*args, **kwargs)
+        finally:
+            self._times.append(time.perf_counter() - t)
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)

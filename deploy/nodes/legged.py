@@ -487,5 +487,5 @@ def legged_deploy_main(args, robot: dict) -> int:
         node = LeggedPolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
                                 state_timeout_s=args.state_timeout, ramp_s=args.ramp_s, damping_kd=damping_kd,
                                 max_tilt_rad=args.max_tilt, context=ctx)
-        run_policy_nodes(ctx, [node], args.activate, args.duration)
+        run_policy_nodes(ctx, [node], args.activate, args.duration, rt_priority=args.rt_priority)
     return 0

@@ -447,5 +447,5 @@ def swarm_deploy_main(args, robot: dict) -> int:
             for node in nodes:
                 node.destroy_node()
             raise
-        run_policy_nodes(ctx, nodes, args.activate, args.duration)
+        run_policy_nodes(ctx, nodes, args.activate, args.duration, rt_priority=args.rt_priority)
     return 0

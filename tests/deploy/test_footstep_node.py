@@ -88,6 +88,7 @@ def node_factory(ros_ctx, namespace, footstep_policy):
 
     def make(**kwargs) -> LeggedPolicyNode:
         node = LeggedPolicyNode(footstep_policy(), ROBOT, namespace=namespace, context=ros_ctx, **kwargs)
+        node.clock_enabled = False  # these tests run the control tick by hand
         nodes.append(node)
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.configure_error
         return node

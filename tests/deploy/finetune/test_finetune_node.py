@@ -28,6 +28,7 @@ from sim2real.deploy.finetune.node import STATUS_FIELDS, FinetuneNode
 from sim2real.deploy.finetune.node_episodes import PHASE_EPISODE, PHASE_READY, PHASE_SAFE_STOP
 from sim2real.deploy.finetune.node_options import FinetuneOptions
 from sim2real.deploy.recording.transitions import read_transitions
+from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from ros_helpers import TopicRecorder, wait_until
 from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
@@ -133,7 +134,10 @@ class Flight:
         self.probe.create_timer(0.01, lambda: self.teleop is not None and teleop_pub.publish(
             Float32MultiArray(data=self.teleop)))
         assert self.node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        self.spin = stack.enter_context(BackgroundSpin(ctx, self.sim, self.node, self.probe))
+        # At the priority deploy gives its executor: the stand-in's physics is the robot, which a loaded CPU would
+        # not slow down (at normal priority, a background training made the drone tip over here).
+        self.spin = stack.enter_context(BackgroundSpin(ctx, self.sim, self.node, self.probe,
+                                                       rt_priority=DEFAULT_RT_PRIORITY - 1))
         assert wait_until(lambda: self.node._sample is not None, 10.0), "no odometry from the stand-in"
         assert self.node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         self.active = True

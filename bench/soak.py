@@ -1,0 +1,192 @@
+"""``sim2real bench soak``: the task's shipped policy in its policy node, fed odometry at 1 kHz by another process for
+10 minutes (``--seconds``), with ``--load N`` busy-loop processes beside it. Reports control-period overruns (a
+period over 1.5x nominal), odometry messages not delivered to the node's subscription callback, and the node
+process's memory growth (the slope of its resident set size after a 1-minute warm-up).
+
+"Not delivered" counts every sequence number between the first and the last one the node's callback saw that it
+never saw: a message lost on the way and one superseded in the subscription's keep-last queue (depth 10) both
+count, which is stricter than counting losses alone. The sequence number travels in ``pose.covariance[35]`` of
+each message (the policy node reads no covariance).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+#: The feed's publishing rate [Hz].
+SENSOR_RATE_HZ = 1000.0
+#: Seconds of the soak before the memory slope is fitted (``--quick``: a sixth of the soak).
+WARMUP_S = 60.0
+#: Seconds between memory samples (at most; a short soak takes 20).
+RSS_SAMPLE_S = 2.0
+#: Where the sequence number rides in each odometry message.
+SEQ_INDEX = 35
+
+
+def rss_mb() -> float:
+    """Resident set size of this process [MB] (``/proc/self/statm``; NaN where there is none)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def slope_per_minute(times_s, values) -> float:
+    """Least-squares slope of ``values`` against ``times_s`` [s], per minute (NaN for fewer than 2 points)."""
+    import numpy as np
+
+    t, v = np.asarray(times_s, dtype=float), np.asarray(values, dtype=float)
+    if len(t) < 2 or np.ptp(t) == 0:
+        return float("nan")
+    return float(np.polyfit(t, v, 1)[0] * 60.0)
+
+
+class SequenceCounter:
+    """Counts the sequence numbers a subscriber sees, in O(1) memory (the soak measures the process's memory):
+    ``expected`` = last - first + 1 over the span seen, ``missing`` = expected - the numbers seen. One publisher's
+    messages arrive in order (DDS keeps a writer's order), so a number at or below the last one is a duplicate and
+    is not counted."""
+
+    def __init__(self):
+        self.first: int | None = None
+        self.last: int | None = None
+        self.seen = 0
+
+    def add(self, seq: float) -> None:
+        seq = int(seq)
+        if self.first is None:
+            self.first = seq
+        elif seq <= self.last:
+            return
+        self.last = seq
+        self.seen += 1
+
+    @property
+    def expected(self) -> int:
+        return 0 if self.first is None else self.last - self.first + 1
+
+    @property
+    def missing(self) -> int:
+        return self.expected - self.seen
+
+
+def _feed_main(namespace: str, rate_hz: float, duration_s: float) -> None:
+    """The child process: publish hover odometry (at rest at 1 m, world frame ``odom``) on ``<ns>/odom`` at
+    ``rate_hz`` on absolute deadlines for ``duration_s``, numbering each message."""
+    import rclpy
+    from nav_msgs.msg import Odometry
+
+    from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, ControlClock
+
+    rclpy.init()
+    node = rclpy.create_node("soak_feed", namespace=namespace)
+    pub = node.create_publisher(Odometry, "odom", 10)
+    msg = Odometry()
+    msg.header.frame_id = "odom"
+    msg.child_frame_id = "base_link"
+    msg.pose.pose.position.z = 1.0
+    msg.pose.pose.orientation.w = 1.0
+    seq = [0]
+
+    def publish():
+        seq[0] += 1
+        msg.header.stamp = node.get_clock().now().to_msg()
+        msg.pose.covariance[SEQ_INDEX] = float(seq[0])
+        pub.publish(msg)
+
+    # A sensor driver runs at real-time priority too (just below the policy node's executor).
+    clock = ControlClock(1.0 / rate_hz, publish, rt_priority=DEFAULT_RT_PRIORITY - 2, name="soak feed").start()
+    end = time.monotonic() + duration_s
+    while rclpy.ok() and time.monotonic() < end:  # a SIGTERM shuts rclpy's context down
+        time.sleep(0.1)
+    clock.stop()
+    node.destroy_node()
+    rclpy.shutdown()
+
+
+def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float = WARMUP_S,
+         sensor_rate_hz: float = SENSOR_RATE_HZ) -> dict:
+    """Run the soak (see the module docstring) on the quadrotor policy in ``policy_dir``.
+
+    Returns:
+        ``{"seconds", "sensor_rate_hz", "load", "ticks", "overruns", "period_error_p99_ms", "delivered",
+        "expected", "not_delivered", "received_rate_hz", "fault_ticks", "rss_mb_start", "rss_mb_end",
+        "rss_slope_mb_per_min", "scheduling"}``.
+
+    Raises:
+        PolicyMismatchError: the policy is missing or damaged. RuntimeError: no odometry arrived within 20 s.
+        ValueError: ``seconds`` not above ``warmup_s``.
+
+    ``fault_ticks``: ticks the safety layer commanded, by fault (``stale_state``: no odometry for 0.1 s, e.g. the
+    feed process stalled).
+    """
+    if not seconds > warmup_s:
+        raise ValueError(f"the soak ({seconds:g} s) must outlast its warm-up ({warmup_s:g} s)")
+    import sys
+
+    import numpy as np
+
+    from sim2real.deploy.control_clock import OVERRUN_FACTOR
+    from sim2real.deploy.nodes.latency import policy_node_fed_by
+
+    def feed_argv(ns, robot, tmp):
+        return [sys.executable, "-c", "import sys; from sim2real.bench.soak import _feed_main; "
+                "_feed_main(sys.argv[1], float(sys.argv[2]), float(sys.argv[3]))",
+                ns, str(sensor_rate_hz), str(seconds + 60.0)]
+
+    interval = min(RSS_SAMPLE_S, seconds / 20.0)
+    counter: SequenceCounter | None = None
+    rss_t, rss_v = [], []
+
+    def count_odometry(node):  # before configure, which subscribes the node's _on_odom
+        on_odom = node._on_odom
+
+        def counting_on_odom(msg):
+            if counter is not None:
+                counter.add(msg.pose.covariance[SEQ_INDEX])
+            on_odom(msg)
+
+        node._on_odom = counting_on_odom
+
+    with policy_node_fed_by(policy_dir, feed_argv, load=load, prepare=count_odometry) as node:
+        counter = SequenceCounter()  # counts from activation on
+        start = time.monotonic()
+        while (now := time.monotonic()) - start < seconds:
+            rss_t.append(now - start)
+            rss_v.append(rss_mb())
+            time.sleep(min(interval, max(0.0, seconds - (time.monotonic() - start))))
+        counted, counter = counter, None
+        scheduling = node.clock.scheduling
+    ticks = np.asarray(node.tick_times)
+    periods = np.diff(ticks)
+    nominal = node.period_s
+    expected, missing = counted.expected, counted.missing
+    t, v = np.asarray(rss_t), np.asarray(rss_v)
+    late = t >= warmup_s
+    return {"seconds": float(seconds), "sensor_rate_hz": float(sensor_rate_hz), "load": int(load),
+            "ticks": int(len(ticks)), "overruns": int(np.sum(periods > OVERRUN_FACTOR * nominal)),
+            "period_error_p99_ms": float(np.percentile(np.abs(periods - nominal), 99) * 1e3),
+            "delivered": expected - missing, "expected": expected, "not_delivered": missing,
+            "received_rate_hz": (expected - missing) / float(seconds),
+            "fault_ticks": {k: int(v) for k, v in node.tick_faults.items() if k != "ok"},
+            "rss_mb_start": float(v[late][0]) if late.any() else float("nan"), "rss_mb_end": float(v[-1]),
+            "rss_slope_mb_per_min": slope_per_minute(t[late], v[late]), "scheduling": scheduling}
+
+
+def run(args, task: str) -> dict:
+    from sim2real.policies.artefact import PRETRAINED_DIR
+
+    seconds = args.seconds or (30.0 if args.quick else 600.0)
+    warmup = WARMUP_S if seconds > 2 * WARMUP_S else seconds / 6.0
+    r = soak(PRETRAINED_DIR / task, seconds, load=args.load, warmup_s=warmup)
+    print(f"soak {r['seconds']:g} s, odometry at {r['sensor_rate_hz']:g} Hz, {r['load']} busy loops beside it, "
+          f"control thread {r['scheduling']}: {r['ticks']} ticks, {r['overruns']} overruns (period > 1.5x), p99 "
+          f"period error {r['period_error_p99_ms']:.3f} ms; odometry delivered {r['delivered']}/{r['expected']} "
+          f"({r['not_delivered']} not delivered, {r['received_rate_hz']:.0f} Hz), safety ticks "
+          f"{r['fault_ticks'] or 'none'}; RSS {r['rss_mb_start']:.1f} -> "
+          f"{r['rss_mb_end']:.1f} MB, slope "
+          f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s")
+    return r

@@ -1,0 +1,202 @@
+"""The deploy nodes' control clock: a dedicated thread that runs a node's control tick on absolute deadlines of the
+monotonic clock, at real-time priority where the OS allows it, and keeps the timing figures the node publishes as
+``diagnostic_msgs/DiagnosticArray``.
+
+Why not an rclpy timer: a timer callback runs when the executor gets to it, after whatever subscription callbacks
+are queued, and its thread competes at normal priority with every other process. Measured on 2 cores with two
+busy-loop processes (``sim2real bench inference --load 2``, docs/benchmarks.md), that gave period errors of several
+milliseconds at the 99th percentile. The method here:
+
+* **absolute deadlines**: the thread sleeps with ``clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, deadline)``
+  (through ctypes, which releases the GIL while it sleeps), and the next deadline is the previous one plus the
+  period, so lateness never accumulates; a tick that starts more than a period late skips the missed deadlines and
+  counts them;
+* **priority**: the thread asks for ``SCHED_FIFO`` (:data:`DEFAULT_RT_PRIORITY`), falls back to ``nice -10`` and
+  then to the default policy; :attr:`ControlClock.scheduling` says which it got (it needs ``CAP_SYS_NICE`` or
+  root, or an ``rtprio`` limit in ``/etc/security/limits.conf``);
+* **the GIL**: a thread that wakes must take the GIL from whichever thread holds it, which CPython asks for only
+  after the switch interval (5 ms by default); :class:`ControlClock` lowers the process's interval to
+  :data:`SWITCH_INTERVAL_S`.
+
+The tick runs outside the executor, so a node serialises it with its subscription callbacks through a lock
+(:class:`~sim2real.deploy.nodes.base.PolicyLifecycleNode` does).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import os
+import sys
+import threading
+import time
+from collections import deque
+
+#: ``SCHED_FIFO`` priority the control thread asks for (1-99; the kernel's own threads use 50 for interrupts).
+DEFAULT_RT_PRIORITY = 40
+#: CPython's GIL switch interval [s] while a control clock runs (default 0.005).
+SWITCH_INTERVAL_S = 0.0002
+#: A period longer than this many nominal periods is an overrun.
+OVERRUN_FACTOR = 1.5
+#: Ticks kept for the rolling timing figures (:meth:`ControlClock.stats`).
+WINDOW_TICKS = 1000
+
+_CLOCK_MONOTONIC = 1
+_TIMER_ABSTIME = 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _load_clock_nanosleep():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.clock_nanosleep
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Timespec), ctypes.POINTER(_Timespec)]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_clock_nanosleep = _load_clock_nanosleep() if sys.platform.startswith("linux") else None
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``deadline`` [s]: ``clock_nanosleep`` on the absolute deadline
+    (Linux; ``CLOCK_MONOTONIC`` is what ``time.monotonic`` reads there), else ``time.sleep`` of what is left."""
+    if _clock_nanosleep is None:
+        left = deadline - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+        return
+    frac, sec = math.modf(deadline)
+    ts = _Timespec(int(sec), int(frac * 1e9))
+    while _clock_nanosleep(_CLOCK_MONOTONIC, _TIMER_ABSTIME, ctypes.byref(ts), None) == 4:  # EINTR: sleep on
+        pass
+
+
+def request_realtime(priority: int) -> str:
+    """Raise the calling thread's scheduling priority: ``SCHED_FIFO`` at ``priority`` (0: skip), else ``nice -10``.
+    Returns what was granted, for the diagnostics (``"SCHED_FIFO 40"``, ``"nice -10"``, ``"default"``)."""
+    if priority > 0 and hasattr(os, "sched_setscheduler"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(priority)))  # 0: the calling thread
+            return f"SCHED_FIFO {int(priority)}"
+        except (OSError, ValueError):
+            pass
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -10)  # Linux: per thread
+            return "nice -10"
+        except (OSError, AttributeError):
+            pass
+    return "default"
+
+
+class ControlClock:
+    """Call ``tick()`` every ``period_s`` [s] on absolute deadlines from a dedicated thread (see the module
+    docstring).
+
+    Args:
+        period_s: the control period [s] (> 0).
+        tick: the control step; an exception it raises stops the clock, is kept in :attr:`error` and is handed to
+            ``on_error`` (the node publishes its safe command there).
+        rt_priority: ``SCHED_FIFO`` priority to ask for (0: stay at the default policy).
+        name: the thread's name.
+
+    Attributes:
+        ticks: ticks started since :meth:`start`.
+        overruns: periods longer than :data:`OVERRUN_FACTOR` nominal periods since :meth:`start`.
+        skipped: deadlines skipped because a tick started more than a period late.
+        scheduling: what :func:`request_realtime` granted (None before the thread starts).
+        error: the exception that stopped the clock, or None.
+    """
+
+    def __init__(self, period_s: float, tick, *, rt_priority: int = DEFAULT_RT_PRIORITY, name: str = "control",
+                 on_error=None):
+        if not period_s > 0:
+            raise ValueError(f"period_s must be positive, got {period_s}")
+        self.period_s = float(period_s)
+        self._tick = tick
+        self._on_error = on_error
+        self.rt_priority = int(rt_priority)
+        self.ticks = 0
+        self._periods: deque[float] = deque(maxlen=WINDOW_TICKS)
+        self._compute: deque[float] = deque(maxlen=WINDOW_TICKS)
+        self.overruns = 0
+        self.skipped = 0
+        self.scheduling: str | None = None
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._previous_switch_interval: float | None = None
+
+    def start(self) -> "ControlClock":
+        self._previous_switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._previous_switch_interval))
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop after the tick in progress (idempotent; never from inside ``tick``)."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=timeout_s)
+        if self._previous_switch_interval is not None:
+            sys.setswitchinterval(self._previous_switch_interval)
+            self._previous_switch_interval = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and not self._stop.is_set()
+
+    def _run(self) -> None:
+        self.scheduling = request_realtime(self.rt_priority)
+        period = self.period_s
+        deadline = time.monotonic() + period
+        last = None
+        while not self._stop.is_set():
+            sleep_until(deadline)
+            if self._stop.is_set():
+                break
+            start = time.monotonic()
+            if start - deadline > period:  # more than a period late: skip the missed deadlines, keep the phase
+                missed = math.floor((start - deadline) / period)
+                self.skipped += missed
+                deadline += missed * period
+            deadline += period
+            if last is not None:
+                self._periods.append(start - last)
+                if start - last > OVERRUN_FACTOR * period:
+                    self.overruns += 1
+            last = start
+            self.ticks += 1
+            try:
+                self._tick()
+            except Exception as exc:  # noqa: BLE001 - kept and handed on; the control loop must not die silently
+                self.error = exc
+                self._stop.set()
+                if self._on_error is not None:
+                    self._on_error(exc)
+                break
+            self._compute.append(time.monotonic() - start)
+
+    def stats(self) -> dict:
+        """Timing of the last :data:`WINDOW_TICKS` ticks: ``{"period_error_p50_ms", "period_error_p99_ms",
+        "compute_p50_us", "compute_p99_us", "overruns", "skipped", "ticks", "scheduling"}`` (period error =
+        ``|actual - nominal|``; compute = the tick's own time; NaN before two ticks)."""
+        import numpy as np
+
+        periods = np.asarray(self._periods, dtype=float)
+        compute = np.asarray(self._compute, dtype=float)
+        err = np.abs(periods - self.period_s) * 1e3
+
+        def pct(x, q, scale=1.0):
+            return float(np.percentile(x, q) * scale) if len(x) else float("nan")
+
+        return {"period_error_p50_ms": pct(err, 50), "period_error_p99_ms": pct(err, 99),
+                "compute_p50_us": pct(compute, 50, 1e6), "compute_p99_us": pct(compute, 99, 1e6),
+                "overruns": self.overruns, "skipped": self.skipped, "ticks": self.ticks,
+                "scheduling": self.scheduling or "not started"}

@@ -1,0 +1,99 @@
+"""The deploy nodes' control clock (absolute deadlines, skipped deadlines, overruns, errors) and the soak bench's
+counting helpers. Only lower bounds of time are asserted (a sleep never returns early), never how punctual the
+machine is: timing figures live in ``sim2real bench inference`` and ``sim2real bench soak``."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+
+from sim2real.bench.soak import SequenceCounter, slope_per_minute
+from sim2real.deploy.control_clock import ControlClock, request_realtime, sleep_until
+from ros_helpers import wait_until
+
+
+def test_sleep_until_never_returns_before_the_deadline():
+    for dt in (0.0, 0.001, 0.004, -0.01):
+        deadline = time.monotonic() + dt
+        sleep_until(deadline)
+        assert time.monotonic() >= deadline
+
+
+def test_ticks_are_counted_and_stop_is_idempotent():
+    seen = []
+    t_start = time.monotonic()
+    clock = ControlClock(0.002, lambda: seen.append(time.monotonic()), rt_priority=0).start()
+    assert wait_until(lambda: len(seen) >= 5, 5.0)
+    clock.stop()
+    clock.stop()
+    n = len(seen)
+    time.sleep(0.02)
+    assert len(seen) == n and clock.ticks == n and not clock.running
+    # Deadlines are absolute, one period apart from the start: tick k starts no earlier than k + 1 periods after it.
+    assert all(t - t_start >= (k + 1) * 0.002 for k, t in enumerate(seen))
+    st = clock.stats()
+    assert st["ticks"] == n and st["scheduling"] == "default" and st["overruns"] >= 0
+    assert st["period_error_p99_ms"] >= st["period_error_p50_ms"] >= 0.0
+
+
+def test_a_slow_tick_is_an_overrun_and_its_missed_deadlines_are_skipped():
+    count = [0]
+
+    def tick():
+        count[0] += 1
+        if count[0] == 3:
+            time.sleep(0.035)  # 3.5 periods
+
+    clock = ControlClock(0.01, tick, rt_priority=0).start()
+    assert wait_until(lambda: count[0] >= 6, 5.0)
+    clock.stop()
+    # The 4th tick starts >= 35 ms after the 3rd (an overrun: > 15 ms) and >= 25 ms after its own deadline
+    # (two deadlines missed, skipped rather than run back to back).
+    assert clock.overruns >= 1
+    assert clock.skipped >= 2
+
+
+def test_a_tick_that_raises_stops_the_clock_and_hands_the_error_on():
+    errors = []
+
+    def tick():
+        raise ZeroDivisionError("boom")
+
+    clock = ControlClock(0.005, tick, rt_priority=0, on_error=errors.append).start()
+    assert wait_until(lambda: not clock.running and clock.error is not None, 5.0)
+    assert isinstance(clock.error, ZeroDivisionError) and errors == [clock.error] and clock.ticks == 1
+
+
+def test_stats_before_any_tick_are_nan():
+    st = ControlClock(0.01, lambda: None).stats()
+    assert math.isnan(st["period_error_p99_ms"]) and st["ticks"] == 0 and st["scheduling"] == "not started"
+
+
+def test_bad_period_is_refused():
+    with pytest.raises(ValueError, match="period_s must be positive"):
+        ControlClock(0.0, lambda: None)
+
+
+def test_request_realtime_reports_what_it_got():
+    got = []
+    t = threading.Thread(target=lambda: got.append((request_realtime(0), request_realtime(10))))
+    t.start()
+    t.join()
+    assert got[0][0] == "default"
+    assert got[0][1] in ("SCHED_FIFO 10", "nice -10", "default")
+
+
+def test_sequence_counter_counts_gaps_but_not_duplicates():
+    c = SequenceCounter()
+    assert (c.expected, c.missing) == (0, 0)
+    for s in [5, 6, 8, 8, 7, 11]:  # 7 after 8: out of order counts as a duplicate (DDS keeps a writer's order)
+        c.add(s)
+    assert c.expected == 7 and c.seen == 4 and c.missing == 3  # 5..11 seen: 5, 6, 8, 11
+
+
+def test_slope_per_minute_is_the_least_squares_slope():
+    assert slope_per_minute([0, 30, 60, 90], [100, 100.5, 101, 101.5]) == pytest.approx(1.0)
+    assert math.isnan(slope_per_minute([1.0], [2.0]))
