@@ -255,7 +255,7 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sim2real.deploy.arguments import add_deploy_arguments, add_standin_arguments, positive_float
+    from sim2real.deploy.arguments import add_deploy_arguments, add_standin_arguments, int_in_range, positive_float
 
     parser = argparse.ArgumentParser(
         prog="sim2real", description="Train robot policies headless, export them to ONNX and deploy them on ROS 2.")
@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured side by side in one run)")
     p.add_argument("name", choices=[*BENCHES, "all"],
-                   help="all: every bench but train-profile, curricula, finetune and gpu (which train), on every task "
+                   help="all: every bench but train-profile, curricula, finetune, gpu and soak, on every task "
                         "that lists it")
     p.add_argument("--task", help="the task (its spec lists the benches that apply; default: quadrotor-hover where "
                    "the bench applies to it, else every task it applies to), e.g. throughput --task quadruped-jump")
@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png; finetune: "
                    "folder for the sessions and finetune.json")
     p.add_argument("--policy", help="swarm, finetune: the exported policy folder (default: the task's shipped one)")
-    p.add_argument("--load", type=int, default=0, choices=range(0, 65), metavar="N",
+    p.add_argument("--load", type=int_in_range(0, 64), default=0, metavar="N",
                    help="inference, soak: start N CPU-bound busy-loop processes (nice 0) for the measurement "
                         "(the timing goal's load is 2)")
     p.add_argument("--seconds", type=positive_float, default=None, metavar="S",

@@ -25,8 +25,7 @@ not list it refuses in one line.
 * ``finetune`` (:mod:`.finetune`): how much of the reality gap a fine-tuning session recovers.
 * ``gpu`` (:mod:`.gpu`): every task listing it at 4096 / 16384 envs on MuJoCo Warp (CUDA) and C MuJoCo (all CPU
   cores), plus a short training run per task; without CUDA it says so, ``--quick`` runs a tiny CPU version.
-* ``all``: every bench but train-profile, curricula, finetune and gpu (which train) and soak (10 minutes), on every
-  task that lists it.
+* ``all``: every bench but train-profile, curricula, finetune, gpu and soak, on every task that lists it.
 
 Without ``--task`` a bench runs on the default task (``quadrotor-hover``, set by the CLI) when that task lists it,
 else on every task that lists it.
@@ -146,6 +145,8 @@ def run_bench(args) -> int:
     for flag, value in (("--load", getattr(args, "load", 0)), ("--seconds", getattr(args, "seconds", None))):
         if value and any(name not in ("inference", "soak") for name, _ in runs):
             raise ConfigError(f"{flag} applies to inference and soak only")
+    if getattr(args, "policy", None) and any(name not in ("swarm", "finetune") for name, _ in runs):
+        raise ConfigError("--policy applies to swarm and finetune only (the other benches use the shipped policy)")
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
     counts = {name: sum(n == name for n, _ in runs) for name, _ in runs}

@@ -27,7 +27,7 @@ def bench_inference(task: str, quick: bool = False, load: int = 0, seconds: floa
     seconds = seconds or (3.0 if quick else 60.0)
     for hz in (50, 100):
         r = measure_control_period(policy_dir, hz, seconds, load=load)
-        print(f"policy node at {hz} Hz, {seconds:g} s, {load} busy loops beside it, control thread "
+        print(f"policy node at {hz} Hz, {seconds:g} s, busy loops beside it: {load}, control thread "
               f"{r['scheduling']}: control-period error p50 {r['p50_ms_error']:.3f} ms, p99 {r['p99_ms_error']:.3f} "
               f"ms (p99 = {r['p99_ms_error'] * hz / 10:.1f}% of the period), max {r['max_ms_error']:.3f} ms, "
               f"overruns {r['overruns']}")

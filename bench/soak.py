@@ -1,5 +1,6 @@
 """``sim2real bench soak``: the task's shipped policy in its policy node, fed odometry at 1 kHz by another process for
-10 minutes (``--seconds``), with ``--load N`` busy-loop processes beside it. Reports control-period overruns (a
+10 minutes (``--seconds``, at least 30; ``--quick``: 30 s with a 5 s warm-up), with ``--load N`` busy-loop processes
+beside it. Reports control-period overruns (a
 period over 1.5x nominal), odometry messages not delivered to the node's subscription callback, and the node
 process's memory growth (the slope of its resident set size after a 1-minute warm-up).
 
@@ -176,17 +177,24 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
             "rss_slope_mb_per_min": slope_per_minute(t[late], v[late]), "scheduling": scheduling}
 
 
+#: The shortest soak ``sim2real bench soak`` runs [s] (a memory slope needs samples after the warm-up).
+MIN_SECONDS = 30.0
+
+
 def run(args, task: str) -> dict:
+    from sim2real.configs import ConfigError
     from sim2real.policies.artefact import PRETRAINED_DIR
 
     seconds = args.seconds or (30.0 if args.quick else 600.0)
+    if seconds < MIN_SECONDS:
+        raise ConfigError(f"--seconds {seconds:g}: a soak runs at least {MIN_SECONDS:g} s")
     warmup = WARMUP_S if seconds > 2 * WARMUP_S else seconds / 6.0
     r = soak(PRETRAINED_DIR / task, seconds, load=args.load, warmup_s=warmup)
-    print(f"soak {r['seconds']:g} s, odometry at {r['sensor_rate_hz']:g} Hz, {r['load']} busy loops beside it, "
+    print(f"soak {r['seconds']:g} s, odometry at {r['sensor_rate_hz']:g} Hz, busy loops beside it: {r['load']}, "
           f"control thread {r['scheduling']}: {r['ticks']} ticks, {r['overruns']} overruns (period > 1.5x), p99 "
           f"period error {r['period_error_p99_ms']:.3f} ms; odometry delivered {r['delivered']}/{r['expected']} "
-          f"({r['not_delivered']} not delivered, {r['received_rate_hz']:.0f} Hz), safety ticks "
-          f"{r['fault_ticks'] or 'none'}; RSS {r['rss_mb_start']:.1f} -> "
+          f"({r['not_delivered']} not delivered, {r['received_rate_hz']:.0f} Hz), ticks under a safety fault "
+          f"(fault_ticks) {r['fault_ticks'] or 'none'}; RSS {r['rss_mb_start']:.1f} -> "
           f"{r['rss_mb_end']:.1f} MB, slope "
           f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s")
     return r

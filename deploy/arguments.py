@@ -36,6 +36,21 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def int_in_range(lo: int, hi: int):
+    """argparse type: an integer in ``[lo, hi]`` (a one-line error otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {lo}-{hi}, got {value}")
+        return value
+
+    return parse
+
+
 def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=None,
                    help="folder of an exported policy (policy.onnx + metadata.json); required unless --finetune")
@@ -51,7 +66,7 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-timeout", type=positive_float, default=0.1, metavar="S",
                    help="odometry (legged: joint states or IMU) older than this is stale and idles the motors "
                         "(legged: damping mode) (s, default 0.1)")
-    p.add_argument("--rt-priority", type=int, default=DEFAULT_RT_PRIORITY, choices=range(0, 100), metavar="0-99",
+    p.add_argument("--rt-priority", type=int_in_range(0, 99), default=DEFAULT_RT_PRIORITY, metavar="0-99",
                    help="SCHED_FIFO priority of the control thread where the OS allows it (root, CAP_SYS_NICE or an "
                         f"rtprio limit; else nice -10, else the default); 0: no real-time request (default "
                         f"{DEFAULT_RT_PRIORITY})")

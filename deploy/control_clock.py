@@ -130,13 +130,16 @@ class ControlClock:
         self.scheduling: str | None = None
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self._scheduled = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._previous_switch_interval: float | None = None
 
     def start(self) -> "ControlClock":
+        """Start the thread; returns once it has its scheduling (:attr:`scheduling` is then set)."""
         self._previous_switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._previous_switch_interval))
         self._thread.start()
+        self._scheduled.wait(timeout=5.0)
         return self
 
     def stop(self, timeout_s: float = 2.0) -> None:
@@ -154,6 +157,7 @@ class ControlClock:
 
     def _run(self) -> None:
         self.scheduling = request_realtime(self.rt_priority)
+        self._scheduled.set()
         period = self.period_s
         deadline = time.monotonic() + period
         last = None

@@ -204,6 +204,10 @@ class PolicyLifecycleNode(LifecycleNode):
         if self.clock_enabled:
             self.clock = ControlClock(self.period_s, self._locked(self._on_tick), rt_priority=self.rt_priority,
                                       name=f"control {self.get_name()}", on_error=self._on_control_error).start()
+            if self.rt_priority > 0 and not self.clock.scheduling.startswith("SCHED_FIFO"):
+                self.get_logger().warning(f"no real-time scheduling for the control thread ({self.clock.scheduling}): "
+                                          "periods may slip under CPU load (run as root, with CAP_SYS_NICE or an "
+                                          "rtprio limit; --rt-priority 0 silences this)")
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, clock=self._steady)
         return ret
 

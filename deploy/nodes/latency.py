@@ -54,7 +54,9 @@ def measure_inference_latency(policy_dir: str | Path, n: int = 2000, warmup: int
 def busy_loops(n: int) -> list:
     """Start ``n`` CPU-bound processes (a Python busy loop each, at nice 0): the load of the timing goal
     (p99 period error under two busy loops). The caller stops them (:func:`stop_processes`)."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(n))]
+    # A Ctrl-C reaches the whole process group: the busy loops ignore it, the parent stops them.
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(int(n))]
 
 
 def stop_processes(procs: list, timeout_s: float = 5.0) -> None:
@@ -76,18 +78,18 @@ def policy_node_fed_by(policy_dir: str | Path, feeder_argv, *, rate_hz: float | 
     (a context manager yielding the activated node; ``bench inference``, ``bench soak``).
 
     Isolates ROS first (loopback discovery, a domain id from this process id), so nothing reaches a real robot;
-    starts ``feeder_argv(namespace, robot, tmp_dir)`` (a command line) and ``load`` busy loops; configures the node (after
-    ``prepare(node)``, optional), spins its executor in a thread at one priority below its control clock's (as
-    ``sim2real deploy`` does), activates it once its inputs are valid, and on exit deactivates and destroys it and
-    stops the processes. Torch runs one thread, as in ``deploy``: an intra-op worker at normal priority would stall
-    the tick.
+    starts ``feeder_argv(namespace, robot, tmp_dir)`` (a command line); configures the node (after ``prepare(node)``,
+    optional), spins its executor in a thread at one priority below its control clock's (as ``sim2real deploy``
+    does), activates it once its inputs are valid (waiting up to 60 s: a loaded machine starts the feeder slowly),
+    then starts ``load`` busy loops; on exit deactivates and destroys the node and stops the processes. Torch runs
+    one thread, as in ``deploy``: an intra-op worker at normal priority would stall the tick.
 
     Args:
         rate_hz: control rate (None: the policy's training rate). rt_priority: the control clock's ``SCHED_FIFO``
             priority (None: the deploy default; 0: none).
 
     Raises:
-        PolicyMismatchError: the policy is missing or damaged. RuntimeError: no valid input within 20 s.
+        PolicyMismatchError: the policy is missing or damaged. RuntimeError: no valid input within 60 s.
     """
     import torch
 
@@ -109,7 +111,7 @@ def policy_node_fed_by(policy_dir: str | Path, feeder_argv, *, rate_hz: float | 
     ns = f"/sim2real_bench_{os.getpid()}"
     with tempfile.TemporaryDirectory() as tmp:
         feeder = subprocess.Popen(feeder_argv(ns, robot, Path(tmp)), stdout=subprocess.DEVNULL)
-        loads = busy_loops(load)
+        loads: list = []
         try:
             with ros_context() as ctx:
                 node = PolicyNode(policy_dir, robot, namespace=ns, context=ctx, rate_hz=rate_hz)
@@ -120,12 +122,13 @@ def policy_node_fed_by(policy_dir: str | Path, feeder_argv, *, rate_hz: float | 
                     if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
                         raise node.configure_error
                     with BackgroundSpin(ctx, node, rt_priority=max(rt - 1, 0)):
-                        deadline = time.monotonic() + 20.0
+                        deadline = time.monotonic() + 60.0
                         while node.safety.input_fault(time.monotonic()) is not None:
                             if time.monotonic() > deadline or feeder.poll() is not None:
-                                raise RuntimeError("no valid input from the feeding process within 20 s")
+                                raise RuntimeError("no valid input from the feeding process within 60 s")
                             time.sleep(0.05)
                         node.trigger_activate()
+                        loads = busy_loops(load)
                         yield node
                         node.trigger_deactivate()
                 finally:
@@ -159,7 +162,7 @@ def measure_control_period(policy_dir: str | Path, rate_hz: float, duration_s: f
 
     Raises:
         PolicyMismatchError: the policy is missing or damaged. ValueError: non-positive rate or duration.
-        RuntimeError: the stand-in's odometry did not arrive within 20 s.
+        RuntimeError: the stand-in's odometry did not arrive within 60 s.
     """
     if not (rate_hz > 0 and duration_s > 0):
         raise ValueError(f"rate and duration must be positive, got {rate_hz} Hz, {duration_s} s")
