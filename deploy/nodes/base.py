@@ -253,8 +253,8 @@ class PolicyLifecycleNode(LifecycleNode):
                     self.get_logger().error(f"safe command after the control error failed too: {again!r}")
 
     def _stop_control(self) -> None:
-        """Stop the clock, publish the safe command once (if active), wait (bounded) for its acknowledgement."""
-        self._halt_clock()
+        """Publish the safe command once (if active), wait (bounded) for its acknowledgement. The lifecycle
+        callbacks halt the clock first (:meth:`_halt_clock`): a node kind's override may end its episode here."""
         publishers = self._publish_safe() if self.active else []
         if publishers:
             acked = wait_for_acks(publishers)
