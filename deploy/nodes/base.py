@@ -301,9 +301,13 @@ class PolicyLifecycleNode(LifecycleNode):
         self._diag_pub.publish(msg)
 
     def destroy_node(self) -> None:
-        """Stop the control clock (its tick publishes on the node's publishers), then rclpy's ``destroy_node``."""
+        """Stop the control clock (its tick publishes on the node's publishers), then rclpy's ``destroy_node``. The
+        objects frozen at activation go back to the collector: frozen, the process's ROS context is never finalised,
+        and its DDS participant would leave without saying so (other processes would list its nodes until the
+        discovery lease runs out)."""
         self._halt_clock()
         super().destroy_node()
+        gc.unfreeze()
 
     # --- the e-stop -----------------------------------------------------------------------------------------------
     def _on_estop(self, msg: Bool) -> None:

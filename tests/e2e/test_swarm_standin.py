@@ -167,9 +167,9 @@ def test_swarm_deploy_mechanics_with_a_synthetic_policy(tmp_path, namespace, wri
                 assert all(35 <= r <= 60 for r in rates), (name, rates)  # 50 Hz per drone, over 2 s
                 expected = layouts[name]
 
-                def layout():
+                def layout():  # this test's namespace only: the graph also lists other tests' nodes (same process)
                     return sorted(f"{ns.rstrip('/')}/{n}" for n, ns in probe.get_node_names_and_namespaces()
-                                  if n == "policy_node")
+                                  if n == "policy_node" and (ns == namespace or ns.startswith(namespace + "/")))
 
                 assert wait_until(lambda: layout() == expected, 5.0), (name, layout())
                 assert stop_process(run.procs.pop(name)) == 0, run.logs()
