@@ -27,6 +27,9 @@ not list it refuses in one line.
   cores), plus a short training run per task; without CUDA it says so, ``--quick`` runs a tiny CPU version.
 * ``all``: every bench but train-profile, curricula, finetune, gpu and soak, on every task that lists it.
 
+Not a bench entry but a measurement script beside them: ``python3 -m sim2real.bench.weld_step`` (:mod:`.weld_step`),
+microseconds per physics step of a legged task's model with and without ``sim.weld_joints``.
+
 Without ``--task`` a bench runs on the default task (``quadrotor-hover``, set by the CLI) when that task lists it,
 else on every task that lists it.
 """

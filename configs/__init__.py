@@ -189,14 +189,19 @@ def resolve_task_config(
 ) -> dict:
     """Task config = task YAML, merged with an optional user YAML file, then ``--set`` overrides.
 
-    The task's ``train`` section is laid over the PPO settings every task shares (``configs/train.yaml``).
+    The task's ``train`` section is laid over the PPO settings every task shares (``configs/train.yaml``; a mapping
+    such as ``symmetry`` key by key).
     A task with a ``curriculum`` section gets ``configs/curricula.yaml`` as ``curriculum.teachers`` (the automatic
     teachers' parameters). The ``robot`` key names a robot (or a path); it is replaced by the robot's full config,
     which overrides may then address as ``robot.<key>``. Raises :class:`ConfigError` for unknown keys or bad values.
     """
     cfg = load_yaml(task_yaml)
     if isinstance(cfg.get("train"), dict):  # the shared PPO settings, then the task's own
-        cfg["train"] = {**load_yaml(TRAIN_FILE), **cfg["train"]}
+        train = load_yaml(TRAIN_FILE)
+        for key, value in cfg["train"].items():
+            both = isinstance(value, dict) and isinstance(train.get(key), dict)
+            train[key] = {**train[key], **value} if both else value
+        cfg["train"] = train
     if isinstance(cfg.get("curriculum"), dict) and "teachers" not in cfg["curriculum"]:
         # Every task's automatic teachers share one parameter file (see configs/curricula.yaml).
         cfg["curriculum"]["teachers"] = load_yaml(CURRICULA_FILE)

@@ -4,7 +4,8 @@
 atomic checkpoints holding everything needed to resume exactly (models and normaliser, optimiser and learning
 rate, next iteration, curriculum state, RNG states, resolved config), keep-last-K pruning, periodic evaluation on
 the held-out set with ``best.pt``, and a progress bar instead of rsl-rl's per-iteration console block (the
-TensorBoard scalars are still written by rsl-rl's logger).
+TensorBoard scalars are still written by rsl-rl's logger). ``train.symmetry`` hands the task's mirror function to
+rsl-rl-lib's own ``Symmetry`` extension (Mittal et al. 2024; :mod:`sim2real.tasks.symmetry`).
 """
 
 from __future__ import annotations
@@ -20,17 +21,25 @@ import numpy as np
 from rsl_rl.runners import OnPolicyRunner
 
 from sim2real.policies.checkpoints import CheckpointError, load_checkpoint, prune_checkpoints
+from sim2real.tasks import get_task
 from sim2real.tasks.rollout import rng_state, set_rng_state
+from sim2real.tasks.spec import symmetry_enabled
 from sim2real.configs.durable import atomic_torch_save, atomic_write_bytes
 from sim2real.policies.distributed import is_main_process
 from sim2real.policies.evaluation import evaluate
 
 
-def rsl_rl_train_cfg(train: dict, model: dict | None = None) -> dict:
+def rsl_rl_train_cfg(train: dict, model: dict | None = None, symmetry=None) -> dict:
     """Map the ``train`` section of a task config to rsl-rl-lib 5.5.1's runner configuration.
 
     ``model``: extra actor and critic model configuration from the env (``env.model_cfg()``), e.g. a custom model
     ``class_name`` and its arguments; default: rsl-rl's ``MLPModel``.
+    ``symmetry``: the task's mirror function (``TaskSpec.symmetry_function``), given to rsl-rl-lib's ``Symmetry``
+    extension as its ``data_augmentation_func`` when ``train.symmetry.enabled`` (Mittal et al. 2024: mirrored data
+    augmentation and/or a mirror loss; PPO reports ``symmetry`` among its losses).
+
+    Raises:
+        ConfigError: ``train.symmetry.enabled`` without a mirror function.
     """
     model = dict(model or {})
     cfg = {
@@ -69,6 +78,20 @@ def rsl_rl_train_cfg(train: dict, model: dict | None = None) -> dict:
     }
     cfg["actor"].update(model)
     cfg["critic"].update(model)
+    sym = train.get("symmetry") or {}
+    if sym.get("enabled"):
+        if symmetry is None:
+            from sim2real.configs import ConfigError
+
+            raise ConfigError("config key 'train.symmetry.enabled': this task has no mirror function "
+                              "(TaskSpec.symmetry)")
+        # A function, not pickled anywhere: checkpoints hold state dicts and the task config, not this mapping.
+        cfg["algorithm"]["symmetry_cfg"] = {
+            "data_augmentation_func": symmetry,
+            "use_data_augmentation": bool(sym["data_augmentation"]),
+            "use_mirror_loss": bool(sym["mirror_loss"]),
+            "mirror_loss_coeff": float(sym["mirror_loss_coeff"]),
+        }
     return cfg
 
 
@@ -88,9 +111,11 @@ class Sim2RealRunner(OnPolicyRunner):
             run_dir = None
         self.task_cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        symmetry = get_task(cfg["task"]).symmetry_function(cfg) if symmetry_enabled(cfg) else None
         with contextlib.redirect_stdout(io.StringIO()):
             model = env.model_cfg() if hasattr(env, "model_cfg") else None
-            super().__init__(env, rsl_rl_train_cfg(cfg["train"], model), str(run_dir) if run_dir else None, device)
+            super().__init__(env, rsl_rl_train_cfg(cfg["train"], model, symmetry), str(run_dir) if run_dir else None,
+                             device)
         self.best_score = -float("inf")
         self.last_eval: dict | None = None
         self._progress = progress

@@ -36,6 +36,7 @@ What differs from the MuJoCo backends:
   * Newton's contact model and MJCF import are not C MuJoCo's: the robot settles and moves close to, not exactly
     as, on the MuJoCo backends (the smoke test bounds the standing height against C MuJoCo's).
   * Heightfield terrain (``terrain=``) is not supported (ConfigError); per-env terrain boxes are.
+  * ``sim.weld_joints`` is not supported (ConfigError): the USD is converted from the robot's full MJCF.
   * ``set_joint_damping`` writes Isaac Lab's joint viscous friction (Newton's passive joint damping).
   * One Isaac Lab simulation per process: building a second backend while one is alive is refused (ConfigError);
     :meth:`IsaacLabBackend.close` ends one. So training's periodic held-out evaluation
@@ -68,6 +69,7 @@ from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.mujoco_model import OBSTACLE_PARK
 from sim2real.sim.mujoco_warp_backend import quiet_iteration_limits
 from sim2real.sim.robot import resolve_mjcf
+from sim2real.sim.weld import weld_patterns
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +205,8 @@ class IsaacLabBackend:
     ``device``: the torch device of the state tensors and of the simulation (``cpu`` or ``cuda[:k]``).
 
     Raises:
-        ConfigError: as the CPU backend; also the extra missing, heightfield terrain, or a robot that does not
-            convert to USD.
+        ConfigError: as the CPU backend; also the extra missing, heightfield terrain, a robot that does not
+            convert to USD, or a non-empty ``sim.weld_joints`` (the USD is converted from the full MJCF).
     """
 
     _compile = MujocoBackend._compile  # the same mjModel (index, solver settings, control step)
@@ -214,6 +216,9 @@ class IsaacLabBackend:
 
     def __init__(self, robot: dict, num_envs: int, sim_cfg: dict, device: str = "cpu", terrain=None,
                  obstacle: bool = False, terrain_boxes: int = 0):
+        if weld_patterns(sim_cfg):
+            raise ConfigError("sim.weld_joints: the isaaclab backend simulates the robot's full MJCF (converted to "
+                              "USD); weld joints on --sim mujoco or --sim mujoco-warp, or set sim.weld_joints=[]")
         il = import_isaaclab()
         if _LIVE and _LIVE[0]() is not None:
             gc.collect()  # an env dropped by its owner may still sit in a reference cycle

@@ -16,6 +16,7 @@ import numpy as np
 
 from sim2real.configs import ConfigError
 from sim2real.sim.robot import LeggedRobot, resolve_joint_values, resolve_mjcf
+from sim2real.sim.weld import weld_joints, weld_patterns, weld_positions
 
 #: Solver settings named in a task's ``sim`` section (``fidelity: fast``); ``full`` keeps the model's own.
 SOLVER_KEYS = ("timestep", "cone", "iterations", "ls_iterations", "impratio")
@@ -53,6 +54,7 @@ class ModelIndex:
     held_stiffness: np.ndarray = None      # [H] N m/rad
     held_damping: np.ndarray = None        # [H] N m s/rad
     held_torque_limit: np.ndarray = None   # [H] N m
+    welded_joint_names: list = None        # [W] joints welded to their bodies (sim.weld_joints; unreduced order)
 
 
 def batch_class():
@@ -116,8 +118,10 @@ def _body_box(model: mujoco.MjModel, body: int) -> tuple[np.ndarray, np.ndarray]
     return (lo, hi) if np.isfinite(lo).all() else None
 
 
-def _held_joints(model: mujoco.MjModel, legged: LeggedRobot, model_name: str) -> tuple[list[str], np.ndarray]:
-    """Names (model order) and positions [rad] of the model's joints held by PD (``robot.held_joints``)."""
+def _held_joints(model: mujoco.MjModel, legged: LeggedRobot, model_name: str,
+                 welded: list[str] = ()) -> tuple[list[str], np.ndarray]:
+    """Names (model order) and positions [rad] of the model's joints held by PD (``robot.held_joints``); an entry
+    may match only ``welded`` joints (removed from the model by ``sim.weld_joints``)."""
     if not legged.held_joints:
         return [], np.zeros(0)
     names, values = [], []
@@ -131,7 +135,7 @@ def _held_joints(model: mujoco.MjModel, legged: LeggedRobot, model_name: str) ->
         if hits:
             names.append(name)
             values.append(float(legged.held_joints[hits[0]]))
-    unused = [p for p in legged.held_joints if not any(re.fullmatch(p, n) for n in names)]
+    unused = [p for p in legged.held_joints if not any(re.fullmatch(p, n) for n in [*names, *welded])]
     if unused:
         raise ConfigError(f"robot.held_joints: entries {unused} match no joint of {model_name} outside joint_names")
     return names, np.array(values)
@@ -146,11 +150,16 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
     :meth:`MujocoBackend.set_obstacle` places it per env), ``terrain_boxes`` boxes ``sim2real_terrain_<k>``
     (parked; :meth:`MujocoBackend.set_terrain_boxes` places them per env), an optional terrain (an object with
     ``add_to_spec(spec)``), removes the ``collision_disabled_bodies`` from collision, applies the solver settings,
-    and turns each policy joint's and held joint's actuator into a PD servo (``actuation: position``).
+    welds the joints ``sim_cfg["weld_joints"]`` names at their held positions (:mod:`sim2real.sim.weld`: the
+    model loses their degrees of freedom, actuators and sensors, keeps every body; the index's ``held_*`` then
+    list the held joints left), and turns each policy joint's and held joint's actuator into a PD servo
+    (``actuation: position``).
 
     Raises:
         ConfigError: the model lacks a joint, actuator, foot, body or IMU site the robot config names
-            (the message names it), or a joint's actuator has no torque limit (set ``robot.torque_limits``).
+            (the message names it), a joint's actuator has no torque limit (set ``robot.torque_limits``), or a
+            ``sim.weld_joints`` entry matches no joint, a policy joint, or a joint it cannot weld (see
+            :func:`~sim2real.sim.weld.weld_positions` and :func:`~sim2real.sim.weld.weld_joints`).
     """
     legged = LeggedRobot.from_config(robot)
     path = resolve_mjcf(robot["mjcf"])
@@ -181,8 +190,8 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
     plain: list[mujoco.MjModel] = []
 
     def compiled() -> mujoco.MjModel:
-        """The robot compiled as given (once, only when a foot body or a mesh body needs its geoms' bounding
-        boxes for a sensor volume; the sites added meanwhile change no geom)."""
+        """The robot compiled as given (once, only when joints are welded or a foot body or a mesh body needs its
+        geoms' bounding boxes for a sensor volume; welding and the sites added meanwhile change no geom)."""
         if not plain:
             try:
                 plain.append(spec.compile())
@@ -190,6 +199,11 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
                 raise ConfigError(f"robot.mjcf: {path.name} does not compile: {exc}") from None
         return plain[0]
 
+    welded = {}
+    patterns = weld_patterns(sim_cfg)
+    if patterns:  # the joint anchors and axes from the model as given, before any addition
+        welded = weld_positions(compiled(), legged, patterns, path.name)
+        weld_joints(spec, compiled(), welded, path.name)
     for name in legged.foot_geoms:
         g = geoms[name]
         radius = float(g.size[0]) * 1.5 + 0.005
@@ -234,7 +248,7 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
     for g in range(model.ngeom):
         if model.geom(g).name.startswith(("sim2real_obstacle", "sim2real_terrain_")):
             model.geom_sameframe[g] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
-    return model, _index(model, legged, path.name, obstacle, int(terrain_boxes))
+    return model, _index(model, legged, path.name, obstacle, int(terrain_boxes), list(welded))
 
 
 def check_imu_on_base(model: mujoco.MjModel, site: str, base: int, model_name: str) -> None:
@@ -260,7 +274,7 @@ def check_imu_on_base(model: mujoco.MjModel, site: str, base: int, model_name: s
 
 
 def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle: bool,
-           terrain_boxes: int = 0) -> ModelIndex:
+           terrain_boxes: int = 0, welded: list[str] = ()) -> ModelIndex:
     base = model.body(legged.base_body).id
     free = [j for j in range(model.njnt) if model.jnt_bodyid[j] == base
             and model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
@@ -297,11 +311,14 @@ def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle
     unlimited = ~model.jnt_limited[joint_ids].astype(bool)
     rng[unlimited] = [-np.inf, np.inf]
 
-    held_names, held_pos = _held_joints(model, legged, model_name)
+    held_names, held_pos = _held_joints(model, legged, model_name, welded)
     held_acts = np.array([actuator_of(n, "held_joints")[1] for n in held_names], dtype=np.int64)
+    # Per-joint held gains are resolved over the held joints welded away too, so an entry may cover only those.
+    welded_held = [n for n in welded if any(re.fullmatch(p, n) for p in legged.held_joints or {})]
 
     def held_values(value, key: str) -> np.ndarray:
-        return resolve_joint_values(value, held_names, key) if held_names else np.zeros(0)
+        return resolve_joint_values(value, held_names + welded_held, key)[:len(held_names)] if held_names \
+            else np.zeros(0)
 
     def sensor_adr(name: str) -> int:
         return int(model.sensor_adr[model.sensor(name).id])
@@ -334,6 +351,7 @@ def _index(model: mujoco.MjModel, legged: LeggedRobot, model_name: str, obstacle
         held_stiffness=held_values(legged.held_stiffness, "held_stiffness"),
         held_damping=held_values(legged.held_damping, "held_damping"),
         held_torque_limit=_held_limits(model, held_acts, legged.held_torque_limit, held_names, model_name),
+        welded_joint_names=list(welded),
     )
 
 

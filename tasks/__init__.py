@@ -132,7 +132,8 @@ def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
     with the task's ``legacy_defaults`` where those reproduce how the saved config was trained.
 
     Returns:
-        (the completed config, the dotted keys that were added). Raises UnknownTaskError for an unknown task.
+        (the completed config, the dotted keys that were added, less :data:`QUIET_ADDITIONS`). Raises
+        UnknownTaskError for an unknown task.
     """
     import copy
 
@@ -158,7 +159,12 @@ def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
 
     added += migrate_rewards(out, defaults)
     fill(out, defaults, "")
-    return out, added
+    return out, [key for key in added if key not in QUIET_ADDITIONS]
+
+
+#: Keys :func:`complete_saved_config` fills without reporting them: their default is, by construction, how every
+#: config saved before them ran (``train.symmetry``: disabled, as training was before the setting existed).
+QUIET_ADDITIONS = ("train.symmetry",)
 
 
 def migrate_rewards(cfg: dict, defaults: dict) -> list[str]:

@@ -115,6 +115,17 @@ def check_train(cfg: dict) -> None:
     require(train["learning_rate"] > 0, "train.learning_rate", "must be positive")
     require(train["schedule"] in ("adaptive", "fixed"), "train.schedule", "must be 'adaptive' or 'fixed'")
     require(train["init_std"] > 0, "train.init_std", "must be positive")
+    sym = train.get("symmetry")
+    if isinstance(sym, dict):
+        require(sym["mirror_loss_coeff"] >= 0, "train.symmetry.mirror_loss_coeff", "must be >= 0")
+        require(not sym["mirror_loss"] or sym["mirror_loss_coeff"] > 0, "train.symmetry.mirror_loss_coeff",
+                "must be positive when train.symmetry.mirror_loss is on")
+        if sym["enabled"] and "observations" in cfg:
+            from sim2real.tasks.symmetry import unmirrored_terms
+
+            missing = unmirrored_terms(cfg["observations"].get("policy", []))
+            require(not missing, "observations.policy", f"terms without a mirror rule for train.symmetry: {missing} "
+                    f"(sim2real.tasks.symmetry.TERM_MIRRORS)")
     require(cfg["eval"]["num_episodes"] >= 1, "eval.num_episodes", "must be at least 1")
     require(cfg["eval"]["selection_seed"] != cfg["eval"]["seed"], "eval.selection_seed",
             f"must differ from eval.seed ({cfg['eval']['seed']}): the set that picks best.pt is held out from the "
@@ -134,7 +145,8 @@ def check_device(device: str) -> None:
 
 
 def check_mujoco_sim(sim: dict) -> None:
-    """The ``sim`` section of a task on the MuJoCo backend: control period, threads, fast solver settings."""
+    """The ``sim`` section of a task on the MuJoCo backend: control period, threads, fast solver settings, the
+    joints welded in simulation (``weld_joints``: regexes; not on the isaaclab backend)."""
     require(sim["control_dt"] > 0, "sim.control_dt", "must be positive")
     require(sim["nthread"] >= 0, "sim.nthread", "must be >= 0")
     from sim2real.sim.backends import BACKENDS
@@ -147,6 +159,10 @@ def check_mujoco_sim(sim: dict) -> None:
     for key in ("iterations", "ls_iterations"):
         if key in fast:
             require(int(fast[key]) == fast[key] and fast[key] >= 1, f"sim.fast.{key}", "must be an integer >= 1")
+    from sim2real.sim.weld import weld_patterns
+
+    require(not weld_patterns(sim) or backend != "isaaclab", "sim.weld_joints",
+            "the isaaclab backend simulates the full model; weld joints on --sim mujoco or mujoco-warp")
 
 
 def check_staged_curriculum(cfg: dict, num_stages: int, task: str) -> None:

@@ -99,9 +99,16 @@ class LeggedDomainRandomization:
             v[:, :2] = (2 * torch.rand(len(ids), 2, device=self.device) - 1) * dr["push_velocity"]
             self.sim.push(ids, v)
 
+    def privileged_layout(self) -> list[tuple[str, int]]:
+        """(name, columns) of :meth:`privileged`, in order (what a mirror of the critic's input is built from)."""
+        return [("friction", 1), ("mass_scale", 1), ("base_added_mass", 1), ("base_com_offset", 3),
+                ("motor_strength", 1), ("kp_scale", 1), ("kd_scale", 1), ("latency_steps", 1),
+                *[(k, 1) for k in OPTIONAL_KEYS if k in self.params]]
+
     def privileged(self) -> torch.Tensor:
         """``[N, 10 + k]`` for the critic: friction, mass scale - 1, added mass [kg], CoM offset x 10 [dm],
-        strength - 1, kp scale - 1, kd scale - 1, latency [steps], then each optional key's value - 1."""
+        strength - 1, kp scale - 1, kd scale - 1, latency [steps], then each optional key's value - 1
+        (:meth:`privileged_layout`)."""
         p = self.params
         extra = [p[k].unsqueeze(-1) - 1.0 for k in OPTIONAL_KEYS if k in p]
         return torch.cat((

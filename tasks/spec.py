@@ -166,6 +166,10 @@ class TaskSpec:
         deploy: how the policy runs on a robot (None: ``deploy`` refuses the task).
         finetune: fine-tuning's gap metric and reward (None: ``finetune`` refuses the task).
         bench: the benchmarks that apply.
+        symmetry: ``"module:attr"`` of the task's mirror function ``f(env, obs, actions) -> (obs, actions)``, the
+            ``data_augmentation_func`` of rsl-rl-lib's ``Symmetry`` extension (the batch followed by its mirror
+            image; see :mod:`sim2real.tasks.symmetry`), used when ``train.symmetry.enabled`` (None: that setting is
+            refused).
         legacy_defaults: ``(dotted key, value)`` pairs for configs saved before the key existed (checkpoints,
             exported policies) where the value that reproduces how they were trained differs from today's default
             (e.g. a physics effect added later, on by default now, absent then).
@@ -184,6 +188,7 @@ class TaskSpec:
     deploy: DeploySpec | None = None
     finetune: FinetuneSpec | None = None
     bench: BenchSpec = field(default_factory=BenchSpec)
+    symmetry: str | None = None
     legacy_defaults: tuple[tuple[str, object], ...] = ()
     package: str = ""
     folder: Path | None = None
@@ -212,4 +217,27 @@ class TaskSpec:
 
     def check_config(self, cfg: dict) -> None:
         """Raise :class:`~sim2real.configs.ConfigError` naming the first config value out of range."""
+        self.symmetry_function(cfg)  # first: a task without a mirror function says so in one line
         self.hook(self.checks)(cfg)
+
+    def symmetry_function(self, cfg: dict):
+        """The task's mirror function when ``cfg`` enables ``train.symmetry``, else None.
+
+        Raises:
+            ConfigError: enabled for a task without one, or its hook cannot be resolved.
+        """
+        if not symmetry_enabled(cfg):
+            return None
+        if self.symmetry is None:
+            from sim2real.configs import ConfigError
+
+            raise ConfigError(f"config key 'train.symmetry.enabled': task {self.name} has no mirror function "
+                              f"(TaskSpec.symmetry)")
+        return self.hook(self.symmetry)
+
+
+def symmetry_enabled(cfg: dict) -> bool:
+    """Whether a resolved task config turns rsl-rl-lib's symmetry extension on (``train.symmetry.enabled``)."""
+    train = cfg.get("train")
+    sym = train.get("symmetry") if isinstance(train, dict) else None
+    return isinstance(sym, dict) and bool(sym.get("enabled", False))

@@ -7,7 +7,9 @@ own solver settings) and every policy joint's actuator is turned into a PD posit
 latest commanded targets and gains, like the joint controller of a real robot. The robot config's
 ``held_joints`` (a humanoid's waist, neck and arms) are held by the stand-in's OWN servos at their configured pose
 (``held_stiffness`` / ``held_damping``), whatever the commands: the robot's controller holds the joints the
-policy does not drive, the deploy node commands only the policy joints.
+policy does not drive, the deploy node commands only the policy joints. A training config's ``sim.weld_joints``
+(joints welded away in training's simulation) never reaches it: it builds from the robot config alone, the full
+model with every held joint.
 
 Topics, relative to the namespace (default ``/<robot name>``):
   * ``cmd/joint_targets`` (``sensor_msgs/JointState``, in): ``position`` = joint targets [rad];

@@ -15,4 +15,5 @@ SPEC = TaskSpec(
                     episodes=16),
     deploy=DeploySpec(node="legged"),
     bench=BenchSpec(entries=("train-profile", "throughput", "gpu")),
+    symmetry=".symmetry:augment",
 )

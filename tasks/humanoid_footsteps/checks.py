@@ -57,6 +57,18 @@ def check_config(cfg: dict) -> None:
     check_observations(cfg["observations"])
     check_domain_rand(cfg["domain_rand"])
     check_staged_curriculum(cfg, 2, "humanoid-footsteps")
+    cur = cfg["curriculum"]
+    require(isinstance(cur["mode_stages"], list) and all(isinstance(st, dict) for st in cur["mode_stages"]),
+            "curriculum.mode_stages", "must be a list of {mode: weight} mappings")
+    require(0 <= cur["mode_promote_at"] <= 1, "curriculum.mode_promote_at", "must lie in [0, 1]")
+    require(cur["mode_window"] >= 1, "curriculum.mode_window", "must be at least 1")
+    if cur["mode_stages"]:
+        from sim2real.curricula.modes import ModeSchedule
+
+        try:
+            ModeSchedule(MODES, cur["mode_stages"], cur["mode_promote_at"], cur["mode_window"])
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"config key 'curriculum.mode_stages': {exc}") from None
     check_reward_config(cfg["rewards"], TERMS)
     ev = cfg["eval"]
     bad = [m for m in ev["modes"] if m not in MODES]

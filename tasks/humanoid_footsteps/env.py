@@ -36,6 +36,7 @@ from sim2real.configs import ConfigError
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import build_task_curriculum
+from sim2real.curricula.modes import ModeSchedule
 from sim2real.curricula.stages import split_difficulty, stage_space
 from sim2real.sim.backends import make_legged_backend
 from sim2real.sim.rotations import quat_from_yaw, quat_rotate_inverse, tilt_from_quat, yaw_from_quat
@@ -139,6 +140,12 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
             hand_written=lambda: StagedLevelCurriculum.from_config(
                 ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
+        # The modes sampled in training: plans.modes, or the stages of curriculum.mode_stages (promoted on the hit
+        # rate of the modes a stage introduces).
+        self.mode_schedule = None
+        if ccfg["mode_stages"] and not eval_mode:
+            self.mode_schedule = ModeSchedule(fp.MODES, ccfg["mode_stages"], ccfg["mode_promote_at"],
+                                              ccfg["mode_window"], device)
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
         self._init_bookkeeping(n, rew.TERMS, OUTCOME_KEYS, device)
@@ -271,6 +278,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             self._record_outcome(done_ids, fall[done_ids], extras["log"])
             self._reset_envs(done_ids)
         extras["log"].update(self.curriculum.log())
+        if self.mode_schedule is not None:
+            extras["log"].update(self.mode_schedule.log())
         extras["log"]["Metrics/unstable_worlds"] = float(self.sim.num_unstable)
         return self.get_observations(), reward, dones, extras
 
@@ -296,6 +305,9 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
                 log[f"Metrics/terrain_stage{s + 1}_hit_rate"] = hits[mask].sum() / steps[mask].sum().clamp_min(1.0)
         self.curriculum.episode_end(ids, EpisodeOutcome(success, fall, score=rate.clamp(0.0, 1.0),
                                                         episode_return=ret))
+        if self.mode_schedule is not None and self.fixed_plans is None:
+            # (an episode that fell before its first window ended scores 0)
+            self.mode_schedule.episode_end(self.mode[ids], rate.clamp(0.0, 1.0))
 
     # --- reset ---------------------------------------------------------------------------------------------
     def _set_fixed_plans(self, plans: list) -> None:
@@ -347,7 +359,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
                 modes = self.eval_modes[torch.randint(len(self.eval_modes), (m,), device=dev)]
                 mode_level = torch.full((m,), float(self.cfg["eval"]["level"]), device=dev)
             else:
-                modes = torch.multinomial(self.mode_weights, m, replacement=True)
+                weights = self.mode_weights if self.mode_schedule is None else self.mode_schedule.weights()
+                modes = torch.multinomial(weights, m, replacement=True)
                 mode_level = torch.rand(m, device=dev)
             is_stairs = modes == fp.MODES.index("stairs")
             batch = self.generator.sample(modes, mode_level, torch.where(is_stairs, stairs_difficulty, rough))
@@ -427,10 +440,15 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self._reset_envs(torch.arange(self.num_envs, device=self.device))
 
     def curriculum_state_dict(self) -> dict:
-        return {"teacher": self.curriculum.state_dict()}
+        state = {"teacher": self.curriculum.state_dict()}
+        if self.mode_schedule is not None:
+            state["modes"] = self.mode_schedule.state_dict()
+        return state
 
     def load_curriculum_state_dict(self, state: dict) -> None:
         self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["stages"])
+        if self.mode_schedule is not None and "modes" in state:
+            self.mode_schedule.load_state_dict(state["modes"])
 
     def metadata(self) -> dict:
         """The shared joint-position policy metadata plus ``gait``: the step period and the standing feet the
