@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY  # no ROS import there
+from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, STANDIN_RT_PRIORITY  # no ROS import there
 
 
 def finite_float(text: str) -> float:
@@ -187,6 +187,11 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
                    help="ROS namespace of the topics (default /crazyflie for a quadrotor, /<robot name> for a legged "
                         "robot)")
     p.add_argument("--node-name", default="standin", help="ROS node name (default standin)")
+    p.add_argument("--rt-priority", type=int_in_range(0, 99), default=STANDIN_RT_PRIORITY, metavar="0-99",
+                   help="SCHED_FIFO priority of the simulated robot's physics and publishing where the OS allows it "
+                        "(else nice -10, else the default): a robot is not slowed by the CPU load of the machine "
+                        f"that deploys to it; 0: no real-time request (default {STANDIN_RT_PRIORITY}, below deploy's "
+                        f"{DEFAULT_RT_PRIORITY})")
     p.add_argument("--initial-position", type=finite_float, nargs=3, default=[0.0, 0.0, 1.0],
                    metavar=("X", "Y", "Z"),
                    help="quadrotor: where the drone is held until the first command (m, world frame; default 0 0 1)")

@@ -35,6 +35,9 @@ from collections import deque
 
 #: ``SCHED_FIFO`` priority the control thread asks for (1-99; the kernel's own threads use 50 for interrupts).
 DEFAULT_RT_PRIORITY = 40
+#: ``SCHED_FIFO`` priority of a stand-in's physics (``sim2real standin --rt-priority``): below the deploy nodes' control
+#: threads and executors, above every normal process.
+STANDIN_RT_PRIORITY = 30
 #: CPython's GIL switch interval [s] while a control clock runs (default 0.005).
 SWITCH_INTERVAL_S = 0.0002
 #: A period longer than this many nominal periods is an overrun.

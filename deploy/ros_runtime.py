@@ -101,12 +101,19 @@ def wait_for_acks(publishers, timeout_s: float = SAFE_COMMAND_ACK_TIMEOUT_S) -> 
 
 
 def spin_node(node, context: Context, duration_s: float | None, *, start=None, stop_when=None,
-              on_exit=None) -> str:
+              on_exit=None, rt_priority: int = 0) -> str:
     """Spin one ``node`` in its own executor with :func:`spin_for`; shut the executor down and destroy the node
     afterwards. ``start()`` (optional) runs once the node is in the executor, before spinning (e.g. a bridge's
     connect and arm steps; what it raises propagates, after ``on_exit``); ``stop_when``: see :func:`spin_for`;
     ``on_exit()`` (optional) runs however the spin ended, before the node is destroyed (e.g. a last safe command).
-    Returns :func:`spin_for`'s reason (``"interrupted"`` for a Ctrl-C during ``start``)."""
+    ``rt_priority`` > 0: the spinning (calling) thread asks for ``SCHED_FIFO`` at that priority
+    (:func:`~sim2real.deploy.control_clock.request_realtime`; a simulated robot's physics timer then keeps its pace
+    on a loaded machine, as a robot's own controller does). Returns :func:`spin_for`'s reason (``"interrupted"``
+    for a Ctrl-C during ``start``)."""
+    if rt_priority > 0:
+        from sim2real.deploy.control_clock import request_realtime
+
+        request_realtime(rt_priority)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:

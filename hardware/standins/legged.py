@@ -336,5 +336,5 @@ def standin_main(args, robot: dict) -> int:
                 gantry=getattr(args, "gantry", "auto"), context=ctx)
         except ValueError as exc:  # ConfigError included
             raise ConfigError(str(exc)) from None
-        spin_node(node, ctx, args.duration)
+        spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)
     return 0

@@ -323,5 +323,5 @@ def standin_main(args) -> int:
                 latency_s=args.latency_s, context=ctx)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        spin_node(node, ctx, args.duration)
+        spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)
     return 0

@@ -448,7 +448,7 @@ def swarm_standin_main(args, robot: dict) -> int:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         try:
-            spin_node(node, ctx, args.duration)
+            spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)
         finally:
             if args.report:
                 node.write_report(args.report)

@@ -44,3 +44,41 @@ def test_suspension_beyond_the_catch_up_limit_drops_steps():
     assert s.due(1.01) == 1  # then back in step with the wall clock
     with pytest.raises(ValueError):
         RealTimeStepper(0.0, start=0.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("priority, policy", [("30", "SCHED_FIFO"), ("0", "SCHED_OTHER")])
+def test_standin_physics_runs_at_the_requested_real_time_priority(priority, policy, tmp_path):
+    """`sim2real standin` spins its physics timer at SCHED_FIFO (--rt-priority, default 30): a simulated robot keeps
+    its pace on a loaded machine; 0 leaves the default scheduling."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from sim2real.deploy.control_clock import request_realtime
+
+    granted = []
+    probe = threading.Thread(target=lambda: granted.append(request_realtime(1)))
+    probe.start()
+    probe.join()
+    if priority != "0" and not granted[0].startswith("SCHED_FIFO"):
+        pytest.skip(f"this machine grants no SCHED_FIFO ({granted[0]})")
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real", "standin", "--namespace", f"/rt_probe_{os.getpid()}",
+                             "--duration", "60", "--rt-priority", priority], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "stand-in" in proc.stdout.readline()  # up: its start-up log line
+        names = {os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_OTHER: "SCHED_OTHER"}
+        deadline = time.monotonic() + 30.0
+        seen = names.get(os.sched_getscheduler(proc.pid))
+        while seen != policy and time.monotonic() < deadline:
+            time.sleep(0.2)
+            seen = names.get(os.sched_getscheduler(proc.pid))
+        assert seen == policy
+        if policy == "SCHED_FIFO":
+            assert os.sched_getparam(proc.pid).sched_priority == int(priority)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
