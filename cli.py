@@ -1,4 +1,4 @@
-"""The ``sim2real`` command line: list, train, eval, play, export, check, deploy, standin, bench.
+"""The ``sim2real`` command line: list, train, eval, play, view, export, check, deploy, standin, bench.
 
 Every user error (unknown task or config key, bad value, missing or corrupt checkpoint or policy, a policy
 that does not match the robot) prints one ``error: ...`` line and exits with status 2, without a traceback.
@@ -40,6 +40,16 @@ def positive_int(text: str) -> int:
 
 #: DDS domain ids: 0-232 (the DDS spec's UDP port mapping; CycloneDDS and Fast DDS refuse larger ones).
 DDS_DOMAIN_ID_MAX = 232
+
+
+def _video_size(text: str) -> tuple[int, int]:
+    """argparse type: ``WxH`` video frame size (:func:`~sim2real.sim.video.parse_size`)."""
+    from sim2real.sim.video import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def dds_domain_id(text: str) -> int:
@@ -126,10 +136,20 @@ def cmd_train(args) -> int:
 
     get_task(args.task)
     _check_sim_flag(args, args.task)
+    video = None
+    if args.video:
+        from sim2real.policies.runner import VideoSpec
+
+        video = VideoSpec(interval=args.video_interval or VideoSpec.interval,
+                          seconds=args.video_seconds or VideoSpec.seconds)
+    elif args.video_interval is not None or args.video_seconds is not None:
+        from sim2real.configs import ConfigError
+
+        raise ConfigError("--video-interval and --video-seconds apply with --video")
     train(args.task, overrides=list(args.overrides), config_file=args.config, num_envs=args.num_envs, seed=args.seed,
           device=args.device, resume=args.resume, runs_root=args.runs_root, run_name=args.run_name,
           max_iterations=args.max_iterations, export=args.export, distributed=getattr(args, "distributed", False),
-          progress=not args.no_progress, argv=sys.argv)
+          progress=not args.no_progress, argv=sys.argv, logger=args.logger, video=video)
     return 0
 
 
@@ -143,6 +163,20 @@ def _policy_fn(args):
                        check_task=lambda task: _check_sim_flag(args, task))
 
 
+def _policy_and_source(args):
+    """:func:`_policy_fn` with the :class:`~sim2real.policies.loading.PolicySource` it picked."""
+    from sim2real.policies.loading import load_policy_source
+
+    return load_policy_source(task=args.task, policy_dir=args.policy, checkpoint=args.checkpoint,
+                              runs_root=args.runs_root, overrides=list(args.overrides), config_file=args.config,
+                              check_task=lambda task: _check_sim_flag(args, task))
+
+
+def _say_source(verb: str, source) -> None:
+    """One line on stderr naming the run and checkpoint (or exported policy) eval/play picked."""
+    print(f"{verb} {source.describe()}", file=sys.stderr)
+
+
 def cmd_eval(args) -> int:
     from sim2real.configs import ConfigError
     from sim2real.policies.evaluation import evaluate, plan_hooks
@@ -153,14 +187,16 @@ def cmd_eval(args) -> int:
         raise ConfigError("--repeats applies with --plans (the held-out set's size is --episodes)")
     if args.episodes is not None and args.plans:
         raise ConfigError("--episodes applies without --plans (with a plan file: --repeats episodes per plan)")
-    policy, cfg = _policy_fn(args)
+    policy, cfg, source = _policy_and_source(args)
     if args.plans:
         load, evaluate_plans, report = plan_hooks(cfg["task"])
         plans, cfg = load(args.plans, cfg)
+        _say_source("evaluating", source)
         metrics = evaluate_plans(cfg, policy, plans, repeats=args.repeats or 1)
         print(report(metrics))
         text = json.dumps(metrics, indent=2)
     else:
+        _say_source("evaluating", source)
         metrics = evaluate(cfg, policy, num_episodes=args.episodes)
         text = json.dumps(metrics, indent=2)
         print(text)
@@ -171,18 +207,33 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def cmd_play(args) -> int:
-    from sim2real.policies.play import play
+def _play_output(source, task: str) -> Path:
+    """play's default ``--output``: ``<run>/play_<checkpoint>.mp4`` for a checkpoint, ``<run>/play_policy.mp4``
+    for a policy exported into its run folder (``train --export``), else ``./play_<task>.mp4``."""
+    if source.kind == "checkpoint":
+        return source.run / f"play_{source.path.stem}.mp4"
+    if source.run is not None:
+        return source.run / f"play_{Path(source.path).name}.mp4"
+    return Path(f"play_{task}.mp4")
 
-    policy, cfg = _policy_fn(args)
+
+def cmd_play(args) -> int:
+    from sim2real.policies.play import check_output, check_playable, play
+
+    if args.output:
+        check_output(args.output)  # before anything is loaded
+    policy, cfg, source = _policy_and_source(args)
     plans = None
     if args.plans:
         from sim2real.policies.evaluation import plan_hooks
 
         load, _, _ = plan_hooks(cfg["task"])
         plans, cfg = load(args.plans, cfg)
+    output = Path(args.output) if args.output else _play_output(source, cfg["task"])
+    check_playable(cfg, output, args.size)  # (before the line below: a refusal stays one line)
+    _say_source("playing", source)
     # --duration unset: each task chooses (play()'s default).
-    out = play(cfg, policy, Path(args.output), duration_s=args.duration, video=not args.no_video, plans=plans)
+    out = play(cfg, policy, output, duration_s=args.duration, video=not args.no_video, plans=plans, size=args.size)
     plots = out.with_suffix(".png")
     print(f"wrote {out}" + (f" and {plots}" if out.suffix != ".png" and plots.is_file() else ""))
     return 0
@@ -248,6 +299,12 @@ def cmd_finetune(args) -> int:
     return finetune_main(args)
 
 
+def cmd_view(args) -> int:
+    from sim2real.viewer.command import view_command
+
+    return view_command(args, _policy_fn)
+
+
 def cmd_bench(args) -> int:
     from sim2real.bench import run_bench
 
@@ -276,6 +333,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-root", type=Path, help="folder of run directories (default ./runs or $SIM2REAL_RUNS)")
     p.add_argument("--export", action="store_true", help="export best.pt to <run>/policy when training ends")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--logger", choices=("tensorboard", "wandb", "neptune"), default="tensorboard",
+                   help="experiment tracker, through rsl-rl-lib's writers (default tensorboard; wandb: pip install "
+                        "wandb, WANDB_MODE=offline works without a network; neptune: NEPTUNE_API_TOKEN, "
+                        "NEPTUNE_USERNAME); plots and videos go to it too")
+    p.add_argument("--video", action="store_true",
+                   help="record a clip of the current policy (the task's play scene, 640x360 MP4) every "
+                        "--video-interval iterations and after the last one: <run>/videos/iter_<it>.mp4 and the "
+                        "tracker")
+    p.add_argument("--video-interval", type=positive_int, default=None, metavar="N",
+                   help="with --video: iterations between clips (default 100)")
+    p.add_argument("--video-seconds", type=positive_float, default=None, metavar="S",
+                   help="with --video: simulated seconds per clip (default 5)")
     p.add_argument("--distributed", action="store_true",
                    help="multi-GPU/multi-node under torchrun (torchrun --nproc_per_node=N -m sim2real train ... "
                         "--distributed): each rank its own --num-envs envs on cuda:LOCAL_RANK, seed + RANK; "
@@ -299,8 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--repeats", type=positive_int, default=None, help="with --plans: episodes per plan "
                                                                               "(default 1)")
         else:
-            p.add_argument("--output", default="play.gif",
-                           help="animated GIF path (trajectory plots go beside it as .png); a .png path: plots only")
+            p.add_argument("--output", default=None,
+                           help="video path, .mp4 (H.264) or .gif, trajectory plots beside it as .png; a .png path: "
+                                "plots only (default: <run>/play_<checkpoint>.mp4 in the checkpoint's run folder; "
+                                "with --policy: <run>/play_policy.mp4 when the policy was exported into a run "
+                                "folder, else ./play_<task>.mp4)")
+            p.add_argument("--size", type=_video_size, default=None, metavar="WxH",
+                           help="video frame size in pixels (default 1280x720 for .mp4, 640x360 for .gif)")
             p.add_argument("--duration", type=positive_float, default=None,
                            help="seconds of simulated time (default 5; humanoid-footsteps: until the plans end; "
                                 "quadrotor-swarm: one episode)")
@@ -384,6 +458,31 @@ def build_parser() -> argparse.ArgumentParser:
                                         "RLPD)")
     add_finetune_arguments(p)
     p.set_defaults(func=cmd_finetune)
+
+    p = sub.add_parser("view", help="a 3D browser viewer (viser) of a policy rollout or a recorded session: timeline, "
+                                    "play/pause, env selector; serves until Ctrl-C")
+    p.add_argument("--task", help="the task (default: the checkpoint's or policy's own)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--checkpoint", help="PATH|latest|best (default latest)")
+    src.add_argument("--policy", help="folder of an exported policy (policy.onnx + metadata.json)")
+    src.add_argument("--recording", help="a recorded session: a fine-tuning session folder, or a folder of "
+                                          "topics-*.mcap (robot poses from odometry and joint states)")
+    p.add_argument("--robot", help="with --recording outside a fine-tuning session: the robot config (name or YAML)")
+    p.add_argument("--runs-root", type=Path)
+    _config_args(p, device=False)
+    p.add_argument("--envs", type=positive_int, default=None,
+                   help="envs of the evaluation set to roll out (quadrotor-swarm: rooms; default 4)")
+    p.add_argument("--seconds", type=positive_float, default=None,
+                   help="simulated seconds (default: until every env's first episode has ended)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; 0.0.0.0: every "
+                                                       "interface)")
+    p.add_argument("--port", type=int_in_range(0, 65535), default=8080,
+                   help="port (default 8080; taken: the next free one; 0: any free one)")
+    p.add_argument("--screenshot", metavar="PNG", help="write one screenshot from headless Chromium (software WebGL) "
+                                                       "and exit instead of serving")
+    p.add_argument("--at", type=float, default=None, metavar="S",
+                   help="with --screenshot: the moment shown [s] (default: the middle of the rollout)")
+    p.set_defaults(func=cmd_view)
 
     from sim2real.bench import BENCHES
 

@@ -3,8 +3,34 @@ onnxruntime) or a training checkpoint (its torch actor), with the config it runs
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """Where a loaded policy came from.
+
+    Attributes:
+        kind: ``checkpoint`` (a torch training checkpoint) or ``exported`` (a ``policy.onnx`` + ``metadata.json``
+            folder).
+        path: the checkpoint file, or the exported policy's folder.
+        run: the run folder it belongs to (a checkpoint's folder; an export's parent when that holds the run's
+            ``run.json``, as ``train --export`` writes it), or None.
+        iteration: the training iteration it holds (None: not recorded).
+    """
+
+    kind: str
+    path: Path
+    run: Path | None
+    iteration: int | None
+
+    def describe(self) -> str:
+        """One line, e.g. ``checkpoint runs/quadrotor-hover/20260101-120000/best.pt (iteration 299)``."""
+        what = "checkpoint" if self.kind == "checkpoint" else "exported policy"
+        return f"{what} {self.path}" + (f" (iteration {self.iteration})" if self.iteration is not None else "")
 
 
 def load_policy(*, task: str | None, policy_dir: str | Path | None = None, checkpoint: str | None = None,
@@ -24,6 +50,16 @@ def load_policy(*, task: str | None, policy_dir: str | Path | None = None, check
         PolicyMismatchError: the exported policy is missing or damaged, or not for ``task``.
         UnknownTaskError, ConfigError: an unknown task, key or a value out of range.
     """
+    policy, cfg, _ = load_policy_source(task=task, policy_dir=policy_dir, checkpoint=checkpoint, runs_root=runs_root,
+                                        overrides=overrides, config_file=config_file, check_task=check_task)
+    return policy, cfg
+
+
+def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None, checkpoint: str | None = None,
+                       runs_root: Path | None = None, overrides: list[str] = (), config_file: str | None = None,
+                       check_task: Callable[[str], None] | None = None) -> tuple[Callable, dict, PolicySource]:
+    """:func:`load_policy` (same arguments and errors), with the :class:`PolicySource` it picked (which checkpoint
+    ``latest`` or ``best`` resolved to, and its run)."""
     from sim2real.configs import apply_overrides, load_yaml, merge_checked
     from sim2real.tasks import get_task
 
@@ -39,7 +75,7 @@ def load_policy(*, task: str | None, policy_dir: str | Path | None = None, check
             cfg = merge_checked(cfg, load_yaml(config_file))
         cfg = apply_overrides(cfg, list(overrides))
         get_task(cfg["task"]).check_config(cfg)
-        return policy, cfg
+        return policy, cfg, _exported_source(Path(policy_dir))
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.artefact.export import load_runner, torch_policy
 
@@ -50,4 +86,15 @@ def load_policy(*, task: str | None, policy_dir: str | Path | None = None, check
     path, data = ck.load_task_checkpoint(checkpoint or "latest", task, runs_root)
     runner, cfg, _ = load_runner(path, data=data, overrides=list(overrides))
     get_task(cfg["task"]).check_config(cfg)
-    return torch_policy(runner), cfg
+    iteration = int(data["iter"]) - 1 if isinstance(data.get("iter"), int) else None  # "iter": the next one to run
+    return torch_policy(runner), cfg, PolicySource("checkpoint", path, path.parent, iteration)
+
+
+def _exported_source(folder: Path) -> PolicySource:
+    """An exported policy's source: its training iteration from ``metadata.json`` (None if unreadable)."""
+    try:
+        iteration = int(json.loads((folder / "metadata.json").read_text())["training"]["iteration"])
+    except (OSError, ValueError, KeyError, TypeError):
+        iteration = None
+    run = folder.resolve().parent
+    return PolicySource("exported", folder, run if (run / "run.json").is_file() else None, iteration)

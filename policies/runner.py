@@ -4,7 +4,9 @@
 atomic checkpoints holding everything needed to resume exactly (models and normaliser, optimiser and learning
 rate, next iteration, curriculum state, RNG states, resolved config), keep-last-K pruning, periodic evaluation on
 the held-out set with ``best.pt``, and a progress bar instead of rsl-rl's per-iteration console block (the
-TensorBoard scalars are still written by rsl-rl's logger). ``train.symmetry`` hands the task's mirror function to
+TensorBoard scalars are still written by rsl-rl's logger, or W&B / Neptune through rsl-rl-lib's own writers,
+:mod:`sim2real.policies.tracking`). With a :class:`VideoSpec` it records a short rollout of the current policy every
+``interval`` iterations (``<run>/videos/``, and the tracker). ``train.symmetry`` hands the task's mirror function to
 rsl-rl-lib's own ``Symmetry`` extension (Mittal et al. 2024; :mod:`sim2real.tasks.symmetry`).
 """
 
@@ -15,9 +17,12 @@ import copy
 import io
 import json
 import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from rsl_rl.runners import OnPolicyRunner
 
 from sim2real.policies.checkpoints import CheckpointError, load_checkpoint, prune_checkpoints
@@ -27,6 +32,7 @@ from sim2real.tasks.spec import symmetry_enabled
 from sim2real.configs.durable import atomic_torch_save, atomic_write_bytes
 from sim2real.policies.distributed import is_main_process
 from sim2real.policies.evaluation import evaluate
+from sim2real.policies import tracking
 
 
 def rsl_rl_train_cfg(train: dict, model: dict | None = None, symmetry=None) -> dict:
@@ -95,6 +101,16 @@ def rsl_rl_train_cfg(train: dict, model: dict | None = None, symmetry=None) -> d
     return cfg
 
 
+@dataclass(frozen=True)
+class VideoSpec:
+    """``train --video``: a clip of the current policy every ``interval`` iterations (and after the last one),
+    ``seconds`` [s] of simulated time (the task's ``play`` rollout, capped), ``size`` (width, height) px MP4."""
+
+    interval: int = 100
+    seconds: float = 5.0
+    size: tuple[int, int] = (640, 360)
+
+
 class Sim2RealRunner(OnPolicyRunner):
     """``OnPolicyRunner`` for one of our envs and its resolved task config.
 
@@ -104,18 +120,24 @@ class Sim2RealRunner(OnPolicyRunner):
         run_dir: where TensorBoard logs and checkpoints go (None: no logging, no checkpoints). In a distributed run
             (torchrun, ``WORLD_SIZE`` > 1) ranks other than 0 write nothing whatever ``run_dir`` says.
         progress: show a progress bar.
+        logger: ``tensorboard``, ``wandb`` or ``neptune`` (rsl-rl-lib's writers; see
+            :func:`~sim2real.policies.tracking.check_logger` for what each needs).
+        video: record clips of the policy while training (None: never); see :meth:`record_video`.
     """
 
-    def __init__(self, env, cfg: dict, run_dir: Path | None, device: str = "cpu", progress: bool = True):
+    def __init__(self, env, cfg: dict, run_dir: Path | None, device: str = "cpu", progress: bool = True,
+                 logger: str = "tensorboard", video: VideoSpec | None = None):
         if not is_main_process(os.environ):  # rsl-rl-lib reads the same variables (its logger is rank-0-only too)
             run_dir = None
         self.task_cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.video = video
         symmetry = get_task(cfg["task"]).symmetry_function(cfg) if symmetry_enabled(cfg) else None
         with contextlib.redirect_stdout(io.StringIO()):
             model = env.model_cfg() if hasattr(env, "model_cfg") else None
-            super().__init__(env, rsl_rl_train_cfg(cfg["train"], model, symmetry), str(run_dir) if run_dir else None,
-                             device)
+            train_cfg = rsl_rl_train_cfg(cfg["train"], model, symmetry)
+            train_cfg["logger"] = tracking.logger_cfg(logger, self.run_dir)
+            super().__init__(env, train_cfg, str(run_dir) if run_dir else None, device)
         self.best_score = -float("inf")
         self.last_eval: dict | None = None
         self._progress = progress
@@ -128,6 +150,9 @@ class Sim2RealRunner(OnPolicyRunner):
     # --- per-iteration hook --------------------------------------------------------------------------------
     def _log_iteration(self, it: int, start_it: int, total_it: int, **kwargs) -> None:
         self._curriculum_hooks(it, total_it)
+        if (self.video is not None and self.run_dir is not None
+                and ((it + 1) % self.video.interval == 0 or it + 1 == total_it)):
+            self.record_video(it)
         ep = list(self.logger.ep_extras)  # rsl-rl clears these while logging
         with contextlib.redirect_stdout(io.StringIO()):
             self._rsl_log(it=it, start_it=start_it, total_it=total_it, **kwargs)
@@ -160,7 +185,7 @@ class Sim2RealRunner(OnPolicyRunner):
     def _curriculum_hooks(self, it: int, total_it: int) -> None:
         """After each PPO update: give the env's teacher this rollout's absolute advantages (the learning signal of
         learning-progress teachers), and every ``train.curriculum_plot_interval`` iterations write its task-space
-        plot to ``<run>/curriculum/`` and TensorBoard."""
+        plot (and the env's plots beside it, e.g. ADR's ranges) to ``<run>/curriculum/`` and the tracker."""
         if hasattr(self.env, "curriculum_learning_signal"):
             advantages = self.alg.storage.advantages  # [T, N, 1], from this iteration's rollout
             self.env.curriculum_learning_signal(advantages.detach().squeeze(-1).abs().to(self.env.device))
@@ -168,12 +193,45 @@ class Sim2RealRunner(OnPolicyRunner):
         if (self.run_dir is None or every <= 0 or not hasattr(self.env, "curriculum_plot")
                 or not ((it + 1) % every == 0 or it + 1 == total_it)):
             return
-        path = self.env.curriculum_plot(self.run_dir / "curriculum" / f"task_space_{it + 1:05d}.png")
-        if path is not None and self.logger.writer is not None:
-            import matplotlib.image
+        path = self.run_dir / "curriculum" / f"task_space_{it + 1:05d}.png"
+        self.env.curriculum_plot(path)
+        # The teacher's plot, and any the env writes beside it (<stem>_<name>.png, e.g. ADR's ranges: Curriculum/adr)
+        for png in ([path] if path.is_file() else []) + sorted(path.parent.glob(f"{path.stem}_*.png")):
+            tag = "task_space" if png == path else png.stem[len(path.stem) + 1:]
+            tracking.log_image(self.logger.writer, f"Curriculum/{tag}", png, it)
 
-            image = matplotlib.image.imread(str(path))[..., :3]  # [H, W, 3] in [0, 1]
-            self.logger.writer.add_image("Curriculum/task_space", image, it, dataformats="HWC")
+    def record_video(self, it: int) -> Path | None:
+        """Record ``<run>/videos/iter_<it>.mp4`` (``it`` zero-padded, as of ``model_<it>.pt``): the task's ``play``
+        rollout of the current policy (deterministic actions, its own envs of the evaluation set, on C MuJoCo for
+        the legged tasks whatever backend trains), first :attr:`VideoSpec.seconds`, no plots; and log it to the
+        tracker (``Video/rollout``). The global RNG states are restored afterwards: training draws exactly what it
+        would without videos. A rendering failure (no GL backend) is printed once and ends the recording for this
+        run; returns the path, or None then."""
+        from sim2real.policies.play import play
+
+        path = self.run_dir / "videos" / f"iter_{it:05d}.mp4"
+        cfg = self.task_cfg
+        if "sim" in cfg:
+            cfg = dict(cfg, sim=dict(cfg["sim"], backend="mujoco"))
+        policy = self.alg.get_policy()
+        self.alg.eval_mode()
+        saved = rng_state()
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                written = play(cfg, lambda o: policy({"policy": o}), path, duration_s=self.video.seconds,
+                               size=self.video.size, plots=False)
+        except RuntimeError as exc:  # no GL backend, no MP4 encoder
+            print(f"note: train --video: no more clips this run ({' '.join(str(exc).split())})", file=sys.stderr)
+            self.video = None
+            return None
+        finally:
+            set_rng_state(saved)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+            self.alg.train_mode()
+        tracking.log_video(self.logger.writer, "Video/rollout", written, it)
+        return written
 
     def evaluate_and_keep_best(self, it: int) -> dict:
         """Score the current policy on the selection set (the task's held-out distribution drawn from

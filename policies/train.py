@@ -93,7 +93,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
           seed: int | None = None, device: str | None = None, resume: str | None = None,
           runs_root: Path | None = None, run_name: str | None = None, max_iterations: int | None = None,
           export: bool = False, distributed: bool = False, progress: bool = True,
-          argv: list[str] | None = None) -> Path | None:
+          argv: list[str] | None = None, logger: str = "tensorboard", video=None) -> Path | None:
     """Train ``task`` (``sim2real train``) and return the run directory (None on torchrun ranks > 0).
 
     Args:
@@ -106,10 +106,15 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         max_iterations: iterations to run now (default ``train.max_iterations``).
         export: export ``best.pt`` (else the last checkpoint) to ``<run>/policy`` at the end.
         argv: the command line recorded in the run directory (default ``sys.argv``).
+        logger: ``tensorboard``, ``wandb`` or ``neptune`` (:mod:`sim2real.policies.tracking`).
+        video: a :class:`~sim2real.policies.runner.VideoSpec`: clips of the policy every ``interval`` iterations
+            into ``<run>/videos/`` and the tracker (None: none).
 
     Raises:
         ConfigError, UnknownTaskError, CheckpointError: before any run directory is written (see
-            :func:`resume_config` and :func:`~sim2real.policies.distributed.distributed_setup`).
+            :func:`resume_config`, :func:`~sim2real.policies.distributed.distributed_setup`,
+            :func:`~sim2real.policies.tracking.check_logger` and, with ``video``,
+            :func:`~sim2real.policies.play.check_playable`).
     """
     from sim2real.configs import apply_overrides
     from sim2real.policies import checkpoints as ck
@@ -117,7 +122,10 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     from sim2real.policies.runner import Sim2RealRunner
     from sim2real.tasks import get_task, make_env, task_config
 
+    from sim2real.policies.tracking import check_logger
+
     argv = sys.argv if argv is None else argv
+    check_logger(logger)
     if distributed:  # the torchrun environment, CUDA and --device, before anything is loaded or written
         dist_mod.distributed_setup(os.environ, device, 0)
     else:
@@ -140,6 +148,11 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         cfg = apply_overrides(cfg, [f"device={setup.device}", f"seed={setup.seed}"])
         get_task(task).check_config(cfg)
     main_rank = setup is None or setup.is_main  # only rank 0 writes: run directory, checkpoints, logs, eval, export
+    if video is not None:  # the clips go through the task's play renderer, on C MuJoCo
+        from sim2real.policies.play import check_playable
+
+        check_playable(dict(cfg, sim=dict(cfg["sim"], backend="mujoco")) if "sim" in cfg else cfg,
+                       size=video.size, plots=False)
     seed_everything(int(cfg["seed"]))
     env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
     if not main_rank:
@@ -153,7 +166,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     else:
         run_dir = ck.new_run_dir(task, run_name, runs_root)
         ck.write_run_files(run_dir, cfg, argv)
-    runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=main_rank and progress)
+    runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=main_rank and progress, logger=logger,
+                            video=video)
     if resume_path is not None:
         runner.load(str(resume_path))  # (a checkpoint it refuses leaves the run's files as they were)
         if main_rank:

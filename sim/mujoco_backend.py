@@ -48,6 +48,7 @@ class MujocoBackend:
         """The robot's mjModel with its PD servos, and the control step: ``legged``, ``model``, ``index``,
         ``timestep``, ``decimation``, ``control_dt`` (shared by every MuJoCo backend)."""
         self.legged = LeggedRobot.from_config(robot)
+        self._build_args = (robot, sim_cfg, terrain, obstacle, terrain_boxes)  # (render_model builds it again)
         self.model, self.index = build_model(robot, sim_cfg, terrain, obstacle, terrain_boxes)
         if self.legged.actuation != "position":
             raise ConfigError("robot.actuation: training needs 'position' (PD servos inside MuJoCo)")
@@ -284,6 +285,29 @@ class MujocoBackend:
         rows = ids.cpu().numpy()
         cols = np.arange(self.index.base_qvel, self.index.base_qvel + 3)
         self._qvel[np.ix_(rows, cols)] += velocity_w.cpu().double().numpy()
+
+    #: Per-world geometry a rendering copies from its world (obstacle and terrain boxes placed per env).
+    RENDER_FIELDS = ("geom_pos", "geom_quat", "geom_size", "geom_rbound", "geom_aabb")
+
+    def render_model(self, world: int = 0, dress=None) -> mujoco.MjModel:
+        """A model of world ``world`` to render (its ``qpos`` rows pose it): the robot's model built again with
+        ``dress(spec)`` applied before compiling (visual additions only, e.g.
+        :func:`sim2real.sim.render.dress_spec`), with that world's per-env geometry (:data:`RENDER_FIELDS`: the
+        obstacle and terrain boxes where they stand now) copied in.
+
+        Raises:
+            RuntimeError: ``dress`` added or removed bodies, joints or geoms (the model no longer matches).
+        """
+        model, _ = build_model(*self._build_args, dress=dress)
+        source = self.batch.get_model(int(world))
+        if (model.nbody, model.nq, model.ngeom) != (source.nbody, source.nq, source.ngeom):
+            raise RuntimeError(f"render_model: the dressed model has (nbody, nq, ngeom) "
+                               f"{(model.nbody, model.nq, model.ngeom)}, the simulated one "
+                               f"{(source.nbody, source.nq, source.ngeom)}: dress may add visual assets only")
+        for name in self.RENDER_FIELDS:
+            getattr(model, name)[:] = getattr(source, name)
+        model.geom_sameframe[:] = source.geom_sameframe
+        return model
 
     def set_obstacle(self, ids: torch.Tensor, center_w: torch.Tensor, half_size: torch.Tensor,
                      yaw: torch.Tensor | None = None) -> None:

@@ -142,7 +142,7 @@ def _held_joints(model: mujoco.MjModel, legged: LeggedRobot, model_name: str,
 
 
 def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle: bool = False,
-                terrain_boxes: int = 0) -> tuple[mujoco.MjModel, ModelIndex]:
+                terrain_boxes: int = 0, dress=None) -> tuple[mujoco.MjModel, ModelIndex]:
     """Compile the robot's MJCF for simulation.
 
     Adds touch sensors on the feet and on the termination bodies, a point site per foot (the foot geom's centre or
@@ -153,7 +153,8 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
     welds the joints ``sim_cfg["weld_joints"]`` names at their held positions (:mod:`sim2real.sim.weld`: the
     model loses their degrees of freedom, actuators and sensors, keeps every body; the index's ``held_*`` then
     list the held joints left), and turns each policy joint's and held joint's actuator into a PD servo
-    (``actuation: position``).
+    (``actuation: position``). ``dress(spec)``, if given, is applied last, before compiling (rendering's visual
+    additions, :func:`sim2real.sim.render.dress_spec`).
 
     Raises:
         ConfigError: the model lacks a joint, actuator, foot, body or IMU site the robot config names
@@ -240,6 +241,8 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
                                 pos=list(OBSTACLE_PARK), rgba=[0.45, 0.5, 0.55, 1.0], friction=[1.0, 0.02, 0.01])
     if terrain is not None:
         terrain.add_to_spec(spec)
+    if dress is not None:
+        dress(spec)
     try:
         model = spec.compile()
     except Exception as exc:

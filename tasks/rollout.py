@@ -24,16 +24,21 @@ def set_rng_state(state: dict) -> None:
 
 
 def first_episodes(env, policy: Callable[[torch.Tensor], torch.Tensor],
-                   on_first_done: Callable[[list[int]], None] | None = None) -> dict[str, torch.Tensor]:
+                   on_first_done: Callable[[list[int]], None] | None = None,
+                   on_step: Callable[[torch.Tensor], None] | None = None,
+                   max_steps: int | None = None) -> dict[str, torch.Tensor]:
     """Step ``env`` with ``policy`` until every env's first episode has ended (at most ``max_episode_length``
-    steps); returns the env's ``last_outcome`` tensors ``[N]`` (CPU) as they were when each first episode ended.
-    ``on_first_done(ids)`` is called with the envs whose first episode ended at a step (before the next step)."""
+    steps, or ``max_steps`` when smaller); returns the env's ``last_outcome`` tensors ``[N]`` (CPU) as they were
+    when each first episode ended. ``on_first_done(ids)`` is called with the envs whose first episode ended at a
+    step (before the next step); ``on_step(ended)`` after every step with ``[N]`` bool (CPU), the envs whose first
+    episode has ended (an ended env has been reset: its state is no longer its first episode's)."""
     n = env.num_envs
     first = torch.zeros(n, dtype=torch.bool)
     outcome = {k: torch.zeros(n) for k in env.last_outcome}
     obs = env.get_observations()
+    steps = env.max_episode_length if max_steps is None else min(int(max_steps), env.max_episode_length)
     with torch.inference_mode():
-        for _ in range(env.max_episode_length):
+        for _ in range(steps):
             obs, _, dones, _ = env.step(policy(obs["policy"]))
             newly = dones.cpu() & ~first
             if newly.any():
@@ -42,6 +47,8 @@ def first_episodes(env, policy: Callable[[torch.Tensor], torch.Tensor],
                 first |= newly
                 if on_first_done is not None:
                     on_first_done(newly.nonzero(as_tuple=False).squeeze(-1).tolist())
+            if on_step is not None:
+                on_step(first.clone())
             if first.all():
                 break
     return outcome

@@ -162,6 +162,9 @@ class TaskSpec:
         play: ``"module:attr"`` of ``play(cfg, policy, output, *, video, duration_s, plans) -> Path`` (None: ``play``
             refuses the task).
         plans: plan-file hooks (None: ``--plans`` is refused).
+        view: ``"module:attr"`` of the task's scene view for ``sim2real view``, built as ``cls(env)`` on an
+            eval-mode env (a :class:`~sim2real.sim.scene.SceneView`: models, qpos and markers of each scene; None:
+            ``view`` refuses the task).
         check: the replay part of ``sim2real check`` (None: ``check`` runs its metadata and ONNX sections only).
         deploy: how the policy runs on a robot (None: ``deploy`` refuses the task).
         finetune: fine-tuning's gap metric and reward (None: ``finetune`` refuses the task).
@@ -184,6 +187,7 @@ class TaskSpec:
     config: str = "config.yaml"
     play: str | None = None
     plans: PlanHooks | None = None
+    view: str | None = None
     check: CheckSpec | None = None
     deploy: DeploySpec | None = None
     finetune: FinetuneSpec | None = None

@@ -24,6 +24,7 @@ LAYERS = {
     "sim2real.policies": 5,
     "sim2real.deploy": 6,  # ROS plumbing: ros_*, safety, recording, footsteps
     "sim2real.deploy.nodes": 7, "sim2real.hardware": 7, "sim2real.deploy.finetune": 7,
+    "sim2real.viewer": 7,  # sim2real view: reads policies (5) and MCAP recordings (6)
     "sim2real.deploy.arguments": 8, "sim2real.bench": 8, "sim2real.cli": 8, "sim2real.__main__": 8,
 }
 

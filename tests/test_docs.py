@@ -33,8 +33,8 @@ PLACEHOLDER = re.compile(r"<[^<>]+>")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
 #: Top-level folders of the package (and of the repository) that a backquoted path may start with.
-PACKAGE_DIRS = ("configs/", "sim/", "curricula/", "tasks/", "policies/", "deploy/", "hardware/", "bench/", "tests/",
-                "docs/", ".ci/")
+PACKAGE_DIRS = ("configs/", "sim/", "curricula/", "tasks/", "policies/", "deploy/", "hardware/", "bench/", "viewer/",
+                "tests/", "docs/", ".ci/")
 
 
 def _rel(path: Path) -> str:

@@ -9,6 +9,7 @@ SPEC = TaskSpec(
     env_class=".env:HumanoidFootstepsEnv",
     checks=".checks:check_config",
     play=".play:play",
+    view=".view:FootstepsView",
     plans=PlanHooks(load=".evaluation:load_plan_file", evaluate=".evaluation:evaluate_plans",
                     report=".evaluation:format_report"),
     check=CheckSpec(criterion=ReplayCriterion("success_rate", "", 0.1, 0.5, fail_drop=0.3, warn_drop=0.1),

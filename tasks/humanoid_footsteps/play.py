@@ -1,5 +1,6 @@
 """``sim2real play`` for ``humanoid-footsteps``: walk a few footstep plans, plot planned vs achieved footsteps
-(top view, world frame) and render a headless video of the first plan.
+(top view, world frame) and render a headless video of the first plan (its footsteps drawn on the floor, left blue
+and right red, the one the policy is asked to step on next green; the camera follows the pelvis).
 
 Plans come from a plan file (``sim2real play --plans FILE``: its first four plans) or, by default, from the
 generator: one plan of each of the config's ``eval.modes`` (at ``eval.level``), on flat ground.
@@ -7,17 +8,25 @@ generator: one plan of each of the config's ``eval.modes`` (at ``eval.level``), 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from sim2real.sim.render import plots_then_video, pyplot, save_png
+from sim2real.sim.render import (
+    LEFT_RGBA, RIGHT_RGBA, TARGET_RGBA, Camera, Clip, Marker, dress_spec, plots_then_video, pyplot, save_png,
+)
 from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
 from sim2real.tasks.humanoid_footsteps.plans import LEFT, MODES, FootstepPlan, PlanGenerator
 
 MAX_PLANS = 4
+#: Half length and half width [m] of a footstep drawn in the video (a JVRC-1-class sole).
+FOOTSTEP_HALF = (0.11, 0.05)
+#: The video's camera: from the side, a little ahead (azimuth relative to the plan's heading: a forward plan walks
+#: to the right of the frame), following the pelvis at a fixed height.
+CAMERA = Camera(distance=3.2, elevation=-20.0, azimuth=110.0, lookat_z=0.7)
 
 
 def default_plans(cfg: dict, half_width: float) -> list[FootstepPlan]:
@@ -34,7 +43,8 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
                   duration_s: float | None = None, frames_of: int | None = 0) -> dict:
     """Walk each plan once (one env per plan, seeded by ``eval.seed``). Returns ``t`` [T] s, ``base_pos_w``
     [T, K, 3] m, ``plans_w`` (list of [S_k, 5] world-frame steps), ``touchdowns`` (per plan: (step index, x, y, z,
-    yaw, hit)), ``fell`` [K] bool, and with ``frames_of`` the MuJoCo ``(model, qpos [T, nq])`` of that plan."""
+    yaw, hit)), ``fell`` [K] bool, and with ``frames_of`` (a plan's index) ``render``: that plan's
+    :class:`~sim2real.sim.render.Clip` (its walk in the dressed scene, with its footsteps)."""
     torch.manual_seed(int(cfg["eval"]["seed"]))
     env = HumanoidFootstepsEnv(cfg, num_envs=len(plans), device=cfg["device"], eval_mode=True, plans=plans)
     k = len(plans)
@@ -43,7 +53,8 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
         steps_limit = min(steps_limit, int(round(duration_s / env.control_dt)))
     plans_w = [env.tracker.steps_w[i, :len(p.feet)].cpu().numpy() for i, p in enumerate(plans)]
     obs = env.get_observations()
-    t, pos, qpos = [], [], []
+    model = env.sim.render_model(frames_of, dress_spec) if frames_of is not None else None
+    t, pos, qpos, target = [], [], [], []
     done = torch.zeros(k, dtype=torch.bool)
     fell = torch.zeros(k, dtype=torch.bool)
     touchdowns = [None] * k
@@ -55,6 +66,7 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
             pos.append(last.clone())
             if frames_of is not None and not done[frames_of]:
                 qpos.append(env.sim._qpos[frames_of].copy())
+                target.append(int(env.tracker.index[frames_of]))
             obs, _, dones, extras = env.step(policy(obs["policy"]))
             newly = dones.cpu() & ~done
             for i in newly.nonzero(as_tuple=False).squeeze(-1).tolist():
@@ -69,8 +81,37 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
     out = {"t": np.array(t), "base_pos_w": torch.stack(pos).numpy(), "plans_w": plans_w, "touchdowns": touchdowns,
            "fell": fell.numpy(), "names": [p.name or f"plan {i + 1}" for i, p in enumerate(plans)]}
     if frames_of is not None:
-        out["render"] = (env.sim.batch.get_model(frames_of), np.array(qpos))
+        qpos = np.array(qpos)
+        heading = np.degrees(_heading(plans_w[frames_of]))
+        out["render"] = Clip(model, float(env.control_dt), follow=qpos[:, :3], qpos=qpos,
+                             markers=_footstep_markers(plans_w[frames_of], target),
+                             camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading)),
+                             caption=f"humanoid-footsteps: {out['names'][frames_of]} (green: the next step)")
     return out
+
+
+def _heading(plan_w: np.ndarray) -> float:
+    """A plan's heading [rad] (world frame): from its first footstep to its last, or the first step's yaw when it
+    steps in place."""
+    d = plan_w[-1, 1:3] - plan_w[0, 1:3]
+    return float(np.arctan2(d[1], d[0])) if np.hypot(*d) > 0.2 else float(plan_w[0, 4])
+
+
+def _footstep_markers(plan_w: np.ndarray, target: list[int]):
+    """``markers(t)`` of a plan's footsteps ``[S, 5]`` (foot, x, y, z, yaw; world frame): thin boxes, left blue and
+    right red, the step targeted at row ``t`` green, the steps before it fainter."""
+    hx, hy = FOOTSTEP_HALF
+
+    def markers(t: int) -> list[Marker]:
+        out = []
+        for i, (foot, x, y, z, yaw) in enumerate(plan_w):
+            rgba = TARGET_RGBA if i == target[t] else LEFT_RGBA if int(round(foot)) == LEFT else RIGHT_RGBA
+            if i < target[t]:
+                rgba = (*rgba[:3], 0.25)
+            out.append(Marker("box", (float(x), float(y), float(z) + 0.003), (hx, hy, 0.003), rgba, float(yaw)))
+        return out
+
+    return markers
 
 
 def plot_footsteps(traj: dict, path: Path) -> Path:
@@ -102,15 +143,17 @@ def plot_footsteps(traj: dict, path: Path) -> Path:
 
 
 def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
-         duration_s: float | None, plans: list[FootstepPlan] | None = None) -> Path:
-    """Write ``<output>.png`` (planned vs achieved footsteps) and, with ``video`` and a non-PNG ``output``,
-    ``<output>.gif`` of the first plan; returns the GIF, or the PNG without a video (or when rendering fails: the
-    reason is printed). ``duration_s`` [s] caps the rollout (None: until every plan is walked); ``plans``: the
-    first :data:`MAX_PLANS` of these are walked (None: :func:`default_plans`)."""
+         duration_s: float | None, plans: list[FootstepPlan] | None = None, size: tuple[int, int] | None = None,
+         plots: bool = True) -> Path:
+    """Write ``<output>.png`` (planned vs achieved footsteps; not with ``plots=False``) and, with ``video`` and a
+    ``.mp4`` or ``.gif`` ``output``, the video of the first plan (``size`` (width, height) px, default by format);
+    returns the video, or the PNG without one (or when rendering fails: the reason is printed). ``duration_s`` [s]
+    caps the rollout (None: until every plan is walked); ``plans``: the first :data:`MAX_PLANS` of these are walked
+    (None: :func:`default_plans`)."""
     if plans is None:
         probe = HumanoidFootstepsEnv(cfg, num_envs=1, device=cfg["device"], eval_mode=True)
         plans = default_plans(cfg, probe.half_width)
     plans = plans[:MAX_PLANS]
-    traj = rollout_plans(cfg, policy, plans, duration_s, frames_of=0 if video else None)
-    return plots_then_video(traj, plot_footsteps, output, video, float(cfg["sim"]["control_dt"]), distance=3.0,
-                            lookat_z=0.8)
+    render = video and Path(output).suffix.lower() != ".png"
+    traj = rollout_plans(cfg, policy, plans, duration_s, frames_of=0 if render else None)
+    return plots_then_video(traj, plot_footsteps if plots else None, output, video, size)

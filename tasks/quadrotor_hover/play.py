@@ -1,5 +1,6 @@
 """``sim2real play`` for ``quadrotor-hover``: roll the policy out headless for one env of the evaluation set, plot
-its trajectory (matplotlib) and render a video of it (MuJoCo renderer, ``MUJOCO_GL=egl`` or ``osmesa``)."""
+its trajectory (matplotlib) and render a video of it (MuJoCo renderer, ``MUJOCO_GL=egl`` or ``osmesa``): the drone
+over the grid floor, its goal a green sphere, the camera following the drone and its goal."""
 
 from __future__ import annotations
 
@@ -9,25 +10,20 @@ from typing import Callable
 import numpy as np
 import torch
 
-from sim2real.sim.render import gif_path, import_mujoco, mujoco_renderer, pyplot, save_gif, save_png
+from sim2real.sim.render import Camera, Clip, dressed_model, goal_markers, plots_then_video, pyplot, save_png
 from sim2real.tasks import make_env
 
 #: Simulated seconds of a play without ``duration_s``.
 DEFAULT_DURATION_S = 5.0
 
-# A visual stand-in for a quadrotor: a flat body, four rotor discs, a floor and a goal marker. Only used for
-# rendering; the physics is the task's torch dynamics.
+# A visual stand-in for a quadrotor: a flat body and four rotor discs over a floor (the grid and the sky are added by
+# dress_spec). Only used for rendering; the physics is the task's torch dynamics.
 _VISUAL_MJCF = """
 <mujoco model="quadrotor_visual">
-  <visual><global offwidth="{w}" offheight="{h}"/></visual>
-  <asset>
-    <texture name="grid" type="2d" builtin="checker" rgb1=".2 .3 .4" rgb2=".3 .4 .5" width="256" height="256"/>
-    <material name="grid" texture="grid" texrepeat="8 8"/>
-  </asset>
+  <visual><headlight diffuse="0.6 0.6 0.6" ambient="0.3 0.3 0.3" specular="0 0 0"/></visual>
   <worldbody>
-    <light pos="0 0 4" dir="0 0 -1"/>
-    <geom type="plane" size="4 4 .1" material="grid"/>
-    <body name="goal" mocap="true"><geom type="sphere" size=".03" rgba="0 1 0 .6" contype="0" conaffinity="0"/></body>
+    <light pos="0 0 4" dir="0 0 -1" directional="true"/>
+    <geom name="floor" type="plane" size="0 0 .1"/>
     <body name="drone" mocap="true">
       <geom type="box" size="{a} .012 .006" euler="0 0 45" rgba=".2 .2 .2 1" contype="0" conaffinity="0"/>
       <geom type="box" size="{a} .012 .006" euler="0 0 -45" rgba=".2 .2 .2 1" contype="0" conaffinity="0"/>
@@ -36,6 +32,18 @@ _VISUAL_MJCF = """
   </worldbody>
 </mujoco>
 """
+
+
+def visual_model(robot: dict):
+    """The dressed MuJoCo scene of one drone (``robot``: a quadrotor config; its arm length and motor directions)
+    for rendering: a mocap body ``drone`` (mocap 0)."""
+    a = float(robot.get("arm_length", 0.046))
+    rotors = "".join(
+        f'<geom type="cylinder" size=".022 .002" pos="{a * d[0] / np.hypot(*d):.4f} {a * d[1] / np.hypot(*d):.4f} .008" '
+        f'rgba=".8 .8 .8 .6" contype="0" conaffinity="0"/>'
+        for d in robot.get("motor_directions_b", [[1, -1], [-1, -1], [-1, 1], [1, 1]])
+    )
+    return dressed_model(_VISUAL_MJCF.format(a=a, rotors=rotors))
 
 
 def rollout(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], duration_s: float, seed: int | None = None
@@ -80,53 +88,25 @@ def plot_trajectory(traj: dict[str, np.ndarray], path: Path) -> Path:
     return save_png(fig, path)
 
 
-def render_video(traj: dict[str, np.ndarray], robot: dict, path: Path, fps: int = 25, size=(480, 360)) -> Path:
-    """Render the trajectory with MuJoCo to an animated GIF. Raises RuntimeError when no GL backend works."""
-    mujoco = import_mujoco()
-    from PIL import Image
-
-    a = float(robot.get("arm_length", 0.046))
-    rotors = "".join(
-        f'<geom type="cylinder" size=".022 .002" pos="{a * d[0] / np.hypot(*d):.4f} {a * d[1] / np.hypot(*d):.4f} .008" '
-        f'rgba=".8 .8 .8 .6" contype="0" conaffinity="0"/>'
-        for d in robot.get("motor_directions_b", [[1, -1], [-1, -1], [-1, 1], [1, 1]])
-    )
-    model = mujoco.MjModel.from_xml_string(_VISUAL_MJCF.format(w=size[0], h=size[1], a=a, rotors=rotors))
-    data = mujoco.MjData(model)
-    renderer = mujoco_renderer(model, size)
-    cam = mujoco.MjvCamera()
-    cam.distance, cam.elevation, cam.azimuth = 1.5, -20.0, 135.0
-    frames = []
-    dt = traj["t"][1] - traj["t"][0] if len(traj["t"]) > 1 else 0.01
-    stride = max(1, int(round(1.0 / (fps * dt))))
-    for i in range(0, len(traj["t"]), stride):
-        data.mocap_pos[0] = traj["goal"][i]
-        data.mocap_pos[1] = traj["pos"][i]
-        data.mocap_quat[1] = traj["quat"][i]
-        mujoco.mj_forward(model, data)
-        # Keep both the drone and its goal in view.
-        cam.lookat[:] = 0.5 * (traj["pos"][i] + traj["goal"][i])
-        cam.distance = 0.6 + 1.5 * float(np.linalg.norm(traj["pos"][i] - traj["goal"][i]))
-        renderer.update_scene(data, cam)
-        frames.append(Image.fromarray(renderer.render().copy()))  # render() reuses its buffer
-    renderer.close()
-    return save_gif(frames, path, fps)
+def video_clip(traj: dict[str, np.ndarray], robot: dict) -> Clip:
+    """The rendered shot of a :func:`rollout`: the drone posed each control period, its goal a green sphere on a
+    pole, the camera on the point between them, closer as the drone closes in (both stay in view)."""
+    dt = float(traj["t"][1] - traj["t"][0]) if len(traj["t"]) > 1 else 0.01
+    goal = traj["goal"]
+    spread = np.linalg.norm(traj["pos"] - goal, axis=-1)
+    return Clip(visual_model(robot), dt, follow=0.5 * (traj["pos"] + goal), mocap_pos=traj["pos"][:, None],
+                mocap_quat=traj["quat"][:, None], markers=lambda t: goal_markers(goal[t]),
+                camera=Camera(elevation=-20.0, azimuth=135.0, smoothing_s=0.5),
+                distance=np.clip(0.5 + 1.8 * spread, 0.6, 4.0), caption="quadrotor-hover: green = goal")
 
 
 def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
-         duration_s: float | None, plans=None) -> Path:
+         duration_s: float | None, plans=None, size: tuple[int, int] | None = None, plots: bool = True) -> Path:
     """Roll out ``duration_s`` [s] (default :data:`DEFAULT_DURATION_S`) and write ``<output>.png`` (trajectory
-    plots) and, with ``video`` and a non-PNG ``output``, ``<output>.gif`` (an ``.mp4`` name is written as ``.gif``).
-    Returns the GIF, or the PNG without a video or when rendering fails (the reason is printed). ``plans``: not
-    used (the task has no plan files)."""
+    plots; not with ``plots=False``) and, with ``video`` and a ``.mp4`` or ``.gif`` ``output``, the video (``size``
+    (width, height) px, default by format). Returns the video, or the PNG without one or when rendering fails (the
+    reason is printed). ``plans``: not used (the task has no plan files)."""
     traj = rollout(cfg, policy, DEFAULT_DURATION_S if duration_s is None else duration_s)
-    output = Path(output)
-    plot_path = plot_trajectory(traj, output.with_suffix(".png"))
-    if not video or output.suffix == ".png":
-        return plot_path
-    gif = gif_path(output)
-    try:
-        return render_video(traj, cfg["robot"], gif)
-    except RuntimeError as exc:
-        print(f"{exc}; wrote trajectory plots only")
-        return plot_path
+    if video and Path(output).suffix.lower() != ".png":
+        traj["render"] = video_clip(traj, cfg["robot"])
+    return plots_then_video(traj, plot_trajectory if plots else None, output, video, size)

@@ -1,6 +1,7 @@
 """``sim2real play`` for ``quadrotor-swarm``: roll the shared policy out in one held-out room, plot the drones'
-paths top-down (walls, columns, starts, goals, collisions) and their distances to their goals, and write a
-top-down animated GIF drawn with matplotlib (no MuJoCo rendering).
+paths top-down (walls, columns, starts, goals, collisions) and their distances to their goals, and render a video
+of the room (MuJoCo: the grid floor, translucent walls, the room's columns, each drone in its colour with its goal
+a sphere of that colour and a trail of its last two seconds; the camera follows the swarm's centre).
 
 The room is the task's evaluation setting (``eval.num_drones`` drones at obstacle density ``eval.density``, domain
 randomisation as configured), seeded by ``eval.seed`` like the other tasks' ``play``.
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from sim2real.configs.durable import atomic_write_bytes
-from sim2real.sim.render import gif_path, pyplot
+from sim2real.sim.render import Camera, Clip, Marker, dressed_model, goal_markers, plots_then_video, pyplot
 from sim2real.tasks import make_env
 
 #: Kinds of the collision events recorded by :func:`rollout_swarm`.
@@ -29,7 +30,8 @@ def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], dur
     ``env.episode_length_s``; a longer one lengthens the episode) or until the room ends early (a non-finite state).
 
     Returns (``T`` recorded steps, sample 0 the start; ``M`` drones; world frame, metres):
-        ``t`` [T] s, ``pos`` [T, M, 3], ``goal`` [T, M, 3], ``events`` [E, 6] (step, kind (:data:`DRONE` /
+        ``t`` [T] s, ``pos`` [T, M, 3], ``goal`` [T, M, 3], ``quat`` [T, M, 4] (w, x, y, z, body to world),
+        ``events`` [E, 6] (step, kind (:data:`DRONE` /
         :data:`COLUMN`), drone i, drone j (-1 for a column), x, y: a new contact at the end of that step; a
         drone-drone contact is one event at the pair's midpoint), ``centers`` [C, 2], ``occupied`` [C] bool,
         ``density``, ``room`` (:class:`~sim2real.tasks.quadrotor_swarm.world.RoomSpec`), ``success_pos_tol`` m,
@@ -44,7 +46,7 @@ def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], dur
     env = make_env(cfg, num_envs=1, eval_mode=True)
     m = env.drones_per_room
     obs = env.get_observations()
-    pos, goal, events = [env.dyn.pos_w.clone()], [env.goal_w.clone()], []
+    pos, goal, quat, events = [env.dyn.pos_w.clone()], [env.goal_w.clone()], [env.dyn.quat_w.clone()], []
     steps = max(1, int(round(duration_s / env.control_dt)))
     upper = torch.triu(torch.ones(m, m, dtype=torch.bool), diagonal=1)
     with torch.inference_mode():
@@ -56,13 +58,15 @@ def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], dur
             p = env.dyn.pos_w.clone()
             pos.append(p)
             goal.append(env.goal_w.clone())
+            quat.append(env.dyn.quat_w.clone())
             for i, j in (env.prev_pairs[0] & ~old_pairs & upper).nonzero().tolist():
                 mid = 0.5 * (p[i, :2] + p[j, :2])
                 events.append([step, DRONE, i, j, float(mid[0]), float(mid[1])])
             for i in (env.prev_obstacle & ~old_obstacle).nonzero().squeeze(-1).tolist():
                 events.append([step, COLUMN, i, -1, float(p[i, 0]), float(p[i, 1])])
     return {"t": np.arange(len(pos)) * env.control_dt, "pos": torch.stack(pos).numpy(),
-            "goal": torch.stack(goal).numpy(), "events": np.array(events, dtype=np.float64).reshape(-1, 6),
+            "goal": torch.stack(goal).numpy(), "quat": torch.stack(quat).numpy(),
+            "events": np.array(events, dtype=np.float64).reshape(-1, 6),
             "centers": env.centers.numpy(), "occupied": env.occupied[0].numpy(), "density": float(env.density[0]),
             "room": env.room, "success_pos_tol": float(ecfg["success_pos_tol"]),
             "success_hold_s": float(ecfg["success_hold_s"]), "control_dt": env.control_dt,
@@ -152,61 +156,73 @@ def plot_swarm(traj: dict, path: Path) -> Path:
     return Path(path)
 
 
-def animate_swarm(traj: dict, path: Path, frame_dt: float = 0.1, size: int = 480, trail_s: float = 2.0) -> Path:
-    """Top-down animated GIF (one frame every ``frame_dt`` s of simulated time, played in real time, ``size`` px
-    square; each drone's last ``trail_s`` s of path, collisions so far as red stars), written atomically."""
-    from PIL import Image
+def visual_model(traj: dict, robot: dict):
+    """The dressed MuJoCo scene of a :func:`rollout_swarm` room: floor, walls (translucent, the room's height), its
+    occupied columns and one mocap body per drone (a stand-in of ``robot``'s arms in the drone's colour inside a
+    translucent sphere of its collision radius). No shadows: one shadow map over the room is too coarse."""
+    room = traj["room"]
+    h, top = room.room_half, room.room_height
+    walls = "".join(
+        f'<geom type="box" pos="{x} {y} {top / 2}" size="{sx} {sy} {top / 2}" rgba=".8 .85 .9 .12"/>'
+        for x, y, sx, sy in ((h, 0, .02, h), (-h, 0, .02, h), (0, h, h, .02), (0, -h, h, .02)))
+    columns = "".join(
+        f'<geom type="cylinder" pos="{x:.4f} {y:.4f} {top / 2}" size="{room.obstacle_radius} {top / 2}" '
+        f'rgba=".55 .56 .6 1"/>' for x, y in traj["centers"][traj["occupied"]])
+    a = float(robot.get("arm_length", 0.046))
+    drones = []
+    for i, c in enumerate(_colours(traj["pos"].shape[1])):
+        rgba = f"{c[0]:.3f} {c[1]:.3f} {c[2]:.3f} 1"
+        drones.append(
+            f'<body name="drone{i}" mocap="true">'
+            f'<geom type="box" size="{a} .012 .008" euler="0 0 45" rgba="{rgba}"/>'
+            f'<geom type="box" size="{a} .012 .008" euler="0 0 -45" rgba="{rgba}"/>'
+            f'<geom type="sphere" size="{room.drone_radius}" rgba="{c[0]:.3f} {c[1]:.3f} {c[2]:.3f} .35"/></body>')
+    xml = f"""<mujoco model="swarm_visual">
+  <visual><headlight diffuse="0.6 0.6 0.6" ambient="0.3 0.3 0.3" specular="0 0 0"/></visual>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <light pos="0 0 8" dir="0 0 -1" directional="true" castshadow="false"/>
+    <geom name="floor" type="plane" size="0 0 .1"/>
+    {walls}{columns}{"".join(drones)}
+  </worldbody>
+</mujoco>"""
+    return dressed_model(xml)
 
-    plt = pyplot()
 
-    pos, goal, ev, t = traj["pos"], traj["goal"], traj["events"], traj["t"]
+def video_clip(traj: dict, robot: dict, trail_s: float = 2.0) -> Clip:
+    """The rendered shot of a :func:`rollout_swarm` room: drones posed each control period, each one's goal a
+    sphere of its colour on a pole, its last ``trail_s`` s a dotted trail; the camera follows the drones' centre
+    (halfway to the room's), from the start side."""
+    pos, goal, quat, dt = traj["pos"], traj["goal"], traj["quat"], float(traj["control_dt"])
+    colours = _colours(pos.shape[1])
+    every = max(1, int(round(0.1 / dt)))
+    trail = int(round(trail_s / dt))
+
+    def markers(t: int) -> list:
+        out = []
+        for i, c in enumerate(colours):
+            out += goal_markers(goal[t, i], radius=0.07, rgba=(c[0], c[1], c[2], 0.6))
+            for k in range(max(0, t - trail), t, every):
+                out.append(Marker("sphere", tuple(pos[k, i]), (0.02, 0.0, 0.0), (c[0], c[1], c[2], 0.5)))
+        return out
+
+    summary = swarm_summary(traj)
     m = pos.shape[1]
-    colours = _colours(m)
-    dpi = 80
-    fig, ax = plt.subplots(figsize=(size / dpi, size / dpi), dpi=dpi)
-    _draw_room(ax, traj)
-    ax.tick_params(labelsize=7)
-    ax.xaxis.label.set_size(8)
-    ax.yaxis.label.set_size(8)
-    for i, c in enumerate(colours):
-        ax.plot(goal[-1, i, 0], goal[-1, i, 1], "x", color=c, ms=6, mew=1.5)
-    trails = [ax.plot([], [], "-", color=c, lw=1.5)[0] for c in colours]
-    drones = ax.scatter(pos[0, :, 0], pos[0, :, 1], s=22, c=colours, edgecolors="k", linewidths=0.5, zorder=3)
-    hits = ax.plot([], [], "*", color="red", ms=9, mec="k", mew=0.4, ls="none", zorder=4)[0]
-    title = ax.set_title("t = 0.0 s", fontsize=9)  # text before tight_layout: it keeps room for the title
-    fig.tight_layout()
-    stride = max(1, int(round(frame_dt / traj["control_dt"])))
-    trail = max(1, int(round(trail_s / traj["control_dt"])))
-    frames = []
-    for k in list(range(0, len(t), stride)) + ([len(t) - 1] if (len(t) - 1) % stride else []):
-        lo = max(0, k - trail)
-        for i, line in enumerate(trails):
-            line.set_data(pos[lo:k + 1, i, 0], pos[lo:k + 1, i, 1])
-        drones.set_offsets(pos[k, :, :2])
-        seen = ev[ev[:, 0] <= k]
-        hits.set_data(seen[:, 4], seen[:, 5])
-        at_goal = int((np.linalg.norm(pos[k] - goal[k], axis=-1) < traj["success_pos_tol"]).sum())
-        title.set_text(f"t = {t[k]:4.1f} s   {m} drones, density {traj['density']:.2f}   at goal {at_goal}/{m}   "
-                       f"collisions {len(seen)}")
-        fig.canvas.draw()
-        rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3]
-        frames.append(Image.fromarray(rgb).quantize(colors=128, method=Image.Quantize.FASTOCTREE))
-    plt.close(fig)
-    buf = io.BytesIO()
-    frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:],
-                   duration=int(round(1000 * stride * traj["control_dt"])), loop=0)
-    atomic_write_bytes(Path(path), buf.getvalue())
-    return Path(path)
+    caption = (f"quadrotor-swarm: {m} drones, density {traj['density']:.2f}; {int(summary['at_goal'].sum())}/{m} "
+               f"at their goals at the end")
+    # The camera looks at the point halfway between the drones' centre and the room's (its whole middle in view).
+    follow = 0.5 * (pos.mean(axis=1) + np.array([0.0, 0.0, 1.0]))
+    return Clip(visual_model(traj, robot), dt, follow=follow, mocap_pos=pos, mocap_quat=quat, markers=markers,
+                camera=Camera(distance=10.0, elevation=-24.0, azimuth=90.0, smoothing_s=1.0), caption=caption)
 
 
 def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
-         duration_s: float | None, plans=None) -> Path:
-    """Write ``<output>.png`` (plots) and, with ``video`` and a non-PNG ``output``, ``<output>.gif`` (top-down
-    animation; an ``.mp4`` name is written as ``.gif``). Returns the GIF, or the PNG when there is no video.
-    ``duration_s`` [s]: see :func:`rollout_swarm` (None: one episode); ``plans``: not used (no plan files)."""
-    output = Path(output)
+         duration_s: float | None, plans=None, size: tuple[int, int] | None = None, plots: bool = True) -> Path:
+    """Write ``<output>.png`` (plots; not with ``plots=False``) and, with ``video`` and a ``.mp4`` or ``.gif``
+    ``output``, the video of the room (``size`` (width, height) px, default by format). Returns the video, or the
+    PNG without one or when rendering fails (the reason is printed). ``duration_s`` [s]: see :func:`rollout_swarm`
+    (None: one episode); ``plans``: not used (no plan files)."""
     traj = rollout_swarm(cfg, policy, duration_s)
-    plot_path = plot_swarm(traj, output.with_suffix(".png"))
-    if not video or output.suffix == ".png":
-        return plot_path
-    return animate_swarm(traj, gif_path(output))
+    if video and Path(output).suffix.lower() != ".png":
+        traj["render"] = video_clip(traj, cfg["robot"])
+    return plots_then_video(traj, plot_swarm if plots else None, output, video, size)

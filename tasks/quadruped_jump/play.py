@@ -1,5 +1,6 @@
 """``sim2real play`` for ``quadruped-jump``: roll the policy out on a few fixed commands, plot the base trajectories
-(side and top views, world frame, with the landing targets) and render a headless video of the first one.
+(side and top views, world frame, with the landing targets) and render a headless video of the commands played one
+after another (each from its own reset; the landing target a green disc, the obstacle an orange box).
 
 The rollouts use the task's evaluation env (domain randomisation as configured, seeded by ``eval.seed``) with the
 commands replaced by :data:`PLAY_COMMANDS` (cycled when ``num_commands`` exceeds them).
@@ -7,13 +8,14 @@ commands replaced by :data:`PLAY_COMMANDS` (cycled when ``num_commands`` exceeds
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from sim2real.sim.render import plots_then_video, pyplot, save_png
+from sim2real.sim.render import Camera, Clip, dress_spec, plots_then_video, pyplot, save_png, target_marker
 from sim2real.tasks import make_env
 from sim2real.tasks.quadruped_jump import commands as cmds
 
@@ -21,12 +23,34 @@ from sim2real.tasks.quadruped_jump import commands as cmds
 PLAY_COMMANDS = [[0.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.0], [0.4, 0.3, 0.0, 0.0, 0.0],
                  [0.9, 0.0, 0.0, 0.0, 0.0], [0.6, 0.0, 0.0, 0.1, 0.1]]
 
+#: Seconds each command's last frame stays on screen before the next command's reset.
+HOLD_S = 0.5
+#: The video's camera: from the robot's right side (azimuth relative to its starting heading: it jumps to the
+#: right of the frame), at a fixed height, following the base.
+CAMERA = Camera(distance=1.9, elevation=-10.0, azimuth=90.0, lookat_z=0.3)
+
+
+def describe(command) -> str:
+    """A command ``[dx, dy, dyaw, obstacle height, obstacle length]`` in words (the video's captions)."""
+    dx, dy, dyaw, height, length = (float(v) for v in command[:5])
+    if height > 0:
+        text = f"over a {100 * height:.0f} cm obstacle, {dx:.2f} m"
+    elif abs(dx) < 1e-6 and abs(dy) < 1e-6:
+        text = "in place"
+    elif abs(dy) > 1e-6:
+        text = f"diagonal ({dx:.2f}, {dy:.2f}) m"
+    else:
+        text = f"forward {dx:.2f} m"
+    return text + (f", turn {dyaw:+.2f} rad" if abs(dyaw) > 1e-6 else "")
+
 
 def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_commands: int = 4,
-                  seed: int | None = None, frames_of: int | None = 0) -> dict:
-    """One episode per command. Returns ``t`` [T] s, ``base_pos_w`` [T, K, 3] m, ``target_xy`` [K, 2] m, ``commands``
-    [K, 5], ``done_step`` [K] (first step each episode ended; later samples repeat the last state) and, when
-    ``frames_of`` is an env index, the MuJoCo ``(model, qpos [T, nq])`` to render it."""
+                  seed: int | None = None, frames_of: int | Sequence[int] | None = 0) -> dict:
+    """One episode per command (one env each, in parallel). Returns ``t`` [T] s, ``base_pos_w`` [T, K, 3] m,
+    ``target_xy`` [K, 2] m, ``commands`` [K, 5], ``done_step`` [K] (first step each episode ended; later samples
+    repeat the last state) and, when ``frames_of`` names env indices (one, or a list), ``render``: one
+    :class:`~sim2real.sim.render.Clip` per named env (its episode up to its end, in the dressed scene, with its
+    landing target)."""
     torch.manual_seed(int(cfg["eval"]["seed"] if seed is None else seed))
     env = make_env(cfg, num_envs=num_commands, eval_mode=True)
     k = num_commands
@@ -37,8 +61,12 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
     centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, cfg["command"]["obstacle_width"])
     env.sim.set_obstacle(ids, centre, half, yaw)
     target_xy = env.target_xy.clone()  # resets after an episode ends draw new commands
+    heading = np.degrees(env.start_yaw.cpu().numpy())  # (and new headings)
+    shots = [] if frames_of is None else [int(frames_of)] if np.ndim(frames_of) == 0 else [int(i) for i in frames_of]
+    models = {i: env.sim.render_model(i, dress_spec) for i in shots}  # (before a reset moves the obstacle)
     obs = env.get_observations()
-    t, pos, qpos = [], [], []
+    t, pos = [], []
+    qpos = {i: [] for i in shots}
     done_step = torch.full((k,), -1, dtype=torch.long)
     last = env.robot_state().base_pos_w.clone()
     with torch.inference_mode():
@@ -48,8 +76,9 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
             last[live] = state.base_pos_w[live]
             t.append(step * env.control_dt)
             pos.append(last.clone())
-            if frames_of is not None and done_step[frames_of] < 0:
-                qpos.append(env.sim._qpos[frames_of].copy())
+            for i in shots:
+                if done_step[i] < 0:
+                    qpos[i].append(env.sim._qpos[i].copy())
             obs, _, dones, _ = env.step(policy(obs["policy"]))
             newly = dones & (done_step < 0)
             done_step[newly] = step
@@ -58,7 +87,13 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
     out = {"t": np.array(t), "base_pos_w": torch.stack(pos).numpy(), "target_xy": target_xy.numpy(),
            "commands": command.numpy(), "done_step": done_step.numpy()}
     if frames_of is not None:
-        out["render"] = (env.sim.batch.get_model(frames_of), np.array(qpos))
+        control_dt = float(env.control_dt)
+        out["render"] = [
+            Clip(models[i], control_dt, follow=np.array(qpos[i])[:, :3], qpos=np.array(qpos[i]),
+                 markers=[target_marker(target_xy[i].numpy())], hold_s=HOLD_S,
+                 camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading[i])),
+                 caption=f"quadruped-jump {n + 1}/{len(shots)}: {describe(command[i].tolist())}")
+            for n, i in enumerate(shots)]
     return out
 
 
@@ -90,9 +125,13 @@ def plot_jumps(traj: dict, path: Path) -> Path:
 
 
 def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
-         duration_s: float | None, plans=None, num_commands: int = 4) -> Path:
-    """Write ``<output>.png`` (trajectory plots) and, with ``video`` and a non-PNG ``output``, ``<output>.gif`` of
-    the first command; returns the GIF, or the PNG without a video (or when rendering fails: the reason is printed).
-    One episode per command always: ``duration_s`` is not used, nor ``plans`` (the task has no plan files)."""
-    traj = rollout_jumps(cfg, policy, num_commands, frames_of=0 if video else None)
-    return plots_then_video(traj, plot_jumps, output, video, float(cfg["sim"]["control_dt"]))
+         duration_s: float | None, plans=None, size: tuple[int, int] | None = None, plots: bool = True,
+         num_commands: int = len(PLAY_COMMANDS)) -> Path:
+    """Write ``<output>.png`` (trajectory plots; not with ``plots=False``) and, with ``video`` and a ``.mp4`` or
+    ``.gif`` ``output``, the video of the commands one after another (``size`` (width, height) px, default by
+    format); returns the video, or the PNG without one (or when rendering fails: the reason is printed). One episode
+    per command always; ``duration_s`` [s] caps the video (None: every command). ``plans``: not used (the task has
+    no plan files)."""
+    render = video and Path(output).suffix.lower() != ".png"
+    traj = rollout_jumps(cfg, policy, num_commands, frames_of=list(range(num_commands)) if render else None)
+    return plots_then_video(traj, plot_jumps if plots else None, output, video, size, duration_s)

@@ -1,8 +1,10 @@
 """``play`` of quadrotor-hover (tasks/quadrotor_hover/play.py, through the dispatcher): trajectory plots always;
-a MuJoCo-rendered GIF where a GL backend (EGL/OSMesa) works."""
+a MuJoCo-rendered MP4 (720p; a GIF on request) where a GL backend (EGL/OSMesa) works: sky at the top, the goal's
+green marker in view."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,8 +27,16 @@ def test_rollout_records_the_trajectory():
     assert traj["command"] == pytest.approx(frac, abs=1e-6)
 
 
+def _decode(path):
+    import av
+
+    with av.open(str(path)) as c:
+        stream = c.streams.video[0]
+        return [f.to_ndarray(format="rgb24").astype(int) for f in c.decode(stream)], float(stream.average_rate)
+
+
 def test_play_writes_plots_and_a_video_when_rendering_works(tmp_path):
-    from PIL import Image
+    from sim2real.sim.render import SKY_NADIR, SKY_ZENITH
 
     cfg = task_config("quadrotor-hover")
     climb = lambda obs: torch.ones(obs.shape[0], 4)  # noqa: E731 - full thrust: every frame differs
@@ -34,8 +44,22 @@ def test_play_writes_plots_and_a_video_when_rendering_works(tmp_path):
     assert (tmp_path / "hover.png").stat().st_size > 1000
     if out.suffix == ".png":
         pytest.skip("no GL backend for MuJoCo rendering on this machine (plots only)")
-    assert out == tmp_path / "hover.gif"
-    with Image.open(out) as gif:
-        assert gif.n_frames == 10  # 0.4 s at 25 frames per second
-        assert gif.size == (480, 360)
-        assert len(gif.convert("RGB").getcolors(maxcolors=1 << 20)) > 10  # a rendered scene, not a blank frame
+    assert out == tmp_path / "hover.mp4"
+    frames, fps = _decode(out)
+    # 0.4 s of 100 Hz control at ~30 fps: every 3rd period (33.3 fps), rows 0, 3, ..., 39
+    assert len(frames) == 14 and fps == pytest.approx(100 / 3) and frames[0].shape == (720, 1280, 3)
+    last = frames[-1]
+    assert len(np.unique(last.reshape(-1, 3) // 8, axis=0)) > 50  # a rendered scene, not one colour
+    top = last[:10].reshape(-1, 3).mean(0)  # the sky: between its horizon and zenith colours, blue
+    assert np.all(top >= 255 * np.minimum(SKY_ZENITH, SKY_NADIR) - 12) and top[2] > top[0] + 20, top
+    green = (last[..., 1] > last[..., 0] + 60) & (last[..., 1] > last[..., 2] + 60)
+    assert green.sum() > 30  # the goal marker
+    assert not list(tmp_path.glob(".*.tmp"))
+
+    gif = play(cfg, climb, tmp_path / "hover.gif", duration_s=0.4, plots=False)
+    from PIL import Image
+
+    with Image.open(gif) as image:
+        assert image.size == (640, 360) and image.n_frames == 8  # 20 fps aimed: every 5th period
+    small = play(cfg, climb, tmp_path / "small.mp4", duration_s=0.1, size=(320, 180), plots=False)
+    assert _decode(small)[0][0].shape == (180, 320, 3) and not (tmp_path / "small.png").exists()

@@ -1,0 +1,298 @@
+"""``sim2real view``: rollouts and recorded sessions recorded for the viewer, its command line, and the viewer itself
+in a real headless Chromium (software WebGL): a screenshot must show the robot's geometry where the camera looks."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim2real.configs import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+PRETRAINED = REPO / "policies" / "pretrained"
+
+
+def _policy(task: str):
+    from sim2real.policies.loading import load_policy
+
+    return load_policy(task=None, policy_dir=PRETRAINED / task)
+
+
+# --- recording a rollout -------------------------------------------------------------------------------------------
+def test_a_hover_rollout_records_every_env_and_its_goal():
+    from sim2real.viewer.rollout import record_rollout
+
+    policy, cfg = _policy("quadrotor-hover")
+    trace = record_rollout(cfg, policy, num_envs=3, seconds=2.0)
+    assert trace.frames == 201 and trace.dt == pytest.approx(0.01) and len(trace.envs) == 3
+    for e in trace.envs:
+        assert e.xpos.shape == (201, e.model.nbody, 3)
+        (goal,) = e.markers
+        assert goal.marker.name == "goal" and goal.visible.all()
+        # the shipped policy flies to its goal (the drone's body, posed from the env's state, ends there)
+        error = np.linalg.norm(e.xpos[:, 1] - goal.pos, axis=1)
+        assert error[-1] < 0.1 and error[-1] < error[0]
+
+
+def test_a_swarm_scene_is_a_room_of_drones_with_goals_and_columns():
+    from sim2real.viewer.rollout import record_rollout
+
+    policy, cfg = _policy("quadrotor-swarm")
+    trace = record_rollout(cfg, policy, num_envs=1, seconds=0.1)
+    (room,) = trace.envs
+    m = int(cfg["eval"]["num_drones"])
+    assert room.model.nq == 7 * m and room.xpos.shape[1] == m + 1
+    names = [tr.marker.name for tr in room.markers]
+    assert [n for n in names if n.startswith("goal/")] == [f"goal/{i}" for i in range(m)]
+    assert any(n.startswith("column/") for n in names) and room.label.startswith("room 0")
+
+
+def test_a_humanoid_scene_shows_its_plans_footsteps_and_target():
+    import torch
+
+    from sim2real.tasks import task_config
+    from sim2real.viewer.rollout import record_rollout
+
+    cfg = dict(task_config("humanoid-footsteps"), device="cpu")
+    num_actions = len(cfg["robot"]["joint_names"])
+    trace = record_rollout(cfg, lambda obs: torch.zeros(obs.shape[0], num_actions), num_envs=2, seconds=0.1)
+    assert trace.frames == 5 and len(trace.envs) == 2
+    for e in trace.envs:
+        names = [tr.marker.name for tr in e.markers]
+        steps = [n for n in names if n.startswith("step/")]
+        assert len(steps) >= 2 and "target" in names
+        assert e.model.ngeom > 20 and e.xpos.shape == (5, e.model.nbody, 3)
+
+
+def test_a_task_without_a_view_or_on_another_backend_is_refused_in_one_line():
+    from sim2real.viewer.rollout import record_rollout
+
+    from sim2real.tasks import register_task_folder
+
+    register_task_folder(REPO / "tests" / "fixtures" / "point_mass_task")
+    with pytest.raises(ConfigError, match="point-mass declares no scene view"):
+        record_rollout({"task": "point-mass"}, None)
+    with pytest.raises(ConfigError, match="--sim mujoco"):
+        record_rollout({"task": "quadruped-jump", "sim": {"backend": "mujoco-warp"}}, None)
+
+
+# --- a recorded session --------------------------------------------------------------------------------------------
+def _write_go2_recording(folder: Path, frames: int = 26) -> None:
+    from geometry_msgs.msg import PoseStamped
+    from nav_msgs.msg import Odometry
+    from sensor_msgs.msg import JointState
+
+    from sim2real.deploy.recording.topics import TopicRecorder
+
+    t0 = 1_700_000_000_000_000_000
+    with TopicRecorder(folder) as rec:
+        goal = PoseStamped()
+        goal.pose.position.x = 1.0
+        rec.write("/go2/finetune/goal", goal, t0 + 10_000_000)
+        for i in range(frames):
+            odom = Odometry()
+            odom.pose.pose.position.x, odom.pose.pose.position.z = 0.02 * i, 0.3
+            odom.pose.pose.orientation.w = 1.0
+            rec.write("/go2/odom", odom, t0 + i * 20_000_000)
+            rec.write("/go2/joint_states", JointState(name=["FL_hip_joint", "not_a_joint"], position=[0.5, 9.0]),
+                      t0 + i * 20_000_000 + 1)
+
+
+def test_a_recorded_session_is_posed_by_forward_kinematics(tmp_path):
+    import mujoco
+
+    from sim2real.viewer.recording import record_session
+
+    _write_go2_recording(tmp_path)
+    trace = record_session(tmp_path, robot="go2")
+    (e,) = trace.envs
+    assert trace.frames == 26 and trace.dt == pytest.approx(0.02)
+    base = mujoco.mj_name2id(e.model, mujoco.mjtObj.mjOBJ_BODY, "base")
+    assert np.allclose(e.xpos[:, base], np.stack([0.02 * np.arange(26), np.zeros(26), np.full(26, 0.3)], 1),
+                       atol=1e-5)
+    # the recorded hip angle turned the FL hip body about x (the model's qpos0 leaves it at 0)
+    hip = mujoco.mj_name2id(e.model, mujoco.mjtObj.mjOBJ_BODY, "FL_hip")
+    roll = 2 * np.arctan2(e.xquat[5, hip, 1], e.xquat[5, hip, 0])
+    assert roll == pytest.approx(0.5, abs=1e-4)
+    (goal,) = e.markers
+    assert list(goal.visible[:2]) == [False, True] and np.allclose(goal.pos[-1], [1.0, 0.0, 0.0])
+
+
+def test_a_fine_tuning_session_is_drawn_with_its_base_policys_robot(tmp_path):
+    from nav_msgs.msg import Odometry
+
+    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.deploy.recording.topics import TopicRecorder
+    from sim2real.viewer.recording import record_session
+
+    session = FinetuneSession.create(tmp_path / "session", PRETRAINED / "quadrotor-hover", task="quadrotor-hover",
+                                     robot_name="crazyflie2", config={})
+    t0 = 1_700_000_000_000_000_000
+    with TopicRecorder(session.recordings_dir) as rec:
+        for i in range(11):
+            odom = Odometry()
+            odom.pose.pose.position.z = 0.1 * i
+            odom.pose.pose.orientation.w = 1.0
+            rec.write("/crazyflie/odom", odom, t0 + i * 100_000_000)  # 10 Hz: frames hold the latest pose
+    trace = record_session(session.path)
+    (e,) = trace.envs
+    assert trace.title == "quadrotor-hover session session" and trace.frames == 51
+    assert np.allclose(e.xpos[:, 1, 2], 0.1 * np.floor(np.arange(51) / 5 + 1e-6), atol=1e-6)
+    with pytest.raises(ConfigError, match="names its own robot"):
+        record_session(session.path, robot="go2")
+
+
+def test_a_recording_needs_its_robot_and_odometry(tmp_path):
+    from sim2real.viewer.recording import record_session
+
+    with pytest.raises(FileNotFoundError, match="no topics-"):
+        record_session(tmp_path, robot="go2")
+    with pytest.raises(ConfigError, match="name the robot with --robot"):
+        record_session(tmp_path)
+    from sensor_msgs.msg import JointState
+
+    from sim2real.deploy.recording.topics import TopicRecorder
+
+    with TopicRecorder(tmp_path) as rec:
+        rec.write("/go2/joint_states", JointState(name=["FL_hip_joint"], position=[0.1]), 1_700_000_000_000_000_000)
+    with pytest.raises(ConfigError, match="no nav_msgs/msg/Odometry"):
+        record_session(tmp_path, robot="go2")
+
+
+# --- the server, without a browser ---------------------------------------------------------------------------------
+def test_the_server_plays_pauses_seeks_and_switches_envs():
+    from sim2real.sim.scene import Marker, TraceRecorder, quadrotor_model
+    from sim2real.viewer.server import SceneViewer, camera_for
+
+    model = quadrotor_model({})
+    rec = TraceRecorder([model, model], ["a", "b"])
+    for t in range(100):
+        x = 0.01 * t
+        rec.add([[x, 0, 1, 1, 0, 0, 0], [0, x, 1, 1, 0, 0, 0]],
+                [[Marker("goal", "sphere", (0.02,), (0, 1, 0, 1), (1.0, 0.0, 1.0))], []])
+    trace = rec.trace("test", 0.01)
+    position, look_at = camera_for(trace, env=0, frame=99)
+    assert np.allclose(look_at, [0.995, 0.0, 1.0], atol=1e-3) and np.linalg.norm(position - look_at) < 1.0
+    with SceneViewer(trace, port=0, playing=True) as viewer:
+        assert viewer.url.startswith("http://127.0.0.1:") and viewer.clients() == 0
+        time.sleep(0.3)
+        viewer.show(playing=False)
+        frame = viewer._frame
+        assert frame > 0  # it played
+        time.sleep(0.2)
+        assert viewer._frame == frame  # and paused
+        viewer.show(env=1, frame=42)
+        assert (viewer._env, viewer._frame, viewer._gui_frame.value, viewer._gui_env.value) == (1, 42, 42, "b")
+        body = viewer._bodies[1]
+        assert np.allclose(body.position, trace.envs[1].xpos[42, 1]) and np.allclose(body.wxyz, [1, 0, 0, 0])
+        with pytest.raises(IndexError, match="frame 100 out of range"):
+            viewer.show(frame=100)
+        with pytest.raises(IndexError, match="env 2 out of range"):
+            viewer.show(env=2)
+
+
+# --- command line --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["--recording", "{tmp}", "--task", "quadrotor-hover"], "--task apply to rollouts"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--at", "1"], "--at applies with --screenshot"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--robot", "go2"], "--robot applies with --recording"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", "/no/such/dir/x.png"], "does not exist"),
+])
+def test_view_refuses_flags_that_do_not_go_together_in_one_line(tmp_path, capsys, argv, message):
+    from sim2real.cli import main
+
+    assert main(["view", *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+
+
+# --- the viewer in a real browser ----------------------------------------------------------------------------------
+def _chromium():
+    from sim2real.viewer.browser import find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("no Chromium (Debian's chromium package; .ci/run installs it)")
+
+
+def _rgb(png: bytes) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
+
+
+def robot_pixels(shown: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+    """``[H, W]`` bool: where the screenshot with the robot differs from the one without it."""
+    return np.abs(shown - hidden).max(axis=-1) > 24
+
+
+def _changed_screenshot(browser, before: bytes, timeout: float = 20.0) -> bytes:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and browser.screenshot() == before:
+        time.sleep(0.2)
+    return browser.settled_screenshot(min_wait_s=0.3, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_the_browser_shows_the_robot_geometry_where_the_camera_looks():
+    """A Go2 mid-jump in headless Chromium: the pixels that change when the robot is hidden form a robot-sized blob
+    around the point the camera looks at, and hold the robot's dark leg colour where the hidden view shows floor.
+    A blank canvas (no WebGL, nothing sent) fails this: nothing changes."""
+    _chromium()
+    from sim2real.viewer.browser import HeadlessChromium
+    from sim2real.viewer.rollout import record_rollout
+    from sim2real.viewer.server import SceneViewer
+
+    policy, cfg = _policy("quadruped-jump")
+    trace = record_rollout(cfg, policy, num_envs=2, seconds=1.0)
+    assert trace.frames == 51 and len(trace.envs) == 2
+    width, height = 960, 640
+    started = time.perf_counter()
+    with SceneViewer(trace, port=0, playing=False) as viewer:
+        viewer.show(env=1, frame=25)
+        viewer.aim_camera()
+        viewer.server.gui.main_panel.minimize()  # the panel's "robot" checkbox would change pixels too
+        print(f"viewer started in {time.perf_counter() - started:.2f} s at {viewer.url}")
+        with HeadlessChromium((width, height)) as browser:
+            browser.navigate(viewer.url)
+            shown_png = browser.settled_screenshot(min_wait_s=1.0, timeout=60.0, ready=lambda: viewer.clients() > 0)
+            viewer.show(robot=False)
+            hidden_png = _changed_screenshot(browser, shown_png)
+            viewer.show(robot=True, markers=False)
+            no_markers_png = _changed_screenshot(browser, hidden_png)
+    shown, hidden, no_markers = _rgb(shown_png), _rgb(hidden_png), _rgb(no_markers_png)
+    assert shown.shape == (height, width, 3)
+    assert not robot_pixels(hidden, hidden).any()  # the check itself: no robot, no pixels
+    robot = robot_pixels(shown, hidden)
+    count = int(robot.sum())
+    assert count > 0.005 * width * height, f"only {count} pixels changed when the robot was hidden"
+    ys, xs = np.nonzero(robot)
+    print(f"robot pixels: {count} ({100 * count / (width * height):.1f}% of the page), centre ({xs.mean():.0f}, "
+          f"{ys.mean():.0f}) px, box {xs.max() - xs.min()} x {ys.max() - ys.min()} px")
+    # the camera looks at the robot: its pixels sit around the canvas centre, and it is robot-sized, not the screen
+    assert abs(xs.mean() - width / 2) < 0.2 * width and abs(ys.mean() - height / 2) < 0.2 * height
+    assert xs.max() - xs.min() < 0.7 * width and ys.max() - ys.min() < 0.7 * height
+    # the Go2's legs (rgba 0.25 0.25 0.28) are dark grey where the floor (0.55 0.6 0.65) is light
+    lum_shown, lum_hidden = shown[robot].mean(-1), hidden[robot].mean(-1)
+    dark = (lum_shown < 90) & (np.ptp(shown[robot], axis=-1) < 40)
+    assert dark.sum() > 0.1 * count and (lum_hidden < 90).mean() < 0.05
+    # the markers switch (the green landing disc) changes other pixels than the robot
+    assert (robot_pixels(shown, no_markers) & ~robot).sum() > 100
+
+
+@pytest.mark.slow
+def test_view_screenshot_writes_a_png_of_the_scene(tmp_path, capsys):
+    _chromium()
+    from sim2real.cli import main
+
+    out = tmp_path / "hover.png"
+    started = time.perf_counter()
+    assert main(["view", "--policy", str(PRETRAINED / "quadrotor-hover"), "--envs", "2", "--seconds", "1",
+                 "--port", "0", "--screenshot", str(out), "--at", "0.8"]) == 0
+    print(f"view --screenshot took {time.perf_counter() - started:.1f} s")
+    assert f"wrote {out}" in capsys.readouterr().out
+    image = _rgb(out.read_bytes())
+    assert image.shape == (800, 1280, 3) and image.std() > 10  # a scene, not a blank page

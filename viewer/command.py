@@ -1,0 +1,77 @@
+"""``sim2real view``: record a rollout (or read a recorded session), serve it in the browser until Ctrl-C, or write one
+headless screenshot of it (``--screenshot``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from sim2real.configs import ConfigError
+
+#: Viewport of ``--screenshot`` (width, height) px.
+SCREENSHOT_SIZE = (1280, 800)
+
+
+def _trace(args, policy_fn: Callable):
+    if getattr(args, "recording", None):
+        from sim2real.viewer.recording import record_session
+
+        given = [flag for flag, value in (("--task", args.task), ("--envs", args.envs), ("--seconds", args.seconds),
+                                          ("--set", args.overrides), ("--config", args.config)) if value]
+        if given:
+            raise ConfigError(f"view --recording: {', '.join(given)} apply to rollouts, not to a recorded session")
+        return record_session(args.recording, robot=args.robot)
+    if getattr(args, "robot", None):
+        raise ConfigError("view --robot applies with --recording (a rollout draws the robot of its config)")
+    from sim2real.viewer.rollout import record_rollout
+
+    policy, cfg = policy_fn(args)
+    source = f"policy {args.policy}" if args.policy else f"checkpoint {args.checkpoint or 'latest'}"
+    return record_rollout(cfg, policy, num_envs=args.envs, seconds=args.seconds, title=f"{cfg['task']} ({source})")
+
+
+def view_command(args, policy_fn: Callable) -> int:
+    """Run ``sim2real view`` for parsed ``args``; ``policy_fn(args) -> (policy, cfg)`` loads ``--checkpoint`` /
+    ``--policy`` the way ``play`` does. Returns the exit status (0; 2 after a one-line error about the browser).
+
+    Raises:
+        ConfigError: flags that do not go together, or see :func:`~sim2real.viewer.rollout.record_rollout` and
+            :func:`~sim2real.viewer.recording.record_session`; the loaders' errors pass through.
+    """
+    from sim2real.viewer.browser import BrowserError, screenshot_page
+    from sim2real.viewer.server import SceneViewer
+
+    start = time.perf_counter()
+    if args.at is not None and not args.screenshot:
+        raise ConfigError("view --at applies with --screenshot")
+    if args.screenshot and not Path(args.screenshot).parent.is_dir():
+        raise FileNotFoundError(f"--screenshot: folder {Path(args.screenshot).parent} does not exist")
+    trace = _trace(args, policy_fn)
+    recorded = time.perf_counter()
+    viewer = SceneViewer(trace, host=args.host, port=args.port, playing=not args.screenshot)
+    try:
+        if args.screenshot:
+            seconds = (trace.frames - 1) * trace.dt / 2 if args.at is None else args.at
+            frame = min(max(int(round(seconds / trace.dt)), 0), trace.frames - 1) if trace.dt > 0 else 0
+            viewer.show(frame=frame, playing=False)
+            viewer.aim_camera()
+            try:
+                out = screenshot_page(viewer.url, args.screenshot, size=SCREENSHOT_SIZE,
+                                      ready=lambda: viewer.clients() > 0)
+            except BrowserError as exc:
+                print(f"error: view --screenshot: {exc}", file=sys.stderr)
+                return 2
+            print(f"wrote {out} ({trace.title}, t = {frame * trace.dt:.2f} s)")
+            return 0
+        print(f"{trace.title}: {len(trace.envs)} env(s), {trace.frames} frames of {trace.dt * 1000:.0f} ms; recorded "
+              f"in {recorded - start:.1f} s, serving at {viewer.url} (started in {time.perf_counter() - start:.1f} s; "
+              f"Ctrl-C stops)", flush=True)
+        while True:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("stopped")
+        return 0
+    finally:
+        viewer.stop()
