@@ -249,3 +249,18 @@ def test_a_plan_episode_lasts_its_own_steps_plus_one_second():
     env.episode_length_buf = torch.tensor([59, 59])
     _, _, dones, extras = env.step(torch.zeros(2, 12))
     assert dones.tolist() == [True, False] and extras["time_outs"][0]
+
+
+def test_the_walking_recipe_file_resolves_and_builds_its_env():
+    """tasks/humanoid_footsteps/walk.yaml (the documented recipe) merges over the defaults, passes the checks and
+    builds a welded, mode-scheduled env with the mirror loss on."""
+    from pathlib import Path
+
+    import sim2real
+
+    recipe = Path(sim2real.__file__).parent / "tasks" / "humanoid_footsteps" / "walk.yaml"
+    cfg = task_config("humanoid-footsteps", ["sim.nthread=1"], user_file=str(recipe))
+    assert cfg["train"]["symmetry"]["enabled"] and cfg["gait"]["step_period"] == 1.1
+    env = make_env(cfg, num_envs=2)
+    assert env.sim.model.nv == 18  # the 12 leg joints and the free base: the upper body is welded
+    assert env.mode_schedule.num_stages == 4 and env.mode_schedule.stage == 0
