@@ -99,11 +99,13 @@ def node_factory(ros_ctx, namespace, footstep_policy):
 
 
 def in_policy(node: LeggedPolicyNode, pos=(0.0, 0.0, 0.8), quat=(1.0, 0.0, 0.0, 0.0)) -> None:
-    """Fresh inputs, activate with ramp_s = 0 and tick once: the policy takes over (stepping in place)."""
+    """Activate with ramp_s = 0, fresh inputs, tick once: the policy takes over (stepping in place). The inputs
+    arrive after the activation, as a robot's streams keep arriving: activation (a full GC pass, then freezing it)
+    may outlast the state timeout on a loaded machine."""
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     node._on_joint_states(joint_msg(DEFAULT))
     node._on_imu(imu_msg(quat))
     node._on_odom(odom_msg(pos, quat))
-    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     node._on_tick()
     assert node.phase == "policy" and node.fault is None, node.fault
 
@@ -239,9 +241,9 @@ def test_malformed_plans_are_refused_and_the_current_plan_kept(node_factory):
 def test_missing_stale_or_invalid_odometry_sends_the_damping_command(node_factory):
     node = node_factory(ramp_s=0.0, state_timeout_s=0.1)
     assert node.monitor.inputs == ("joint_states", "imu", "odom")
-    node._on_joint_states(joint_msg(DEFAULT))
-    node._on_imu(imu_msg())
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    node._on_joint_states(joint_msg(DEFAULT))  # after the activation (see in_policy)
+    node._on_imu(imu_msg())
 
     def damping() -> bool:
         _, kp, kd = node.last_published
