@@ -138,7 +138,7 @@ def test_runner_on_rank_1_has_no_run_dir_and_saves_nothing(monkeypatch, tmp_path
 class FakeRunner:
     made: list = []
 
-    def __init__(self, env, cfg, run_dir, device="cpu", progress=True):
+    def __init__(self, env, cfg, run_dir, device="cpu", progress=True, logger="tensorboard", video=None):
         self.env, self.cfg, self.run_dir, self.device, self.progress = env, cfg, run_dir, device, progress
         self.last_eval, self.learned = None, None
         FakeRunner.made.append(self)
