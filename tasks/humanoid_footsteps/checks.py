@@ -74,5 +74,8 @@ def check_config(cfg: dict) -> None:
     bad = [m for m in ev["modes"] if m not in MODES]
     require(ev["modes"] and not bad, "eval.modes", f"must be a non-empty list of {', '.join(MODES)}")
     require(0 <= ev["level"] <= 1, "eval.level", "must lie in [0, 1]")
+    require(isinstance(ev["pushes"], int) and not isinstance(ev["pushes"], bool) and ev["pushes"] >= 0,
+            "eval.pushes", "must be a whole number >= 0")
+    require(ev["push_velocity"] >= 0, "eval.push_velocity", "must be >= 0")
     check_train(cfg)
     check_device(cfg["device"])

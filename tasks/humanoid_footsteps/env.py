@@ -60,7 +60,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         num_envs: overrides ``cfg["env"]["num_envs"]``.
         device: torch device of every tensor (the physics runs on the CPU).
         eval_mode: plans of ``eval.modes`` at mode level ``eval.level`` on terrain difficulty
-            ``eval.difficulty``; the curriculum is not updated.
+            ``eval.difficulty``, with ``eval.pushes`` scheduled pushes per episode; the curriculum is not updated.
         plans: fixed plans (:class:`~sim2real.tasks.humanoid_footsteps.plans.FootstepPlan`, plan frame), one per
             env (``num_envs`` defaults to their number); steps with z > 0 stand on boxes built under them.
             Each episode then lasts until its plan's last step window has ended, plus 1 s.
@@ -128,6 +128,9 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.mode = torch.zeros(n, dtype=torch.long, device=device)
         self.is_stairs = torch.zeros(n, dtype=torch.bool, device=device)
         self.difficulty = torch.zeros(n, device=device)
+        # Evaluation's scheduled pushes (eval.pushes per episode): the control step at which each is applied.
+        self.num_pushes = int(cfg["eval"]["pushes"]) if eval_mode else 0
+        self.push_at = torch.full((n, self.num_pushes), -1, dtype=torch.long, device=device)
         # Fixed plans only: each env's real steps this episode, [(step index, x, y, z, yaw, hit)], and those of its
         # last finished episode.
         self.touchdowns: list[list[tuple]] | None = None
@@ -201,6 +204,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
     # --- stepping ------------------------------------------------------------------------------------------
     def _step(self, actions: torch.Tensor):
         self.prev_foot_pos = self._state["foot_pos_w"]
+        if self.num_pushes:
+            self._scheduled_pushes()
         self._act(actions)
         state = self.robot_state()
         e, sc = self.cfg["env"], self.cfg["success"]
@@ -282,6 +287,19 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             extras["log"].update(self.mode_schedule.log())
         extras["log"]["Metrics/unstable_worlds"] = float(self.sim.num_unstable)
         return self.get_observations(), reward, dones, extras
+
+    def _scheduled_pushes(self) -> None:
+        """Evaluation's pushes: each env whose step count reaches one of its ``push_at`` steps gets a base velocity
+        impulse of ``eval.push_velocity`` [m/s] in a uniformly random horizontal direction (world frame)."""
+        due = self.push_at == self.episode_length_buf.unsqueeze(-1)
+        ids = due.any(-1).nonzero(as_tuple=False).squeeze(-1)
+        if len(ids) == 0:
+            return
+        count = due[ids].sum(-1, keepdim=True).float()  # two pushes drawn for the same step add up
+        angle = 2 * torch.pi * torch.rand(len(ids), device=self.device)
+        v = torch.zeros(len(ids), 3, device=self.device)
+        v[:, 0], v[:, 1] = torch.cos(angle), torch.sin(angle)
+        self.sim.push(ids, v * float(self.cfg["eval"]["push_velocity"]) * count)
 
     def _record_outcome(self, ids, fall, log) -> None:
         ret = self._close_episodes(ids, log)
@@ -396,6 +414,11 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.hits[ids] = 0.0
         self.steps_done[ids] = 0.0
         self.episode_length_buf[ids] = 0
+        if self.num_pushes:  # uniformly random steps in 15-75% of the episode's length
+            length = (self.plan_episode_length[ids] if self.fixed_plans is not None
+                      else torch.full((m,), self.max_episode_length, device=dev)).float()
+            frac = 0.15 + 0.6 * torch.rand(m, self.num_pushes, device=dev)
+            self.push_at[ids] = (frac * length.unsqueeze(-1)).long()
         if self.touchdowns is not None:
             for i in ids.tolist():
                 self.touchdowns[i] = []

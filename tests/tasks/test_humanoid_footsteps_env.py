@@ -264,3 +264,59 @@ def test_the_walking_recipe_file_resolves_and_builds_its_env():
     env = make_env(cfg, num_envs=2)
     assert env.sim.model.nv == 18  # the 12 leg joints and the free base: the upper body is welded
     assert env.mode_schedule.num_stages == 4 and env.mode_schedule.stage == 0
+
+
+def test_evaluation_pushes_each_episode_at_a_random_mid_episode_step_with_the_configured_speed():
+    """eval.pushes: each evaluation episode gets exactly that many impulses of eval.push_velocity in a horizontal
+    direction, at its planned steps inside 15-75% of the episode; training gets none."""
+    torch.manual_seed(3)
+    cfg = _cfg(None, "eval.pushes=2", "eval.push_velocity=0.3")
+    env = make_env(cfg, num_envs=4, eval_mode=True)
+    calls = []
+    push = env.sim.push
+
+    def spy(ids, v):
+        calls.append((env.episode_length_buf[ids].clone(), ids.clone(), v.clone(), env.push_at[ids].clone()))
+        push(ids, v)
+
+    env.sim.push = spy
+    steps = env.max_episode_length
+    planned = env.push_at.clone()
+    assert (planned >= int(0.15 * steps)).all() and (planned <= int(0.75 * steps)).all()
+    assert (planned[:, 0] != planned[:, 1]).any()  # drawn per push
+    pushed = {i: [] for i in range(4)}
+    ended = torch.zeros(4, dtype=torch.bool)
+    last = torch.full((4,), steps)   # the last step count of each env's first episode
+    for k in range(steps - 1):
+        calls.clear()
+        _, _, dones, _ = env.step(torch.zeros(4, 12))   # (the zero action falls over after a push)
+        for at, ids, v, due in calls:
+            counts = (due == at.unsqueeze(-1)).sum(-1)
+            assert (counts >= 1).all()
+            assert torch.allclose(v[:, :2].norm(dim=-1), 0.3 * counts.float(), atol=1e-6) and (v[:, 2] == 0).all()
+            pushed.update({i: pushed[i] + [t] for i, t in zip(ids.tolist(), at.tolist()) if not ended[i]})
+        last[dones & ~ended] = k
+        ended |= dones
+    for i in range(4):  # every planned push of the first episode before it ended happened, and nothing else
+        assert sorted(pushed[i]) == sorted(set(t for t in planned[i].tolist() if t <= last[i]))
+    assert sum(len(p) for p in pushed.values()) >= 2  # (the zero action falls within about 3 s, pushed or not)
+    assert make_env(cfg, num_envs=2).num_pushes == 0
+
+
+def test_an_evaluation_push_changes_the_base_velocity_by_the_impulse():
+    torch.manual_seed(4)
+    env = make_env(_cfg(None, "eval.pushes=1", "eval.push_velocity=0.3"), num_envs=2, eval_mode=True)
+    env.push_at[:] = 10
+    for _ in range(10):
+        env.step(torch.zeros(2, 12))
+    v_before = env.sim.state()["base_lin_vel_w"][:, :2].clone()
+    env.step(torch.zeros(2, 12))     # pushed at step 10, then one control step of physics
+    dv = (env.sim.state()["base_lin_vel_w"][:, :2] - v_before).norm(dim=-1)
+    assert (dv > 0.2).all() and (dv < 0.4).all()
+
+
+def test_evaluation_pushes_are_refused_when_negative_or_not_whole():
+    with pytest.raises(ConfigError, match="eval.pushes"):
+        make_env(_cfg(None, "eval.pushes=-1"), num_envs=1)
+    with pytest.raises(ConfigError, match="eval.pushes"):
+        make_env(_cfg(None, "eval.pushes=1.5"), num_envs=1)
