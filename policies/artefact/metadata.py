@@ -200,6 +200,17 @@ def _task_block_size(meta: dict, name: str, problems: list) -> int | None:
         return None
 
 
+#: Robot config keys that describe only the simulated body: a robot (or a stand-in simulating another model file,
+#: the sim-to-sim check) may differ in them from the config the policy was trained with. ``mjcf``: the model file a
+#: simulator loads (machine-specific path; the robot side never loads it); check reports the difference.
+SIM_ONLY_ROBOT_KEYS = ("mjcf",)
+
+
+def _robot_side(robot: dict) -> str:
+    """:func:`config_hash` of a robot config without :data:`SIM_ONLY_ROBOT_KEYS`."""
+    return config_hash({k: v for k, v in robot.items() if k not in SIM_ONLY_ROBOT_KEYS})
+
+
 def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
                       control_period_s: float | None = None) -> None:
     """Check an exported policy against the robot it would drive; raise :class:`PolicyMismatchError` if not fit.
@@ -246,13 +257,15 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
     params = need("robot.params", dict)
     if params is not None:
         for key in sorted(set(params) | set(robot)):
-            if params.get(key) != robot.get(key):
+            if key not in SIM_ONLY_ROBOT_KEYS and params.get(key) != robot.get(key):
                 problems.append((f"robot.params.{key}", f"policy trained with {params.get(key)!r}, "
                                                        f"robot has {robot.get(key)!r}"))
     phash = need("robot.params_hash", str)
     if phash is not None and params is not None and phash != config_hash(params):
         problems.append(("robot.params_hash", "does not match robot.params (metadata edited or damaged)"))
-    elif phash is not None and phash != config_hash(robot):
+    elif phash is not None and params is not None and _robot_side(params) != _robot_side(robot):
+        problems.append(("robot.params_hash", f"policy {phash}, robot {config_hash(robot)}"))
+    elif phash is not None and params is None and phash != config_hash(robot):
         problems.append(("robot.params_hash", f"policy {phash}, robot {config_hash(robot)}"))
 
     period = need("control_period_s", (int, float))

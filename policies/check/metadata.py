@@ -156,7 +156,7 @@ def check_metadata(policy_dir: Path, robot: dict) -> Section:
         "control rate": _rate_text(meta, robot),
         "observation": (f"{meta.get('observation', {}).get('dim')} dims, "
                         f"{len(meta.get('observation', {}).get('policy', []))} terms match the term registry"),
-        "robot parameters": f"params hash {pr.get('params_hash')} = robot's",
+        "robot parameters": _params_text(pr, robot),
         "artefact": "onnx sha256 and embedded metadata match, provenance complete",
     }
     if legged:
@@ -187,6 +187,15 @@ def check_metadata(policy_dir: Path, robot: dict) -> Section:
             items.append(Item(name, PASS, ok.get(name, "matches")))
     return make_section("metadata", items, f"{len(items)} items match the robot config {robot.get('name')!r}",
                         {"problems": [list(p) for p in problems], "embedded_differs": edited})
+
+
+def _params_text(pr: dict, robot: dict) -> str:
+    """The PASS line of the robot parameters: the hash, or the one difference allowed (``SIM_ONLY_ROBOT_KEYS``)."""
+    trained = pr.get("params", {}).get("mjcf") if isinstance(pr.get("params"), dict) else None
+    if trained is None or trained == robot.get("mjcf"):
+        return f"params hash {pr.get('params_hash')} = robot's"
+    return (f"every robot-side parameter matches; the simulated model differs (trained on {trained}, the robot "
+            f"config simulates {robot.get('mjcf')}): a robot never loads it, a replay below runs the robot config's")
 
 
 def _rate_text(meta: dict, robot: dict) -> str:

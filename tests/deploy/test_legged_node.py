@@ -176,13 +176,22 @@ def test_node_observation_equals_the_task_observation_of_the_same_state(ros_ctx,
         node.destroy_node()
 
 
-def test_configure_refuses_a_policy_for_another_model_or_robot_kind(ros_ctx, namespace, legged_policy,
-                                                                    linear_policy):
-    node = LeggedPolicyNode(legged_policy(np.zeros(J)), menagerie_robot(), namespace=namespace, context=ros_ctx)
+def test_configure_refuses_a_policy_for_other_gains_or_robot_kind_not_another_model_file(
+        ros_ctx, namespace, legged_policy, linear_policy):
+    stiffer = dict(ROBOT, stiffness={k: 1.5 * v for k, v in ROBOT["stiffness"].items()})
+    node = LeggedPolicyNode(legged_policy(np.zeros(J)), stiffer, namespace=namespace, context=ros_ctx)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
-        assert "robot.params.mjcf" in node.configure_error.fields
+        assert {"robot.params.stiffness", "robot.params_hash"} <= set(node.configure_error.fields)
         assert node.policy is None and node.fault == "unconfigured"
+    finally:
+        node.destroy_node()
+    # Trained on another model file of the same robot (here Menagerie's Go2): the simulated body is not the
+    # robot's business (SIM_ONLY_ROBOT_KEYS); every robot-side parameter matches, so it configures.
+    node = LeggedPolicyNode(legged_policy(np.zeros(J), robot=menagerie_robot()), ROBOT, namespace=namespace,
+                            context=ros_ctx)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     finally:
         node.destroy_node()
     node = LeggedPolicyNode(linear_policy(np.zeros((22, 4)), np.zeros(4)), ROBOT, namespace=namespace,
@@ -426,10 +435,11 @@ def test_jump_command_sets_the_command_and_restarts_its_clock(start, legged_poli
 def test_cli_refuses_a_mismatched_policy_and_quadrotor_flags(legged_policy, capsys):
     from sim2real.cli import main
 
-    policy = legged_policy(np.zeros(J), robot=menagerie_robot())  # trained on another model than go2.yaml's
+    softer = dict(ROBOT, damping={k: 0.5 * v for k, v in ROBOT["damping"].items()})
+    policy = legged_policy(np.zeros(J), robot=softer)  # trained with other servo gains than go2.yaml's
     assert main(["deploy", "--policy", str(policy), "--robot", "go2", "--activate", "--duration", "0.1"]) == 2
     err = capsys.readouterr().err
-    assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1 and "robot.params.mjcf" in err
+    assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1 and "robot.params.damping" in err
     assert main(["deploy", "--policy", str(legged_policy(np.zeros(J))), "--robot", "go2", "--goal", "0", "0", "1",
                  "--duration", "0.1"]) == 2
     assert "--goal applies to quadrotors" in capsys.readouterr().err

@@ -107,6 +107,25 @@ def test_swapped_joint_names_fail_the_metadata_check_and_deploy(swapped_names, c
     assert len(err) == 1 and "policy check FAIL" in err[0] and "metadata: joints" in err[0]
 
 
+def test_a_policy_trained_on_another_model_file_passes_with_the_difference_said(tmp_path):
+    """robot.mjcf names only the simulated body (SIM_ONLY_ROBOT_KEYS): a policy trained on another model file of
+    the same robot passes the metadata check, whose line names both files; any robot-side key still fails."""
+    policy = tmp_path / "policy"
+    shutil.copytree(JUMP, policy)
+    meta = json.loads((policy / METADATA_FILE).read_text())
+    meta["robot"]["params"]["mjcf"] = "/elsewhere/unitree_go2/scene.xml"
+    meta["robot"]["params_hash"] = config_hash(meta["robot"]["params"])
+    _rewrite(policy, meta)
+    robot = load_robot("go2")
+    params = next(i for i in run_check(policy, robot, replay=False).sections[0].items
+                  if i.name == "robot parameters")
+    assert params.status == PASS
+    assert "/elsewhere/unitree_go2/scene.xml" in params.message and robot["mjcf"] in params.message
+    stiff = dict(robot, stiffness={k: 2 * v for k, v in robot["stiffness"].items()})
+    failed = {i.name: i for i in run_check(policy, stiff, replay=False).sections[0].items}
+    assert failed["PD gains"].status == FAIL or failed["robot parameters"].status == FAIL
+
+
 def test_permuted_output_columns_pass_metadata_but_fail_the_replay(permuted_outputs, tmp_path):
     report = run_check(permuted_outputs, load_robot("go2"), episodes=24, variants=("nominal",))
     meta, onnx_sec, replay = report.sections
