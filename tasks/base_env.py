@@ -81,6 +81,60 @@ class TaskEnv(VecEnv):
         self.non_finite_total += count
         log["Episode_Termination/non_finite"] = float(count)
 
+    def _contain_non_finite(self, obs, reward: torch.Tensor, dones: torch.Tensor, extras: dict):
+        """The last step of every task's ``step``: a NaN or Inf reward becomes 0; envs whose next observation (any
+        group) or whose reward in a running episode holds a NaN or Inf (a term that divides by zero, a sensor model
+        that overflows) are ended as terminated
+        (not a time-out; :meth:`_abort_episodes`) and reset, and are counted with the non-finite actions
+        (``Episode_Termination/non_finite``, :attr:`non_finite_total`); the observation is then built again. A
+        value still non-finite after the reset (a term broken for every state) becomes 0, so none ever reaches
+        the learner or its normaliser.
+
+        Args:
+            obs: TensorDict of ``[N, D_g]`` groups; reward, dones: ``[N]``; extras: with ``time_outs`` ``[N]`` and
+                ``log``.
+
+        Returns:
+            ``(obs, reward, dones, extras)``, contained.
+        """
+        bad_reward = ~torch.isfinite(reward)
+        if not bool(bad_reward.any()) and all(bool(torch.isfinite(obs[key]).all()) for key in obs.keys()):
+            return obs, reward, dones, extras
+        reward = torch.where(bad_reward, torch.zeros_like(reward), reward)
+        bad = bad_reward & ~dones  # (an episode that ended this step, e.g. on a diverged state, is already reset)
+        for key in obs.keys():
+            bad |= ~torch.isfinite(obs[key]).all(-1)
+        if not bool(bad.any()):
+            return obs, reward, dones, extras
+        ids = self._abort_group(bad.nonzero(as_tuple=False).squeeze(-1))
+        mask = torch.zeros_like(bad)
+        mask[ids] = True
+        self._abort_episodes(ids, ~dones[ids], extras["log"])
+        dones = dones | mask
+        extras["time_outs"] = extras["time_outs"] & ~mask
+        count = int(bad.sum())
+        self.non_finite_total += count
+        log = extras["log"]
+        log["Episode_Termination/non_finite"] = float(log.get("Episode_Termination/non_finite", 0.0)) + count
+        obs = self.get_observations()
+        for key in obs.keys():
+            if not bool(torch.isfinite(obs[key]).all()):
+                obs[key] = torch.nan_to_num(obs[key], nan=0.0, posinf=0.0, neginf=0.0)
+        return obs, reward, dones, extras
+
+    def _abort_group(self, ids: torch.Tensor) -> torch.Tensor:
+        """The envs that end with the envs ``ids`` ``[M]`` when they must be aborted (a task whose envs reset
+        together, e.g. a swarm's room, widens them)."""
+        return ids
+
+    def _abort_episodes(self, ids: torch.Tensor, running: torch.Tensor, log: dict) -> None:
+        """End the episodes of envs ``ids`` ``[M]`` outside the task's own rules and reset them; ``running`` ``[M]``
+        bool: the episode was still running (its reward sums are closed; others already ended this step). No
+        outcome is recorded: the evaluation waits for the env's next episode."""
+        if bool(running.any()):
+            self._close_episodes(ids[running], log)
+        self._reset_envs(ids)
+
     # --- curriculum hooks of a task without a curriculum -------------------------------------------------------
     def curriculum_state_dict(self) -> dict:
         return {}

@@ -43,13 +43,13 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
     def step(self, actions: torch.Tensor):
         self.curriculum.record_step()
         if self.device != "cpu":
-            return self._step(actions)
+            return self._contain_non_finite(*self._step(actions))
         # The per-step task tensors are small ([N, <=80]): on the CPU, torch's intra-op threads only contend with
         # MuJoCo's physics threads (measured: +35% env-steps/s at 256 envs on 2 cores with one torch thread here).
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return self._step(actions)
+            return self._contain_non_finite(*self._step(actions))
         finally:
             torch.set_num_threads(threads)
 
@@ -69,9 +69,10 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
 
     def _weighted_reward(self, terms: dict[str, torch.Tensor], once: tuple[str, ...]) -> torch.Tensor:
         """``sum_k w_k term_k`` ``[N]`` (``w`` = ``reward_weights``; every term but those in ``once`` times the
-        control period), added per term to ``episode_sums``, scaled by ``rewards.scale``; NaN/Inf become 0."""
+        control period), added per term to ``episode_sums``, scaled by ``rewards.scale``; a NaN/Inf is left for
+        :meth:`~sim2real.tasks.base_env.TaskEnv._contain_non_finite` to flag and reset the env."""
         return weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt, once=once,
-                                   overall=self.cfg["rewards"]["scale"])
+                                   overall=self.cfg["rewards"]["scale"], finite=False)
 
     def _refresh_state(self, ids: torch.Tensor) -> None:
         """Read the state of the worlds ``ids`` just reset into ``_state`` (the whole state on the first call)."""

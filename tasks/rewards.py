@@ -64,21 +64,24 @@ def check_reward_config(rewards: dict, terms: Mapping[str, RewardTerm]) -> None:
 
 def weighted_reward_sum(terms: dict[str, torch.Tensor], weights: dict, episode_sums: dict[str, torch.Tensor],
                         control_dt: float, once: tuple[str, ...] = (), scaled: tuple[str, ...] = (),
-                        scale: float = 1.0, overall: float = 1.0) -> torch.Tensor:
-    """``overall * sum_k w_k term_k`` ``[N]``, with NaN/Inf replaced by 0.
+                        scale: float = 1.0, overall: float = 1.0, finite: bool = True) -> torch.Tensor:
+    """``overall * sum_k w_k term_k`` ``[N]``.
 
     Each term ``[N]`` is multiplied by its weight ``weights[name]`` (times ``scale`` for the terms in ``scaled``, a
     curriculum's penalty scale) and by ``control_dt`` [s], except the terms in ``once`` (events paid once); each
-    weighted term is added to ``episode_sums[name]`` (``[N]``, in place). ``overall``: the config's
-    ``rewards.scale``.
+    weighted term is added to ``episode_sums[name]`` (``[N]``, in place; a NaN/Inf adds 0, so the sums and their
+    logs stay finite). ``overall``: the config's ``rewards.scale``. ``finite``: NaN/Inf in the result become 0;
+    False leaves them for the env's containment to flag and reset the env
+    (:meth:`~sim2real.tasks.base_env.TaskEnv._contain_non_finite`).
     """
     reward = torch.zeros_like(next(iter(episode_sums.values())))
     for name, value in terms.items():
         weight = weights[name] * (scale if name in scaled else 1.0)
         weighted = value * weight * (1.0 if name in once else control_dt)
-        episode_sums[name] += weighted
+        episode_sums[name] += torch.nan_to_num(weighted, nan=0.0, posinf=0.0, neginf=0.0)
         reward += weighted
-    return torch.nan_to_num(reward * overall, nan=0.0, posinf=0.0, neginf=0.0)
+    reward = reward * overall
+    return torch.nan_to_num(reward, nan=0.0, posinf=0.0, neginf=0.0) if finite else reward
 
 
 def episode_return(episode_sums: dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:

@@ -167,7 +167,8 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
                             self.reward_params)
         reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
                                      once=rew.ONCE, scaled=rew.SCHEDULED_PENALTIES,
-                                     scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"])
+                                     scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"],
+                                     finite=False)
 
         dones = crash | time_out
         extras = {"time_outs": time_out, "log": {}}
@@ -181,7 +182,7 @@ class QuadrotorHoverEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         extras["log"].update(self.penalty_schedule.log())
         if self.adr is not None:
             extras["log"].update(self.adr.log())
-        return self.get_observations(), reward, dones, extras
+        return self._contain_non_finite(self.get_observations(), reward, dones, extras)
 
     def _record_outcome(self, ids, success, crash, pos_err, speed, extras) -> None:
         log = extras["log"]

@@ -233,7 +233,8 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         terms = rew.compute(x, self.reward_params)
         reward = weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt,
                                      once=rew.EVENT_TERMS, scaled=rew.SCHEDULED_PENALTIES,
-                                     scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"])
+                                     scale=self.penalty_schedule.value, overall=self.cfg["rewards"]["scale"],
+                                     finite=False)
 
         room_bad = ~self.room_view(self.drones.finite() & ~self.non_finite).all(-1)
         room_time_out = (self.room_view(self.episode_length_buf)[:, 0] >= self.max_episode_length) & ~room_bad
@@ -252,7 +253,16 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         extras["log"].update(self.penalty_schedule.log())
         if self.replay_enabled:
             extras["log"].update(self.replay.log())
-        return self.get_observations(), reward, dones, extras
+        return self._contain_non_finite(self.get_observations(), reward, dones, extras)
+
+    def _abort_group(self, ids: torch.Tensor) -> torch.Tensor:
+        """A room's drones reset together: every drone of the rooms of ``ids``."""
+        return self.drone_ids(torch.unique(ids // self.drones_per_room))
+
+    def _abort_episodes(self, ids: torch.Tensor, running: torch.Tensor, log: dict) -> None:
+        if bool(running.any()):
+            self._close_episodes(ids[running], log)
+        self._reset_rooms(torch.unique(ids // self.drones_per_room), allow_replay=False)
 
     def _record_outcome(self, rooms: torch.Tensor, bad: torch.Tensor, pos_err: torch.Tensor, extras: dict) -> None:
         m = self.drones_per_room

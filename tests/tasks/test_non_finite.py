@@ -1,6 +1,7 @@
-"""Non-finite values are contained in every task: a NaN or Inf action, or a non-finite simulator state, ends that
-env's episode as terminated (counted in the logs), the env is reset, and nothing non-finite reaches the rewards, the
-next observation (the action history included) or the learner; training goes on."""
+"""Non-finite values are contained in every task: a NaN or Inf action, observation (either group) or reward term, or
+a non-finite simulator state, ends that env's episode as terminated (counted in the logs), the env is reset, and
+nothing non-finite reaches the rewards, the next observation (the action history included), the reward logs or the
+learner; training goes on."""
 
 from __future__ import annotations
 
@@ -82,3 +83,81 @@ def test_training_goes_on_through_non_finite_actions(task, monkeypatch):
     runner.learn(3)
     assert env.non_finite_total == calls["n"] // 3
     assert all(torch.isfinite(p).all() for p in runner.alg.get_policy().parameters())
+
+
+def _poison_once(fn, bad: float, where):
+    """``fn`` whose next result gets ``bad`` written by ``where(result, bad)``; later calls are clean."""
+    state = {"armed": True}
+
+    def poisoned(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if state["armed"]:
+            state["armed"] = False
+            where(out, bad)
+        return out
+
+    return poisoned
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("group", ["policy", "critic"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_observation_resets_that_env_and_never_reaches_the_learner(task, group, bad):
+    env = _env(task)
+    env.step(torch.zeros(env.num_envs, env.num_actions))  # a running episode in every env
+
+    def write(obs, value):
+        obs[group][0, 0] = value
+
+    env.get_observations = _poison_once(env.get_observations, bad, write)
+    obs, reward, dones, extras = env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert _finite(obs, reward)
+    assert bool(dones[0]) and not bool(extras["time_outs"][0])  # ended as terminated
+    assert extras["log"]["Episode_Termination/non_finite"] == 1.0 and env.non_finite_total == 1
+    group_size = 8 if env.num_envs > 8 else 1  # the swarm resets the drone's whole room
+    assert not bool(dones[group_size:].any())
+    assert int(env.episode_length_buf[0]) == 0 or group_size > 1  # env 0 was reset
+    obs, reward, dones, extras = env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert _finite(obs, reward) and extras["log"]["Episode_Termination/non_finite"] == 0.0
+
+
+REWARD_MODULES = {"quadrotor-hover": "quadrotor_hover", "quadruped-jump": "quadruped_jump",
+                  "humanoid-footsteps": "humanoid_footsteps", "quadrotor-swarm": "quadrotor_swarm"}
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("bad", [math.nan, -math.inf])
+def test_a_non_finite_reward_term_resets_that_env_and_the_reward_and_logs_stay_finite(task, bad, monkeypatch):
+    import importlib
+
+    rew = importlib.import_module(f"sim2real.tasks.{REWARD_MODULES[task]}.rewards")
+    env = _env(task)
+    env.step(torch.zeros(env.num_envs, env.num_actions))  # a running episode in every env
+
+    def write(terms, value):
+        terms[next(iter(terms))][0] = value
+
+    monkeypatch.setattr(rew, "compute", _poison_once(rew.compute, bad, write))
+    obs, reward, dones, extras = env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert _finite(obs, reward) and float(reward[0]) == 0.0
+    assert bool(dones[0]) and not bool(extras["time_outs"][0])
+    assert extras["log"]["Episode_Termination/non_finite"] == 1.0 and env.non_finite_total == 1
+    assert all(math.isfinite(float(v)) for k, v in extras["log"].items() if k.startswith("Episode_Reward/"))
+    assert all(bool(torch.isfinite(s).all()) for s in env.episode_sums.values())
+    assert int(env.episode_length_buf[0]) == 0 or env.num_envs > 8  # env 0 was reset
+
+
+def test_an_observation_term_broken_for_every_state_is_zeroed_not_passed_on():
+    """After the reset the observation is built again; a term non-finite whatever the state still never reaches the
+    learner (it becomes 0)."""
+    env = _env("quadrotor-hover")
+    real = env.get_observations
+
+    def always(*a, **k):
+        out = real(*a, **k)
+        out["policy"][0, 0] = math.nan
+        return out
+
+    env.get_observations = always
+    obs, reward, dones, _ = env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert _finite(obs, reward) and float(obs["policy"][0, 0]) == 0.0 and bool(dones[0])
