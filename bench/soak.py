@@ -6,8 +6,10 @@ process's memory growth (the slope of its resident set size after a 1-minute war
 
 "Not delivered" counts every sequence number between the first and the last one the node's callback saw that it
 never saw: a message lost on the way and one superseded in the subscription's keep-last queue (depth 10) both
-count, which is stricter than counting losses alone. The sequence number travels in ``pose.covariance[35]`` of
-each message (the policy node reads no covariance).
+count, which is stricter than counting losses alone. Of those, "lost" are the ones the middleware reported lost on
+the way (its message-lost events on the node's subscription, the node's ``messages_lost``); the rest were
+superseded: delivered to the node's queue, then replaced by a newer message before the callback ran. The sequence
+number travels in ``pose.covariance[35]`` of each message (the policy node reads no covariance).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
 
     Returns:
         ``{"seconds", "sensor_rate_hz", "load", "ticks", "overruns", "period_error_p99_ms", "delivered",
-        "expected", "not_delivered", "received_rate_hz", "fault_ticks", "rss_mb_start", "rss_mb_end",
+        "expected", "not_delivered", "lost", "superseded", "received_rate_hz", "fault_ticks", "rss_mb_start", "rss_mb_end",
         "rss_slope_mb_per_min", "scheduling"}``.
 
     Raises:
@@ -154,6 +156,7 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
 
     with policy_node_fed_by(policy_dir, feed_argv, load=load, prepare=count_odometry) as node:
         counter = SequenceCounter()  # counts from activation on
+        lost_before = sum(node.messages_lost.values())
         start = time.monotonic()
         while (now := time.monotonic()) - start < seconds:
             rss_t.append(now - start)
@@ -161,6 +164,7 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
             time.sleep(min(interval, max(0.0, seconds - (time.monotonic() - start))))
         counted, counter = counter, None
         scheduling = node.clock.scheduling
+        lost = sum(node.messages_lost.values()) - lost_before
     ticks = np.asarray(node.tick_times)
     periods = np.diff(ticks)
     nominal = node.period_s
@@ -171,6 +175,7 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
             "ticks": int(len(ticks)), "overruns": int(np.sum(periods > OVERRUN_FACTOR * nominal)),
             "period_error_p99_ms": float(np.percentile(np.abs(periods - nominal), 99) * 1e3),
             "delivered": expected - missing, "expected": expected, "not_delivered": missing,
+            "lost": lost, "superseded": max(0, missing - lost),
             "received_rate_hz": (expected - missing) / float(seconds),
             "fault_ticks": {k: int(v) for k, v in node.tick_faults.items() if k != "ok"},
             "rss_mb_start": float(v[late][0]) if late.any() else float("nan"), "rss_mb_end": float(v[-1]),
@@ -193,7 +198,9 @@ def run(args, task: str) -> dict:
     print(f"soak {r['seconds']:g} s, odometry at {r['sensor_rate_hz']:g} Hz, busy loops beside it: {r['load']}, "
           f"control thread {r['scheduling']}: {r['ticks']} ticks, {r['overruns']} overruns (period > 1.5x), p99 "
           f"period error {r['period_error_p99_ms']:.3f} ms; odometry delivered {r['delivered']}/{r['expected']} "
-          f"({r['not_delivered']} not delivered, {r['received_rate_hz']:.0f} Hz), ticks under a safety fault "
+          f"({r['not_delivered']} not delivered: {r['lost']} lost on the way (the middleware's message-lost "
+          f"events), {r['superseded']} superseded in the keep-last queue; {r['received_rate_hz']:.0f} Hz), ticks "
+          f"under a safety fault "
           f"(fault_ticks) {r['fault_ticks'] or 'none'}; RSS {r['rss_mb_start']:.1f} -> "
           f"{r['rss_mb_end']:.1f} MB, slope "
           f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s")

@@ -20,7 +20,9 @@ tick stops the clock, publishes the safe command and is raised by :func:`run_pol
 Diagnostics: ``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``, the ROS convention) at 1 Hz while active, one
 status named ``<node>: control`` with the control period's error p50/p99 [ms], overruns (a period over 1.5x
 nominal), the tick's compute time p50/p99 [us] (observation, inference, safety filter, publish), the ONNX
-inference time p50/p99 [us], the safety state (``fault``) and the scheduling the clock got.
+inference time p50/p99 [us], messages the middleware reported lost on the node's subscriptions
+(``messages_lost``: lost on the way, not superseded in a keep-last queue), the safety state (``fault``) and the
+scheduling the clock got.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class PolicyLifecycleNode(LifecycleNode):
                  state_timeout_s: float, context=None, rt_priority: int = DEFAULT_RT_PRIORITY):
         # Before super().__init__: rclpy's LifecycleNode creates its services through create_* there.
         self._lock = threading.RLock()
+        self.messages_lost: dict[str, int] = {}  # topic -> messages the middleware reports lost on the way
         super().__init__(node_name, namespace=namespace, context=context)
         self.policy_dir = Path(policy_dir)
         self.robot = robot
@@ -136,8 +139,17 @@ class PolicyLifecycleNode(LifecycleNode):
         return locked
 
     def create_subscription(self, msg_type, topic, callback, qos_profile, **kwargs):
-        """rclpy's ``create_subscription``; the callback holds the node's lock (serialised with the tick)."""
+        """rclpy's ``create_subscription``; the callback holds the node's lock (serialised with the tick). The
+        middleware's message-lost events (samples lost on the way, not those superseded in a keep-last queue)
+        are counted per topic in :attr:`messages_lost` (diagnostics ``messages_lost``)."""
+        from rclpy.event_handler import SubscriptionEventCallbacks
+
+        kwargs.setdefault("event_callbacks", SubscriptionEventCallbacks(
+            message_lost=lambda info, t=topic: self._on_message_lost(t, info.total_count_change)))
         return super().create_subscription(msg_type, topic, self._locked(callback), qos_profile, **kwargs)
+
+    def _on_message_lost(self, topic: str, count: int) -> None:
+        self.messages_lost[topic] = self.messages_lost.get(topic, 0) + int(count)
 
     def create_timer(self, timer_period_sec, callback, *args, **kwargs):
         """rclpy's ``create_timer``; the callback holds the node's lock (serialised with the tick)."""
@@ -281,6 +293,7 @@ class PolicyLifecycleNode(LifecycleNode):
                   **{k: (f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in st.items()},
                   "inference_p50_us": f"{np.percentile(inf, 50):.4g}" if len(inf) else "nan",
                   "inference_p99_us": f"{np.percentile(inf, 99):.4g}" if len(inf) else "nan",
+                  "messages_lost": str(sum(self.messages_lost.values())),
                   "safety": self.fault or "policy in control"}
         if self.control_error is not None:
             level = DiagnosticStatus.ERROR

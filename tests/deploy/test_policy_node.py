@@ -167,6 +167,7 @@ def test_diagnostics_report_the_control_timing_and_safety_state(start, linear_po
                 assert math.isfinite(float(values[key])) and float(values[key]) >= 0.0, key
             assert int(values["overruns"]) >= 0 and int(values["ticks"]) > 0
             assert values["scheduling"] in ("SCHED_FIFO 40", "nice -10", "default")
+            assert values["messages_lost"] == "0"  # a loopback feed loses nothing on the way
             # A stale input shows as a warning with the fault as its message.
             g.odom = None
             assert wait_until(lambda: any(s.name == mine and s.level == DiagnosticStatus.WARN
@@ -174,6 +175,27 @@ def test_diagnostics_report_the_control_timing_and_safety_state(start, linear_po
                                           for s in m.status), 5.0)
     finally:
         rec.destroy_node()
+
+
+def test_every_subscription_counts_the_middleware_message_lost_events(start, linear_policy):
+    """Each subscription of the node carries a message-lost event handler whose events (samples lost on the way,
+    as the middleware reports them; not those superseded in a keep-last queue) add up per topic in
+    ``messages_lost`` and in the diagnostics."""
+    from types import SimpleNamespace
+
+    from rclpy.event_handler import QoSSubscriptionEventType
+
+    g = start(linear_policy(probe_weights(), np.zeros(4)))
+    lost = QoSSubscriptionEventType.RCL_SUBSCRIPTION_MESSAGE_LOST
+    handlers = {sub.topic_name: [h for h in sub.event_handlers if h.event_type == lost]
+                for sub in g.node.subscriptions}
+    assert {f"{g.ns}/odom", f"{g.ns}/goal", f"{g.ns}/estop"} <= set(handlers)
+    assert all(len(h) == 1 for h in handlers.values()), handlers
+    handlers[f"{g.ns}/odom"][0].callback(SimpleNamespace(total_count=3, total_count_change=3))
+    handlers[f"{g.ns}/odom"][0].callback(SimpleNamespace(total_count=5, total_count_change=2))
+    assert g.node.messages_lost == {"odom": 5}
+    values = {kv.key: kv.value for kv in g.node.diagnostics().values}
+    assert values["messages_lost"] == "5"
 
 
 def test_a_failing_control_tick_publishes_the_safe_command_and_is_raised(start, linear_policy, ros_ctx,

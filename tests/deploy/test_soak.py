@@ -16,6 +16,7 @@ def test_a_short_soak_counts_the_feed_and_the_memory(linear_policy):
     r = soak(linear_policy(np.zeros((22, 4)), np.zeros(4)), 4.0, warmup_s=1.0, sensor_rate_hz=500.0)
     assert r["expected"] > 0 and 0 <= r["not_delivered"] <= r["expected"]
     assert r["delivered"] == r["expected"] - r["not_delivered"]
+    assert 0 <= r["lost"] and r["superseded"] == max(0, r["not_delivered"] - r["lost"])
     assert r["received_rate_hz"] == pytest.approx(r["delivered"] / 4.0)
     assert r["delivered"] <= 500.0 * (4.0 + 20.0)  # never more than the feed published
     assert r["ticks"] > 0 and 0 <= r["overruns"] < r["ticks"]
