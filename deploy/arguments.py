@@ -7,6 +7,7 @@ import argparse
 import math
 
 from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, STANDIN_RT_PRIORITY  # no ROS import there
+from sim2real.deploy.watch.options import DEFAULT_VIZ_PORT, VIZ_DEFAULT_CONST  # nor there
 
 
 def finite_float(text: str) -> float:
@@ -87,6 +88,13 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                    help="legged robot: a base tilt beyond this (from the IMU) during the ramp or the policy means a "
                         "fall: damping mode until the node is activated again; --finetune: a tilt beyond this ends "
                         "the episode (safety envelope) (rad, default 1.0)")
+    add_viz_argument(p)
+    p.add_argument("--record", action=argparse.BooleanOptionalAction, default=True,
+                   help="record every topic under the namespace and /diagnostics to an MCAP file (ROS 2 CDR, "
+                        "Foxglove and ros2 bag read it) in a new run folder <runs-root>/<time>_<robot>/ "
+                        "(default: on; --no-record: off)")
+    p.add_argument("--runs-root", default=None, metavar="DIR",
+                   help="folder of the run folders (default $SIM2REAL_DEPLOY_RUNS, else ./deploy_runs)")
     add_finetune_deploy_arguments(p)
     g = p.add_argument_group("quadrotor swarm (a quadrotor-swarm policy; see sim2real.deploy.nodes.swarm)")
     g.add_argument("--drones", default=None, metavar="NAMES",
@@ -113,6 +121,15 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--expect-swarm", action="append", default=[], metavar="KEY=VALUE",
                    help="refuse a policy whose swarm metadata differs, e.g. --expect-swarm num_neighbors=6 "
                         "--expect-swarm sdf.size=3 (repeatable)")
+
+
+def add_viz_argument(p: argparse.ArgumentParser) -> None:
+    """``--viz [HOST:]PORT`` (checked by the command, so that a bad value is one ``error:`` line)."""
+    p.add_argument("--viz", nargs="?", const=VIZ_DEFAULT_CONST, default=None, metavar="[HOST:]PORT",
+                   help="live view: stream the robot's state, commands, goal/footsteps, safety state and control "
+                        "timing to Foxglove through a WebSocket server on this address (the flag alone: "
+                        f"127.0.0.1:{DEFAULT_VIZ_PORT}; 0.0.0.0:PORT: every interface; port 0: any free one); "
+                        "see docs/deploy.md, Watching a deployed robot")
 
 
 def port(text: str) -> int:
@@ -236,6 +253,7 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
                    help="legged robot: joint damping held without fresh commands (N m s/rad, default 2)")
     p.add_argument("--duration", type=positive_float, default=None, metavar="S",
                    help="run this long, then exit (s; default: until Ctrl-C)")
+    add_viz_argument(p)
     g = p.add_argument_group("quadrotor swarm (see sim2real.hardware.standins.swarm)")
     g.add_argument("--drones", default=None, metavar="N|NAMES",
                    help="simulate a swarm: N drones cf0..cf{N-1}, or comma-separated names, in a room of columns")

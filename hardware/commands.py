@@ -19,18 +19,35 @@ BRIDGES = {
 
 def standin_command(args) -> int:
     """``sim2real standin``: check the options against the robot's kind, fill the quadrotor defaults
-    (``--sensor-rate-hz`` 100, ``--command-timeout`` 0.2 s), run the stand-in.
+    (``--sensor-rate-hz`` 100, ``--command-timeout`` 0.2 s), run the stand-in (with ``--viz``, inside a
+    :class:`~sim2real.deploy.watch.session.DeployWatch`: the live view of its topics).
 
     Raises:
         ConfigError: unknown robot, bad ROS names, an option of another robot kind (``--mjcf`` on a quadrotor;
             ``--drones``, ``--gap``, ``--latency-s`` on a legged robot; ``--gap`` / ``--latency-s`` with
             ``--drones``).
     """
-    from sim2real.configs import ConfigError
     from sim2real.deploy.ros_names import check_ros_names, robot_namespace
 
     robot, kind = robot_namespace(args)
     check_ros_names(args)
+    from sim2real.deploy.watch.session import watch_from_args
+
+    # --viz: checked and bound now, before any ROS traffic (a stand-in records nothing)
+    watch = watch_from_args(args, robot, [args.swarm_ns if args.drones is not None else args.namespace],
+                            record=False)
+    if watch is None:
+        return _standin(args, robot, kind)
+    try:
+        with watch:
+            return _standin(args, robot, kind)
+    finally:
+        watch.close()
+
+
+def _standin(args, robot: dict, kind: str) -> int:
+    from sim2real.configs import ConfigError
+
     if kind == "legged":
         if args.drones is not None:
             raise ConfigError(f"--drones simulates a quadrotor swarm; robot '{robot.get('name')}' is {kind!r}")

@@ -26,6 +26,16 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 # Before any rclpy.init in this process (and inherited by the CLI subprocesses tests start): loopback-only
 # discovery on a domain id of this test run, so no DDS traffic leaves the machine or reaches a real robot.
 DOMAIN_ID = isolate_ros_environment()
+# Every `sim2real deploy` records a run folder (./deploy_runs by default): the suite's, and those of the CLI
+# processes it starts, go to a temporary folder instead of the working folder.
+if not os.environ.get("SIM2REAL_DEPLOY_RUNS"):
+    import atexit
+    import shutil
+    import tempfile
+
+    _deploy_runs = tempfile.mkdtemp(prefix="sim2real-deploy-runs-")
+    os.environ["SIM2REAL_DEPLOY_RUNS"] = _deploy_runs
+    atexit.register(shutil.rmtree, _deploy_runs, ignore_errors=True)
 _namespaces = itertools.count()
 
 # Keep the suite's torch work on the two cores of the CI machine predictable.

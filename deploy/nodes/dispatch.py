@@ -9,7 +9,8 @@ The node kind is the policy's task's (``get_task(metadata["task"]).deploy.node``
   * ``legged``: :class:`~sim2real.deploy.nodes.legged.LeggedPolicyNode`.
 ``--finetune SESSION`` runs :func:`~sim2real.deploy.finetune.node.finetune_deploy_main` instead. A policy whose
 metadata cannot be read goes to the robot kind's node (``legged`` or ``quadrotor``), whose validation names what
-is wrong.
+is wrong. Every kind runs inside a :class:`~sim2real.deploy.watch.session.DeployWatch`: the run recording
+(``--record``, on by default) and the live view (``--viz``), fed from the node's topics.
 """
 
 from __future__ import annotations
@@ -61,15 +62,35 @@ def deploy_main(args) -> int:
         ConfigError: unknown robot or unreadable robot YAML, bad ROS names, no ``--policy`` (nor ``--finetune``),
             a task without a deploy node, options the node refuses.
     """
-    from sim2real.configs import ConfigError
     from sim2real.deploy.ros_names import check_ros_names, robot_namespace
 
     robot, robot_kind = robot_namespace(args)
     check_ros_names(args)  # (before the node modules, which import rclpy)
+    from sim2real.deploy.watch.session import watch_from_args
+
+    swarm = getattr(args, "drones", None) is not None
+    # --viz is checked and its port bound here, before any ROS traffic; the run folder is made when the node starts
+    watch = watch_from_args(args, robot, [args.swarm_ns if swarm else args.namespace],
+                            record=getattr(args, "record", True))
+    try:
+        entry = _entry(args, robot, robot_kind)
+        if watch is None:
+            return entry(args, robot)
+        with watch:
+            return entry(args, robot)
+    finally:
+        if watch is not None:
+            watch.close()
+
+
+def _entry(args, robot: dict, robot_kind: str):
+    """The entry ``entry(args, robot) -> int`` of the node this deploy runs (after the pre-flight check)."""
+    from sim2real.configs import ConfigError
+
     if getattr(args, "finetune", None) is not None:
         from sim2real.deploy.finetune.node import finetune_deploy_main
 
-        return finetune_deploy_main(args, robot)
+        return finetune_deploy_main
     if args.policy is None:
         raise ConfigError("sim2real deploy needs --policy DIR (or --finetune SESSION)")
     from sim2real.policies.check.run import deploy_gate
@@ -78,4 +99,4 @@ def deploy_main(args) -> int:
     kind = policy_node_kind(args.policy) or ("legged" if robot_kind == "legged" else "quadrotor")
     if getattr(args, "drones", None) is not None and kind == "quadrotor":
         kind = "swarm"
-    return resolve_hook(NODE_ENTRIES[kind], "")(args, robot)
+    return resolve_hook(NODE_ENTRIES[kind], "")
