@@ -60,7 +60,7 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                    help="ROS namespace of the topics (quadrotor: odom, goal, estop, cmd/motors|cmd/ctbr, default "
                         "/crazyflie; legged robot: joint_states, imu, jump_command, estop, cmd/joint_targets, "
                         "cmd/joint_gains, and for footstep policies odom, footstep_plan, footstep_plan_poses, "
-                        "footstep_status; default /<robot name>)")
+                        "foot_wrench/left|right, footstep_status; default /<robot name>)")
     p.add_argument("--node-name", default="policy_node", help="ROS node name (default policy_node)")
     p.add_argument("--activate", action="store_true",
                    help="configure and activate at start (otherwise wait for the lifecycle services)")

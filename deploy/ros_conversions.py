@@ -23,7 +23,12 @@ Legged robots (``kind: legged``):
     projected to the ground [m], orientation (x, y, z, w) whose yaw is the foot's heading) in the odometry frame;
     pose 0 is the current support foot, the feet alternate, and pose 0's foot is inferred from the geometry:
     pose 1 to the LEFT of pose 0 (y > 0 in pose 0's yaw frame) -> pose 0 is the RIGHT foot, else the LEFT
-    (:func:`footstep_plan_from_poses`).
+    (:func:`footstep_plan_from_poses`);
+  * foot forces: one ``geometry_msgs/WrenchStamped`` per foot on ``foot_wrench/<label>`` (:func:`foot_wrench_topics`:
+    ``left`` / ``right`` for a biped, else the foot's name), as a foot force/torque sensor reports it:
+    ``header.frame_id`` = the foot body's frame, ``wrench.force.z`` = the normal force [N] the ground exerts on the
+    foot (>= 0, positive when the foot is loaded, along the sole's normal); the footstep node reads only
+    ``force.z`` (:func:`foot_force_from_wrench`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from geometry_msgs.msg import Pose, PoseArray, PoseStamped
+from geometry_msgs.msg import Pose, PoseArray, PoseStamped, WrenchStamped
 from nav_msgs.msg import Odometry, Path
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
@@ -413,6 +418,39 @@ def fill_joint_state(msg: JointState, names: list[str], pos, vel, effort=None) -
     msg.velocity = np.asarray(vel, dtype=np.float64).reshape(-1)
     msg.effort = [] if effort is None else np.asarray(effort, dtype=np.float64).reshape(-1)
     return msg
+
+
+# --- foot forces -------------------------------------------------------------------------------------------------
+FOOT_WRENCH_TOPIC = "foot_wrench"
+
+
+def foot_wrench_topics(foot_names: list[str]) -> list[str]:
+    """``foot_wrench/<label>`` of each foot (robot config foot order), relative to the robot's namespace: labels
+    ``left``, ``right`` for a biped (the footstep plans' foot codes 0 and 1), else the foot names lowercased."""
+    labels = ["left", "right"] if len(foot_names) == 2 else [n.lower() for n in foot_names]
+    return [f"{FOOT_WRENCH_TOPIC}/{label}" for label in labels]
+
+
+def fill_foot_wrench(msg: WrenchStamped, normal_force: float, frame_id: str) -> WrenchStamped:
+    """A foot's normal contact force [N] as a force/torque sensor's wrench in frame ``frame_id``: ``force.z`` =
+    the force, the other components 0 (not measured); returns ``msg``."""
+    msg.header.frame_id = frame_id
+    msg.wrench.force.x = msg.wrench.force.y = 0.0
+    msg.wrench.force.z = float(normal_force)
+    msg.wrench.torque.x = msg.wrench.torque.y = msg.wrench.torque.z = 0.0
+    return msg
+
+
+def foot_force_from_wrench(msg: WrenchStamped) -> float:
+    """The normal force [N] on a foot (``wrench.force.z``) of a foot sensor's ``WrenchStamped``.
+
+    Raises:
+        InvalidMessage: NaN/Inf (the message must be discarded).
+    """
+    f = float(msg.wrench.force.z)
+    if not np.isfinite(f):
+        raise InvalidMessage("NaN/Inf force")
+    return f
 
 
 # --- footstep plans -----------------------------------------------------------------------------------------------

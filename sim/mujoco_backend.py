@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
+from sim2real.sim.kinematics import foot_yaw_from_xmat
 from sim2real.sim.mujoco_model import (
     OBSTACLE_PARK, UNSTABLE_WARNINGS, batch_class, build_model, make_position_servos,
 )
@@ -177,7 +178,7 @@ class MujocoBackend:
             "foot_contact": self._t(self._sensordata[:, i.foot_sensors]),
             "body_contact": self._t(self._sensordata[:, i.body_sensors]),
             "foot_pos_w": self._t(self._site_xpos[:, i.foot_sites]),
-            "foot_yaw_w": self._t(np.arctan2(self._site_xmat[:, i.foot_sites, 3], self._site_xmat[:, i.foot_sites, 0])),
+            "foot_yaw_w": self._t(foot_yaw_from_xmat(self._site_xmat[:, i.foot_sites])),
         }
 
     def joint_torque(self) -> torch.Tensor:

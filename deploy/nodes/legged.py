@@ -30,7 +30,8 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
   * ``estop`` (``std_msgs/Bool``, in): ``true`` -> damping mode, latched until the process restarts;
   * footstep policies only (observation terms ``footstep_targets`` / ``gait_clock``; see "Footsteps" below):
     ``odom`` (``nav_msgs/Odometry``, in), ``footstep_plan`` (``nav_msgs/Path``, in), ``footstep_plan_poses``
-    (``geometry_msgs/PoseArray``, in) and ``footstep_status`` (``std_msgs/Float32MultiArray``, out);
+    (``geometry_msgs/PoseArray``, in), ``foot_wrench/left`` and ``foot_wrench/right``
+    (``geometry_msgs/WrenchStamped``, in) and ``footstep_status`` (``std_msgs/Float32MultiArray``, out);
   * ``cmd/joint_targets`` (``sensor_msgs/JointState``, out): ``name`` = joint names (policy order),
     ``position`` = targets [rad], ``velocity`` = 0, ``effort`` = 0;
   * ``cmd/joint_gains`` (``sensor_msgs/JointState``, out, used as a (kp, kd) carrier): ``name`` = joint names,
@@ -76,13 +77,29 @@ the angular velocity (base frame) as for every legged policy.
     -half_width_m)``, yaw = the base's, z = 0 (the odometry frame's ground), or, after a damping episode during a
     received plan, that plan's current support-step z; the right foot is the support, the left steps first. A
     plan's real steps done, its padding keeps stepping in place on its last two footsteps;
-  * each policy tick: the shared :class:`~sim2real.tasks.humanoid_footsteps.tracker.FootstepTracker` gives
-    ``command`` (next two targets x, y, z, yaw) and ``phase``, the SAME :class:`ObservationBuilder` as training
-    builds the observation, and after the action the tracker advances by the control period;
-  * ``footstep_status`` (``std_msgs/Float32MultiArray``, out, every policy tick, before the advance):
-    ``[index, length, phase, time_in_step_s]`` (``layout.dim[0].label`` = the names comma-joined): the target
-    step's index in the padded plan (>= 1; >= length: stepping in place after the plan), the plan's real length,
-    the gait phase in [0, 1) the policy observed, the time into the target's window [s].
+  * ``foot_wrench/left``, ``foot_wrench/right`` (``geometry_msgs/WrenchStamped``, in; optional): each foot's
+    force/torque sensor; ``wrench.force.z`` = the normal force [N] the ground exerts on the foot (positive when
+    loaded), the rest unused. Not a required input (no damping when missing): without fresh forces (older than
+    ``state_timeout_s``) the node cannot see touchdowns and reports the hits as unknown (NaN);
+  * the feet: foot points (the robot config's ``foot_bodies`` origins, the training's foot points) by forward
+    kinematics (MuJoCo ``mj_kinematics`` on the robot config's MJCF) from the odometry base pose and the joint
+    states (by name), in the odometry frame (:class:`~sim2real.sim.kinematics.FootKinematics`);
+  * each policy tick: first the previous tick's step ends: the feet measured now (the result of that action) are
+    scored against the target the policy acted on by the shared
+    :class:`~sim2real.tasks.humanoid_footsteps.tracker.TouchdownCounter` (foot force > ``env.contact_force``,
+    ``gait.min_swing_s`` in the air, a rise of ``gait.min_clearance``; a hit within ``success.hit_distance`` and
+    ``success.hit_yaw``: the training config's values, from the metadata), and the shared
+    :class:`~sim2real.tasks.humanoid_footsteps.tracker.FootstepTracker` advances by the control period, counting
+    the windows that ended, as the training env does after each action; then the tracker gives ``command`` (next
+    two targets x, y, z, yaw) and ``phase``, and the SAME :class:`ObservationBuilder` as training builds the
+    observation. The policy takes over with both feet standing (contact, no air time), as an episode starts;
+  * ``footstep_status`` (``std_msgs/Float32MultiArray``, out, every policy tick, after the observation):
+    ``[index, length, phase, time_in_step_s, hits, steps]`` (``layout.dim[0].label`` = the names comma-joined):
+    the target step's index in the padded plan (>= 1; >= length: stepping in place after the plan), the plan's
+    real length, the gait phase in [0, 1) the policy observed, the time into the target's window [s], and since
+    the current plan was accepted (or the step-in-place plan started): ``steps``, the plan's steps whose window
+    has closed, and ``hits``, how many of them the target foot hit with its first real step (NaN: the foot
+    forces were missing at some tick, unknown). The hit rate is hits / steps, training's metric.
 """
 
 from __future__ import annotations
@@ -93,21 +110,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from geometry_msgs.msg import PoseArray
+from geometry_msgs.msg import PoseArray, WrenchStamped
 from nav_msgs.msg import Odometry, Path as PathMsg
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
-from sim2real.deploy.footsteps import STATUS_NAMES, FootstepInput, uses_footsteps
+from sim2real.deploy.footsteps import STATUS_NAMES, FootState, FootstepInput, uses_footsteps
 from sim2real.deploy.nodes.base import PolicyLifecycleNode, run_policy_nodes
 from sim2real.deploy.ros_conversions import (
-    JUMP_COMMAND_NAMES, InvalidMessage, JointOrder, command_from_message, footstep_plan_from_path,
-    footstep_plan_from_pose_array, imu_to_sample, joint_command_messages, joint_state_to_sample, legged_robot_state,
-    odometry_to_sample,
+    JUMP_COMMAND_NAMES, InvalidMessage, JointOrder, command_from_message, foot_force_from_wrench, foot_wrench_topics,
+    footstep_plan_from_path, footstep_plan_from_pose_array, imu_to_sample, joint_command_messages,
+    joint_state_to_sample, legged_robot_state, odometry_to_sample,
 )
 from sim2real.deploy.safety import InputMonitor
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 from sim2real.policies.artefact.onnx_policy import OnnxPolicy
+from sim2real.sim.kinematics import FootKinematics
 from sim2real.sim.rotations import tilt_from_quat
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.observations import ObservationBuilder
@@ -175,6 +193,10 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         self.plans_accepted = self.plans_rejected = 0
         self.last_status: list[float] | None = None  # the latest footstep_status values
         self._status_pub = None
+        self.foot_kinematics: FootKinematics | None = None
+        self.foot_topics: list[str] = []
+        self._foot_force = np.zeros(0)  # N, latest normal force of each foot (robot config foot order)
+        self._foot_force_time = np.zeros(0)  # monotonic time [s] it arrived (-inf: never)
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     SAFE_COMMAND = "damping command"
@@ -193,6 +215,9 @@ class LeggedPolicyNode(PolicyLifecycleNode):
                 self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
                 self.create_subscription(PathMsg, "footstep_plan", self._on_footstep_path, self._qos),
                 self.create_subscription(PoseArray, "footstep_plan_poses", self._on_footstep_poses, self._qos)]
+            self._subs += [self.create_subscription(WrenchStamped, topic,
+                                                    lambda msg, foot=k: self._on_foot_wrench(foot, msg), self._qos)
+                           for k, topic in enumerate(self.foot_topics)]
 
     def _configured_message(self) -> str:
         return (f"configured {self.policy_dir} ({self.metadata['task']}, {len(self.joint_names)} joints, "
@@ -202,6 +227,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         """Load and check the policy against the robot; set up the observation and action terms."""
         from sim2real.configs import ConfigError
         from sim2real.sim.mujoco_model import build_model
+        from sim2real.sim.robot import LeggedRobot
 
         if self.robot.get("kind") != "legged":
             raise PolicyMismatchError([("robot.kind", f"the legged deploy node drives legged robots, robot is "
@@ -212,8 +238,9 @@ class LeggedPolicyNode(PolicyLifecycleNode):
             raise PolicyMismatchError([("action.interface", f"the legged deploy node runs joint_position policies, "
                                                             f"policy is {meta['action']['interface']!r}")])
         try:
-            _, index = build_model(self.robot, {"fidelity": "full"})
+            model, index = build_model(self.robot, {"fidelity": "full"})
             self.action_term = JointPositionAction(self.robot)
+            foot_names = LeggedRobot.from_config(self.robot).foot_names
         except ConfigError as exc:
             raise PolicyMismatchError([("robot.params", str(exc))]) from None
         self.policy, self.metadata = policy, meta
@@ -231,6 +258,14 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         self.last_action = torch.zeros(1, self.action_term.num_actions)
         self._reset_command()
         self.footsteps = FootstepInput(meta) if uses_footsteps(meta) else None
+        if self.footsteps is not None:  # the feet by forward kinematics on the robot's model, forces from its sensors
+            if len(foot_names) != 2:
+                raise PolicyMismatchError([("robot.foot_bodies", f"a footstep policy needs a biped (2 feet, left "
+                                                                  f"then right), robot has {len(foot_names)}")])
+            self.foot_kinematics = FootKinematics(model, index)
+            self.foot_topics = foot_wrench_topics(foot_names)
+            self._foot_force = np.zeros(len(foot_names))
+            self._foot_force_time = np.full(len(foot_names), -float("inf"))
         # Footstep policies also need odometry; the e-stop stays latched across a reconfigure.
         estop = self.monitor.estop_engaged
         self.monitor = InputMonitor(INPUTS + (FOOTSTEP_INPUTS if self.footsteps is not None else ()),
@@ -297,6 +332,27 @@ class LeggedPolicyNode(PolicyLifecycleNode):
             return
         self._odom = sample
         self.monitor.on_input("odom", now, True)
+
+    def _on_foot_wrench(self, foot: int, msg: WrenchStamped) -> None:
+        """A foot sensor's wrench: its ``force.z`` is the foot's normal force [N] (NaN/Inf: discarded, logged)."""
+        try:
+            self._foot_force[foot] = foot_force_from_wrench(msg)
+        except InvalidMessage as exc:
+            self.get_logger().warning(f"{self.foot_topics[foot]} discarded: {exc}", throttle_duration_sec=1.0)
+            return
+        self._foot_force_time[foot] = time.monotonic()
+
+    def foot_state(self, now: float | None = None) -> FootState | None:
+        """The feet now (footstep policies): the latest normal force of each foot and the foot points, by forward
+        kinematics on the robot's model (the training's foot points), from the latest odometry (base pose,
+        odometry frame) and joint states (by name). None when a foot's force is missing or older than
+        ``state_timeout_s``, or odometry or joint states are missing."""
+        now = time.monotonic() if now is None else now
+        if self._odom is None or self._joints is None or not len(self._foot_force_time) or \
+                (now - self._foot_force_time > self.state_timeout_s).any():
+            return None
+        pos_w, yaw_w = self.foot_kinematics(self._odom.pos_w, self._odom.quat_w, self._joints.pos)
+        return FootState(self._foot_force.copy(), pos_w, yaw_w)
 
     def _on_footstep_path(self, msg: PathMsg) -> bool:
         return self._on_plan("footstep_plan", footstep_plan_from_path, msg)
@@ -391,6 +447,8 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         if fault is None and self.phase == "ramp":
             command = self._ramp_command(now)
         elif fault is None:
+            if self.footsteps is not None:  # score the previous action's step, advance the clock (see footsteps)
+                self.footsteps.finish_step(self.period_s, self.foot_state(now))
             state = self.robot_state(now)
             action = torch.from_numpy(self.policy(self.obs_builder.build(state).numpy())).reshape(1, -1)
             if bool(torch.isfinite(action).all()):
@@ -399,7 +457,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
                 command = (targets, self.kp, self.kd)
                 if self.footsteps is not None:
                     self._publish_status()
-                    self.footsteps.advance(self.period_s)
+                    self.footsteps.step_pending = True
             else:
                 fault = "invalid_action"
         if fault is not None:
@@ -433,17 +491,24 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         alpha = 1.0 if self.ramp_s <= 0 else min(1.0, (now - self._ramp_t0) / self.ramp_s)
         targets = self._ramp_start + alpha * (self.default_pose - self._ramp_start)
         if alpha >= 1.0:  # the next tick is the policy's: it starts from rest, waiting for a command
-            self.phase = "policy"
-            self.policy_since = now
-            self.last_action = torch.zeros(1, self.action_term.num_actions)
-            self.obs_builder.reset()
-            self._reset_command()
-            if self.footsteps is not None:
-                plan = self.footsteps.start_in_place(self._odom.pos_w, self._odom.quat_w)
-                self.get_logger().info(f"stepping in place at {np.round(plan.poses[:, :2], 3).tolist()} until a "
-                                       "footstep plan arrives")
-            self.get_logger().info("default pose reached: policy in control")
+            self._take_over(now)
         return np.clip(targets, self.joint_low, self.joint_high), self.kp, self.kd
+
+    def _take_over(self, now: float) -> None:
+        """The policy takes control from the next tick on: from rest (no last action, an empty observation
+        history, no command); footstep policies step in place at the robot's own feet, both feet standing."""
+        self.phase = "policy"
+        self.policy_since = now
+        self.last_action = torch.zeros(1, self.action_term.num_actions)
+        self.obs_builder.reset()
+        self._reset_command()
+        if self.footsteps is not None:
+            plan = self.footsteps.start_in_place(self._odom.pos_w, self._odom.quat_w)
+            foot_pos_w, _ = self.foot_kinematics(self._odom.pos_w, self._odom.quat_w, self._joints.pos)
+            self.footsteps.reset_feet(foot_pos_w[:, 2])
+            self.get_logger().info(f"stepping in place at {np.round(plan.poses[:, :2], 3).tolist()} until a "
+                                   "footstep plan arrives")
+        self.get_logger().info("default pose reached: policy in control")
 
     def _publish_status(self) -> None:
         msg = Float32MultiArray()

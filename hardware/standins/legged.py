@@ -22,6 +22,13 @@ Topics, relative to the namespace (default ``/<robot name>``):
     name and skip the others; position [rad], velocity [rad/s], effort = servo torque [N m];
   * ``imu`` (``sensor_msgs/Imu``, out, sensor rate, frame ``imu``): orientation of the IMU site in the world
     frame, angular velocity [rad/s] and specific force [m/s^2] (reads +g up at rest) in the site frame;
+  * ``foot_wrench/<label>`` (``geometry_msgs/WrenchStamped``, out, sensor rate; labels ``left``, ``right`` for a
+    biped, else the foot names lowercased: :func:`~sim2real.deploy.ros_conversions.foot_wrench_topics`): each
+    foot as a foot force/torque sensor reports it, ``header.frame_id`` = the foot's body, ``wrench.force.z`` = the
+    normal contact force [N] on the foot: the simulation's foot touch sensor, the force training's
+    ``foot_contact`` reads (sum of the contact normal forces in the foot's touch volume, >= 0); the other
+    components 0 (the model's own F/T sensors, e.g. the real JVRC-1's ``*FootForceSensor_fsensor``, are not
+    read: the project's model has none, and training never saw them);
   * ``odom`` (``nav_msgs/Odometry``, out, always, ``odom_rate_hz``, default 50 Hz): ground truth of the base
     (``base_body``) from the simulation: pose in the world frame, published as ``header.frame_id`` ``odom`` (the
     odometry frame: the sim's world frame, origin on the floor), twist in the base frame (``child_frame_id``
@@ -48,6 +55,7 @@ import time
 
 import mujoco
 import numpy as np
+from geometry_msgs.msg import WrenchStamped
 from nav_msgs.msg import Odometry
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
@@ -56,8 +64,8 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from sim2real.deploy.ros_conversions import (
-    InvalidMessage, JointOrder, fill_imu, fill_joint_state, fill_odometry, joint_gains_from_message,
-    joint_targets_from_message,
+    InvalidMessage, JointOrder, fill_foot_wrench, fill_imu, fill_joint_state, fill_odometry, foot_wrench_topics,
+    joint_gains_from_message, joint_targets_from_message,
 )
 from sim2real.hardware.realtime import RealTimeStepper
 from sim2real.sim.mujoco_model import build_model, make_position_servos
@@ -162,6 +170,9 @@ class SimLeggedNode(Node):
         self.imu_pub = self.create_publisher(Imu, "imu", qos)
         self.odom_pub = self.create_publisher(Odometry, "odom", qos)
         self.contacts_pub = self.create_publisher(Float32MultiArray, "contacts", qos)
+        self.foot_topics = foot_wrench_topics(self.legged.foot_names)
+        self.foot_frames = [m.body(int(m.site_bodyid[s])).name for s in i.foot_sites]
+        self.foot_pubs = [self.create_publisher(WrenchStamped, t, qos) for t in self.foot_topics]
         self.create_subscription(JointState, "cmd/joint_targets", self._on_targets, qos)
         self.create_subscription(JointState, "cmd/joint_gains", self._on_gains, qos)
         self.stepper = RealTimeStepper(self.dt, time.monotonic())
@@ -265,7 +276,8 @@ class SimLeggedNode(Node):
             self.publish_odometry()
 
     def publish_sensors(self) -> None:
-        """Publish ``joint_states`` (model actuator order) and ``imu`` of the current state."""
+        """Publish ``joint_states`` (model actuator order), ``imu`` and the ``foot_wrench`` topics of the current
+        state."""
         m, d, i = self.model, self.data, self.index
         stamp = self.get_clock().now().to_msg()
         js = JointState()
@@ -281,6 +293,10 @@ class SimLeggedNode(Node):
         fill_imu(imu, self._quat, self._vel6[:3], self._acc6[3:])
         self.joint_pub.publish(js)
         self.imu_pub.publish(imu)
+        for pub, frame, force in zip(self.foot_pubs, self.foot_frames, self.foot_forces()):
+            wrench = WrenchStamped()
+            wrench.header.stamp = stamp
+            pub.publish(fill_foot_wrench(wrench, force, frame))
 
     def publish_odometry(self) -> None:
         """Publish ``odom`` (base pose, world frame; twist, base frame) and ``contacts``."""
@@ -303,6 +319,10 @@ class SimLeggedNode(Node):
         """Normal contact forces [N]: feet (``foot_geoms`` order), then termination bodies."""
         i = self.index
         return np.concatenate((self.data.sensordata[i.foot_sensors], self.data.sensordata[i.body_sensors]))
+
+    def foot_forces(self) -> np.ndarray:
+        """Normal contact force [N] on each foot (robot config foot order): the foot touch sensors."""
+        return self.data.sensordata[self.index.foot_sensors].copy()
 
     def joint_positions(self) -> dict[str, float]:
         """``{joint name: position [rad]}`` of the policy joints."""

@@ -44,7 +44,7 @@ from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.humanoid_footsteps import plans as fp
 from sim2real.tasks.humanoid_footsteps import rewards as rew
 from sim2real.tasks.humanoid_footsteps.checks import check_config
-from sim2real.tasks.humanoid_footsteps.tracker import FootstepTracker, detect_touchdowns, score_touchdown
+from sim2real.tasks.humanoid_footsteps.tracker import FootstepTracker, TouchdownCounter
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
 from sim2real.tasks.legged_env import LeggedTaskEnv
 from sim2real.tasks.state import RobotState
@@ -114,17 +114,9 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.box_quat_w = torch.zeros(n, self.num_boxes, 4, device=device)
         self.box_quat_w[..., 0] = 1.0
 
-        # Per-env step bookkeeping.
-        self.air_time = torch.zeros(n, 2, device=device)         # s each foot has been out of contact
-        self.liftoff_z = torch.zeros(n, 2, device=device)        # m, foot point height when it last left the ground
-        self.swing_lift = torch.zeros(n, 2, device=device)       # m, highest rise above it during the current swing
-        self.foot_in_contact = torch.ones(n, 2, dtype=torch.bool, device=device)
+        # Per-env step bookkeeping: touchdowns, real steps, hits and steps per window (shared with deploy).
+        self.touchdown_counter = TouchdownCounter.from_config(cfg, n, device)
         self.prev_foot_pos = torch.zeros(n, 2, 3, device=device)
-        self.scored = torch.zeros(n, dtype=torch.bool, device=device)   # the current target got its touchdown
-        self.stepped = torch.zeros(n, dtype=torch.bool, device=device)  # ... its first real step (with clearance)
-        self.hit_now = torch.zeros(n, dtype=torch.bool, device=device)  # ... and it was a hit
-        self.hits = torch.zeros(n, device=device)
-        self.steps_done = torch.zeros(n, device=device)
         self.mode = torch.zeros(n, dtype=torch.long, device=device)
         self.is_stairs = torch.zeros(n, dtype=torch.bool, device=device)
         self.difficulty = torch.zeros(n, device=device)
@@ -175,6 +167,16 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.foot_point_height = float(feet[:, 2].mean())   # foot point above the sole when standing [m]
         self.robot_weight = float(m.body_subtreemass[i.base_body]) * float(np.linalg.norm(m.opt.gravity))  # N
 
+    @property
+    def hits(self) -> torch.Tensor:
+        """``[N]`` hits of the current episode (:attr:`TouchdownCounter.hits`, the same tensor)."""
+        return self.touchdown_counter.hits
+
+    @property
+    def steps_done(self) -> torch.Tensor:
+        """``[N]`` planned steps whose window closed this episode (:attr:`TouchdownCounter.steps`)."""
+        return self.touchdown_counter.steps
+
     # --- state ---------------------------------------------------------------------------------------------
     def robot_state(self) -> RobotState:
         """The current :class:`RobotState` of every env (policy joint order; command = next two footsteps)."""
@@ -208,41 +210,18 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             self._scheduled_pushes()
         self._act(actions)
         state = self.robot_state()
-        e, sc = self.cfg["env"], self.cfg["success"]
+        e = self.cfg["env"]
 
         # Touchdowns of the target foot. The reward scores the first touchdown of each step window (any touchdown
         # after min_swing_s in the air: shuffles count, a stepping stone while learning); the hit metric takes the
         # first real step (the foot also rose min_clearance above its lift-off height).
-        contact = self._state["foot_contact"] > e["contact_force"]
-        foot_z = self._state["foot_pos_w"][..., 2]
-        lifting = ~contact & self.foot_in_contact
-        self.liftoff_z = torch.where(lifting, self.prev_foot_pos[..., 2], self.liftoff_z)
-        rise = torch.maximum(torch.where(lifting, torch.zeros_like(foot_z), self.swing_lift), foot_z - self.liftoff_z)
-        self.swing_lift = torch.where(~contact, rise, self.swing_lift)
-        gait = self.cfg["gait"]
-        landed = detect_touchdowns(contact, self.foot_in_contact, self.air_time, gait["min_swing_s"])
-        stepped = detect_touchdowns(contact, self.foot_in_contact, self.air_time, gait["min_swing_s"],
-                                    self.swing_lift, gait["min_clearance"])
-        self.air_time = torch.where(contact, torch.zeros_like(self.air_time), self.air_time + self.control_dt)
-        self.swing_lift = torch.where(contact, torch.zeros_like(self.swing_lift), self.swing_lift)
-        self.foot_in_contact = contact
-        target = self.tracker.target()
-        foot = target[:, 0].long()
-        rows = torch.arange(self.num_envs, device=self.device)
-        touchdown = landed[rows, foot] & ~self.scored
-        step = stepped[rows, foot] & ~self.stepped
-        pos = self._state["foot_pos_w"][rows, foot]
-        score, hit = score_touchdown(pos[:, :2], self._state["foot_yaw_w"][rows, foot], target,
-                                     sc["hit_distance"], sc["hit_yaw"])
-        score = torch.where(touchdown, score, torch.zeros_like(score))
-        hit &= step
-        self.hit_now |= hit
-        self.scored |= touchdown
-        self.stepped |= step
+        td = self.touchdown_counter.update(self._state["foot_contact"], self._state["foot_pos_w"],
+                                           self._state["foot_yaw_w"], self.tracker.target(), self.control_dt)
+        score = td.score
         if self.touchdowns is not None:
-            for i in step.nonzero(as_tuple=False).squeeze(-1).tolist():
-                self.touchdowns[i].append((int(self.tracker.index[i]), *pos[i].tolist(),
-                                           float(self._state["foot_yaw_w"][i, foot[i]]), bool(hit[i])))
+            for i in td.step.nonzero(as_tuple=False).squeeze(-1).tolist():
+                self.touchdowns[i].append((int(self.tracker.index[i]), *td.pos_w[i].tolist(), float(td.yaw_w[i]),
+                                           bool(td.hit[i])))
 
         # Falls.
         body_contact = (self._state["body_contact"] > e["body_contact_force"]).any(-1)
@@ -261,14 +240,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         reward = self._weighted_reward(terms, rew.ONCE)
 
         # Close the windows that ended: count the real plan steps and their hits; the next step is the target.
-        counted = self.tracker.in_plan()
-        ended = self.tracker.advance(self.control_dt)
-        closing = ended & counted
-        self.steps_done += closing.float()
-        self.hits += (closing & self.hit_now).float()
-        self.scored &= ~ended
-        self.stepped &= ~ended
-        self.hit_now &= ~ended
+        self.touchdown_counter.advance(self.tracker, self.control_dt)
 
         if self.fixed_plans is not None:  # each plan's own length: its last window, then 1 s
             time_out = self.episode_length_buf >= self.plan_episode_length
@@ -405,14 +377,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.prev_foot_pos[ids] = self._state["foot_pos_w"][ids]
         self.actions[ids] = 0.0
         self.last_actions[ids] = 0.0
-        self.air_time[ids] = 0.0
-        self.swing_lift[ids] = 0.0
-        self.foot_in_contact[ids] = True
-        self.scored[ids] = False
-        self.stepped[ids] = False
-        self.hit_now[ids] = False
-        self.hits[ids] = 0.0
-        self.steps_done[ids] = 0.0
+        self.touchdown_counter.reset(ids, self._state["foot_pos_w"][ids][..., 2])
         self.episode_length_buf[ids] = 0
         if self.num_pushes:  # uniformly random steps in 15-75% of the episode's length
             length = (self.plan_episode_length[ids] if self.fixed_plans is not None

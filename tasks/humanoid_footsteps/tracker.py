@@ -5,9 +5,15 @@ window the next step becomes the target, whether or not the foot got there (a mi
 where it stands. The gait clock phase runs over two windows: ``phase = (t / step_period + foot) / 2`` with
 ``foot`` the target's foot code (0 left, 1 right), so [0, 0.5) is the left foot's step, [0.5, 1) the right's.
 Past the plan's real length the padded steps (stepping in place on the last two footsteps) keep it going.
+
+:class:`TouchdownCounter` keeps the per-window touchdown bookkeeping on top of it (which touchdown of the target
+foot is a real step, whether it is a hit, the hits and steps of each plan), one code path for the env (``[N]``
+worlds) and the deploy node (``N = 1``, foot state measured on the robot).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -124,3 +130,159 @@ def score_touchdown(foot_xy: torch.Tensor, foot_yaw: torch.Tensor, target: torch
     dist = torch.linalg.vector_norm(foot_xy - target[:, 1:3], dim=-1)
     dyaw = wrap_angle(foot_yaw - target[:, 4]).abs()
     return torch.exp(-dist / 0.1) * torch.exp(-dyaw / 0.2), (dist < hit_distance) & (dyaw < hit_yaw)
+
+
+@dataclass
+class Touchdowns:
+    """What :meth:`TouchdownCounter.update` saw of each env's TARGET foot at this control step (all ``[N]``).
+
+    Attributes:
+        foot: the target foot's code (0 left, 1 right).
+        touchdown: bool, the window's first touchdown (after ``min_swing_s`` in the air; clearance not required):
+            the placement reward scores it.
+        step: bool, the window's first real step (a touchdown that also rose ``min_clearance``): a hit or a miss.
+        hit: bool, ``step`` and within the hit tolerances.
+        score: placement score in (0, 1] of a ``touchdown`` (see :func:`score_touchdown`), else 0.
+        pos_w: ``[N, 3]`` the target foot's point [m], world (odometry) frame; yaw_w: its heading [rad].
+    """
+
+    foot: torch.Tensor
+    touchdown: torch.Tensor
+    step: torch.Tensor
+    hit: torch.Tensor
+    score: torch.Tensor
+    pos_w: torch.Tensor
+    yaw_w: torch.Tensor
+
+
+class TouchdownCounter:
+    """Per-step-window touchdown bookkeeping of a batch of bipeds, shared by the env and the deploy node.
+
+    Each control step, :meth:`update` takes the feet's normal contact forces and foot points, tracks each foot's
+    contact, air time and rise above its lift-off height, detects touchdowns (:func:`detect_touchdowns`) and scores
+    the target foot's first touchdown and first real step of the current window (:func:`score_touchdown`); then
+    :meth:`advance` advances the :class:`FootstepTracker` and, for every window that closed while its step was a
+    real step of the plan, counts a step, and a hit when that window's first real step was a hit. The hit rate of a
+    plan is ``hits / steps``.
+
+    Args:
+        num_envs: N.
+        contact_force: N, a foot force above this is contact (the task's ``env.contact_force``).
+        min_swing_s: s in the air before a contact is a touchdown (``gait.min_swing_s``).
+        min_clearance: m the foot point must rise above its lift-off height for a touchdown to be a real step
+            (``gait.min_clearance``).
+        hit_distance, hit_yaw: m and rad, the hit tolerances (``success.hit_distance`` / ``success.hit_yaw``).
+        device: torch device.
+
+    Attributes (feet ``[N, 2]`` in the plans' foot-code order: 0 left, 1 right; z in the world / odometry frame):
+        air_time: s each foot has been out of contact.
+        liftoff_z: m, foot point height when it last left the ground.
+        swing_lift: m, highest rise above it during the current swing.
+        in_contact: bool, contact at the latest update.
+        prev_foot_z: m, foot point heights at the latest update (or reset).
+        scored, stepped, hit_now: ``[N]`` bool, the current window's target got its touchdown / its first real
+            step / and that step was a hit.
+        hits, steps: ``[N]`` float, hits and closed in-plan windows since the latest :meth:`reset_counts`.
+    """
+
+    def __init__(self, num_envs: int, contact_force: float, min_swing_s: float, min_clearance: float,
+                 hit_distance: float, hit_yaw: float, device: str | torch.device = "cpu"):
+        n = int(num_envs)
+        self.num_envs, self.device = n, device
+        self.contact_force, self.min_swing_s = float(contact_force), float(min_swing_s)
+        self.min_clearance = float(min_clearance)
+        self.hit_distance, self.hit_yaw = float(hit_distance), float(hit_yaw)
+        self.air_time = torch.zeros(n, 2, device=device)
+        self.liftoff_z = torch.zeros(n, 2, device=device)
+        self.swing_lift = torch.zeros(n, 2, device=device)
+        self.in_contact = torch.ones(n, 2, dtype=torch.bool, device=device)
+        self.prev_foot_z = torch.zeros(n, 2, device=device)
+        self.scored = torch.zeros(n, dtype=torch.bool, device=device)
+        self.stepped = torch.zeros(n, dtype=torch.bool, device=device)
+        self.hit_now = torch.zeros(n, dtype=torch.bool, device=device)
+        self.hits = torch.zeros(n, device=device)
+        self.steps = torch.zeros(n, device=device)
+
+    @classmethod
+    def from_config(cls, cfg: dict, num_envs: int, device: str | torch.device = "cpu") -> "TouchdownCounter":
+        """From a humanoid-footsteps task config (``env.contact_force``, ``gait.min_swing_s``,
+        ``gait.min_clearance``, ``success.hit_distance``, ``success.hit_yaw``)."""
+        e, g, s = cfg["env"], cfg["gait"], cfg["success"]
+        return cls(num_envs, e["contact_force"], g["min_swing_s"], g["min_clearance"], s["hit_distance"],
+                   s["hit_yaw"], device)
+
+    def reset(self, ids: torch.Tensor, foot_z: torch.Tensor) -> None:
+        """Envs ``ids`` start standing on both feet (:meth:`reset_feet`) with their counts cleared
+        (:meth:`reset_counts`)."""
+        self.reset_feet(ids, foot_z)
+        self.reset_counts(ids)
+
+    def reset_feet(self, ids: torch.Tensor, foot_z: torch.Tensor) -> None:
+        """Feet of envs ``ids`` standing: in contact, no air time or lift; ``foot_z`` ``[M, 2]`` [m] their foot
+        point heights now (``liftoff_z`` is kept: a lift-off sets it before it is read)."""
+        self.air_time[ids] = 0.0
+        self.swing_lift[ids] = 0.0
+        self.in_contact[ids] = True
+        self.prev_foot_z[ids] = foot_z
+
+    def reset_counts(self, ids: torch.Tensor) -> None:
+        """Clear the current window's touchdown flags and the hits and steps of envs ``ids`` (a new plan)."""
+        self.scored[ids] = False
+        self.stepped[ids] = False
+        self.hit_now[ids] = False
+        self.hits[ids] = 0.0
+        self.steps[ids] = 0.0
+
+    def update(self, foot_force: torch.Tensor, foot_pos_w: torch.Tensor, foot_yaw_w: torch.Tensor,
+               target: torch.Tensor, dt: float) -> Touchdowns:
+        """One control step of the feet, scored against the current target (call before :meth:`advance`).
+
+        Args:
+            foot_force: ``[N, 2]`` normal contact force of each foot [N].
+            foot_pos_w: ``[N, 2, 3]`` foot points [m], world (odometry) frame.
+            foot_yaw_w: ``[N, 2]`` foot headings about z [rad].
+            target: ``[N, 5]`` the current target step (:meth:`FootstepTracker.target`).
+            dt: s since the previous update (the control period).
+
+        Returns:
+            the target foot's :class:`Touchdowns` of this step.
+        """
+        contact = foot_force > self.contact_force
+        foot_z = foot_pos_w[..., 2]
+        lifting = ~contact & self.in_contact
+        self.liftoff_z = torch.where(lifting, self.prev_foot_z, self.liftoff_z)
+        rise = torch.maximum(torch.where(lifting, torch.zeros_like(foot_z), self.swing_lift), foot_z - self.liftoff_z)
+        self.swing_lift = torch.where(~contact, rise, self.swing_lift)
+        landed = detect_touchdowns(contact, self.in_contact, self.air_time, self.min_swing_s)
+        stepped = detect_touchdowns(contact, self.in_contact, self.air_time, self.min_swing_s, self.swing_lift,
+                                    self.min_clearance)
+        self.air_time = torch.where(contact, torch.zeros_like(self.air_time), self.air_time + dt)
+        self.swing_lift = torch.where(contact, torch.zeros_like(self.swing_lift), self.swing_lift)
+        self.in_contact = contact
+        self.prev_foot_z = foot_z.clone()
+        foot = target[:, 0].long()
+        rows = torch.arange(foot.shape[0], device=foot.device)
+        touchdown = landed[rows, foot] & ~self.scored
+        step = stepped[rows, foot] & ~self.stepped
+        pos, yaw = foot_pos_w[rows, foot], foot_yaw_w[rows, foot]
+        score, hit = score_touchdown(pos[:, :2], yaw, target, self.hit_distance, self.hit_yaw)
+        score = torch.where(touchdown, score, torch.zeros_like(score))
+        hit &= step
+        self.hit_now |= hit
+        self.scored |= touchdown
+        self.stepped |= step
+        return Touchdowns(foot, touchdown, step, hit, score, pos, yaw)
+
+    def advance(self, tracker: FootstepTracker, dt: float) -> torch.Tensor:
+        """Advance ``tracker`` by ``dt`` [s] and close the windows that ended: each one whose step was a real step
+        of the plan counts a step, and a hit when its first real step was a hit; the next step is the target.
+        Returns ``[N]`` bool, the windows that ended."""
+        counted = tracker.in_plan()
+        ended = tracker.advance(dt)
+        closing = ended & counted
+        self.steps += closing.float()
+        self.hits += (closing & self.hit_now).float()
+        self.scored &= ~ended
+        self.stepped &= ~ended
+        self.hit_now &= ~ended
+        return ended

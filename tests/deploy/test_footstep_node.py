@@ -285,7 +285,8 @@ def test_the_policy_starts_stepping_in_place_at_its_own_feet_and_the_tracker_adv
     np.testing.assert_allclose(t.steps_w[0, :4].numpy(), [[RIGHT, *right], [LEFT, *left], [RIGHT, *right],
                                                           [LEFT, *left]], atol=1e-5)
     assert node.footsteps.plan is None and int(t.lengths[0]) == 2
-    # Each policy tick publishes the status it observed, then advances the clock by one control period.
+    # Each policy tick advances the clock by one control period (the previous tick's step), then publishes the
+    # status it observed.
     per_step = round(gait["step_period_s"] / node.period_s)
     for k in range(2 * per_step + 3):
         node._on_joint_states(joint_msg(DEFAULT))
@@ -293,9 +294,13 @@ def test_the_policy_starts_stepping_in_place_at_its_own_feet_and_the_tracker_adv
         node._on_odom(odom_msg(pos, quat))
         node._on_tick()
         assert node.phase == "policy", node.fault
-        index, length, phase, t_step = node.last_status
+        index, length, phase, t_step, hits, steps = node.last_status
         assert length == 2.0
         assert index == 1 + k // per_step, (k, node.last_status)
+        # The in-place plan's one real step counts when its window closes; no foot forces here: the hits are
+        # unknown from the first step the node scored (tick 1) on.
+        assert steps == (1.0 if k >= per_step else 0.0), (k, node.last_status)
+        assert math.isnan(hits) == (k >= 1), (k, node.last_status)
         assert t_step == pytest.approx((k % per_step) * node.period_s, abs=1e-4)
         assert phase == pytest.approx((t_step / gait["step_period_s"] + (LEFT if index % 2 else RIGHT)) / 2, abs=1e-4)
     assert int(t.index[0]) == 3
@@ -312,8 +317,11 @@ def test_gait_metadata_is_required_for_footstep_policies():
     from sim2real.policies.artefact.metadata import PolicyMismatchError
 
     base = {"gait": {"step_period_s": 0.5, "half_width_m": 0.1, "foot_offset_x_m": 0.0},
-            "training": {"task_config": {"env": {"num_plan_steps": 32}}}}
+            "training": {"task_config": {"env": {"num_plan_steps": 32, "contact_force": 5.0},
+                                         "gait": {"min_swing_s": 0.1, "min_clearance": 0.03},
+                                         "success": {"hit_distance": 0.1, "hit_yaw": 0.2}}}}
     assert FootstepInput(base).num_steps == 32
+    assert FootstepInput(base).counter.hit_distance == 0.1
     with pytest.raises(PolicyMismatchError) as err:
         FootstepInput({"training": base["training"]})
     assert "gait" in err.value.fields
@@ -321,4 +329,7 @@ def test_gait_metadata_is_required_for_footstep_policies():
     with pytest.raises(PolicyMismatchError) as err:
         FootstepInput(bad)
     assert {"gait.step_period_s", "gait.half_width_m", "gait.foot_offset_x_m",
-            "training.task_config.env.num_plan_steps"} <= set(err.value.fields)
+            "training.task_config.env.num_plan_steps", "training.task_config.env.contact_force",
+            "training.task_config.gait.min_swing_s", "training.task_config.gait.min_clearance",
+            "training.task_config.success.hit_distance", "training.task_config.success.hit_yaw"
+            } <= set(err.value.fields)

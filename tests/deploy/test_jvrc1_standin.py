@@ -115,3 +115,52 @@ def test_a_biped_hangs_in_its_gantry_until_the_first_command(ros_ctx, namespace,
             assert node.gantry is None and z < z0 - 0.2, (z0, z)
     finally:
         node.destroy_node()
+
+
+@pytest.mark.parametrize("mjcf", models())
+def test_jvrc1_standin_publishes_each_foots_normal_force_as_a_foot_wrench(ros_ctx, namespace, mjcf):
+    """Standing on both feet under the policy's PD gains: foot_wrench/left and foot_wrench/right carry the feet's
+    touch-sensor normal forces (training's foot_contact) in force.z, in the foot bodies' frames, summing to the
+    robot's weight."""
+    from geometry_msgs.msg import WrenchStamped
+
+    robot = load_robot("jvrc1")
+    if mjcf is not None:
+        robot = dict(robot, mjcf=mjcf)
+    with contextlib.ExitStack() as stack:
+        node = SimLeggedNode(robot, namespace=namespace, context=ros_ctx, initial_pose="default", gantry="off")
+        stack.callback(node.destroy_node)
+        assert node.foot_topics == ["foot_wrench/left", "foot_wrench/right"]
+        assert node.foot_frames == ["L_ANKLE_P_S", "R_ANKLE_P_S"]  # the robot config's foot bodies, left first
+        n = len(POLICY_ORDER)
+        node._on_targets(JointState(name=POLICY_ORDER, position=[DEFAULT[j] for j in POLICY_ORDER],
+                                    velocity=[0.0] * n, effort=[0.0] * n))
+        node._on_gains(JointState(name=POLICY_ORDER, position=list(node.legged.stiffness),
+                                  velocity=list(node.legged.damping)))
+        for _ in range(1000):  # 1 s standing in the default pose
+            node.physics_step(node.targets_time)
+        import mujoco
+
+        m, d = node.model, node.data
+        mujoco.mj_forward(m, d)
+        forces = node.foot_forces()
+        np.testing.assert_array_equal(forces, d.sensordata[node.index.foot_sensors])
+        weight = float(m.body_subtreemass[node.index.base_body]) * 9.81
+        assert forces.sum() == pytest.approx(weight, rel=0.05), (forces, weight)
+        assert forces.min() > 0.3 * weight, forces  # both feet carry it
+        topics = {f"{namespace}/{t}": WrenchStamped for t in node.foot_topics}
+        rec = TopicRecorder("probe", topics, context=ros_ctx)
+        stack.callback(rec.destroy_node)
+        with BackgroundSpin(ros_ctx, rec):
+            assert wait_until(lambda: all(rec.count_publishers(t) > 0 for t in topics), 5.0)
+
+            def published() -> bool:
+                node.publish_sensors()
+                return all(rec.count(t) > 0 for t in topics)
+
+            assert wait_until(published, 5.0, poll_s=0.05)
+        for topic, frame, force in zip(topics, node.foot_frames, forces):
+            msg = rec.last(topic)[1]
+            assert msg.header.frame_id == frame
+            w = msg.wrench
+            assert (w.force.z, w.force.x, w.force.y, w.torque.x, w.torque.y, w.torque.z) == (force, 0, 0, 0, 0, 0)

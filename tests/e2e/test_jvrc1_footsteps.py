@@ -3,8 +3,9 @@ joints held by the stand-in's own servos, ground-truth ``odom``) + ``sim2real de
 a synthetic humanoid-footsteps policy (a linear actor with the real task metadata: the default pose plus a small
 constant offset; untrained, so the robot is not expected to stay up). The node ramps, takes over stepping in place
 (plan length 2), accepts a footstep plan sent as nav_msgs/Path in the odometry frame, commands the 12 leg joints
-by name, its footstep_status index advances by about elapsed / step period, and Ctrl-C (SIGINT) sends the damping
-command before the process exits.
+by name, its footstep_status index advances by about elapsed / step period and counts the plan's closed windows
+as steps (the stand-in's foot wrenches give it the feet: the hits are known), and Ctrl-C (SIGINT) sends the
+damping command before the process exits.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
                 # Policy in control: stepping in place (plan length 2) until a plan arrives.
                 assert wait_until(lambda: rec.count(status_t) > 0, STARTUP_TIMEOUT_S), "no status\n" + logs()
                 assert rec.last(status_t)[1].data[1] == 2.0
-                assert rec.last(status_t)[1].layout.dim[0].label == "index,length,phase,time_in_step_s"
+                assert rec.last(status_t)[1].layout.dim[0].label == "index,length,phase,time_in_step_s,hits,steps"
                 time.sleep(0.3)
                 steps = _plan_from(rec.last(odom_t)[1], gait)
                 plan = PathMsg()
@@ -114,8 +115,11 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
     assert code_deploy == 0 and codes == {"standin": 0, "deploy": 0}, logs()
     assert damped, "no damping command after Ctrl-C\n" + logs()
 
-    # The plan restarts the tracker at its pose 1; then the index follows the clock.
-    assert first[0] == 1.0 and first[3] < 0.03, first
+    # The plan restarts the tracker at its pose 1 and the counts; then the index follows the clock.
+    assert first[0] == 1.0 and first[3] < 0.03 and first[4:] == [0.0, 0.0], first
+    # Every closed window of the plan counts a step; the stand-in's foot wrenches arrive, so the hits are known
+    # (not NaN: the feet were measured at every tick).
+    assert last[5] == last[0] - 1 and math.isfinite(last[4]) and 0.0 <= last[4] <= last[5], last
     period = gait["step_period_s"]
     progress = (last[0] - first[0]) * period + last[3] - first[3]  # tracker time [s] between the two
     # (a late timer tick on a loaded machine is skipped, not queued: allow 20% lag)
