@@ -172,6 +172,14 @@ def _policy_and_source(args):
                               check_task=lambda task: _check_sim_flag(args, task))
 
 
+def _known_task(args) -> None:
+    """Refuse an unknown ``--task`` before anything heavy (torch, ONNX, MuJoCo) is imported."""
+    if getattr(args, "task", None):
+        from sim2real.tasks import get_task
+
+        get_task(args.task)
+
+
 def _say_source(verb: str, source) -> None:
     """One line on stderr naming the run and checkpoint (or exported policy) eval/play picked."""
     print(f"{verb} {source.describe()}", file=sys.stderr)
@@ -179,6 +187,8 @@ def _say_source(verb: str, source) -> None:
 
 def cmd_eval(args) -> int:
     from sim2real.configs import ConfigError
+
+    _known_task(args)
     from sim2real.policies.evaluation import evaluate, plan_hooks
 
     if args.plans and args.task is not None:
@@ -218,6 +228,7 @@ def _play_output(source, task: str) -> Path:
 
 
 def cmd_play(args) -> int:
+    _known_task(args)
     from sim2real.policies.play import check_output, check_playable, play
 
     if args.output:
@@ -240,6 +251,7 @@ def cmd_play(args) -> int:
 
 
 def cmd_export(args) -> int:
+    _known_task(args)
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.artefact.export import export_policy
 
@@ -300,6 +312,8 @@ def cmd_finetune(args) -> int:
 
 
 def cmd_view(args) -> int:
+    if not args.recording:  # (view --recording refuses --task in its own words)
+        _known_task(args)
     from sim2real.viewer.command import view_command
 
     return view_command(args, _policy_fn)
@@ -533,9 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read once, when mujoco is first imported
     args = build_parser().parse_args(argv)
     from sim2real.configs import ConfigError
-    from sim2real.policies.checkpoints import CheckpointError
-    from sim2real.policies.artefact.export import ExportError
-    from sim2real.policies.artefact.metadata import PolicyMismatchError
+    from sim2real.errors import CheckpointError, ExportError, PolicyMismatchError
     from sim2real.tasks import UnknownTaskError
 
     try:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
-
 from sim2real.configs import ConfigError
 
 #: ``--logger`` choices.
@@ -158,6 +156,7 @@ def _kind(writer) -> str:
 def _tensorboard_gif(path: Path) -> tuple[bytes, tuple[int, int]]:
     """The MP4 ``path`` as a small animated GIF (bytes, (width, height))."""
     import av
+    import numpy as np
     from PIL import Image
 
     from sim2real.sim.video import gif_bytes
