@@ -67,6 +67,9 @@ def deploy_main(args) -> int:
     robot, robot_kind = robot_namespace(args)
     check_ros_names(args)  # (before the node modules, which import rclpy)
     if getattr(args, "finetune", None) is not None:
+        from sim2real.extras import require_extra
+
+        require_extra("finetune", "sim2real deploy --finetune", ("zmq", "mcap", "mcap_ros2"))
         from sim2real.deploy.finetune.node import finetune_deploy_main
 
         return finetune_deploy_main(args, robot)
