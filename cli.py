@@ -271,12 +271,14 @@ def cmd_deploy(args) -> int:
 def cmd_check(args) -> int:
     """``sim2real check``: the pre-flight report card (:mod:`sim2real.policies.check`); exit 1 on FAIL."""
     from sim2real.configs import load_robot
+
+    if not Path(args.policy).is_dir():
+        raise FileNotFoundError(f"policy folder not found: {args.policy}")
+    robot = load_robot(args.robot)  # (an unknown robot is refused before torch is imported)
     from sim2real.policies.check.replay import VARIANTS
     from sim2real.policies.check.report import FAIL, check_json_path, write_json
     from sim2real.policies.check.run import run_check
 
-    if not Path(args.policy).is_dir():
-        raise FileNotFoundError(f"policy folder not found: {args.policy}")
     if args.json:
         check_json_path(args.json)  # before the run: a folder, or a missing or read-only parent, is refused now
     variants = None if not args.variants else tuple(v.strip() for v in args.variants.split(",") if v.strip())
@@ -285,7 +287,7 @@ def cmd_check(args) -> int:
         from sim2real.configs import ConfigError
 
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
-    report = run_check(args.policy, load_robot(args.robot), replay=not args.no_replay, episodes=args.episodes,
+    report = run_check(args.policy, robot, replay=not args.no_replay, episodes=args.episodes,
                        checkpoint=args.checkpoint, variants=variants, robot_label=args.robot)
     print(report.format())
     if args.json:

@@ -12,8 +12,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from sim2real.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
 
 #: Modules none of these commands may load.
 HEAVY = ("torch", "mujoco", "rclpy", "onnx", "onnxruntime", "rsl_rl", "mujoco_warp", "warp", "viser", "matplotlib",
@@ -54,7 +57,7 @@ def run_fresh(commands: list[list[str]], env: dict | None = None) -> list[dict]:
     output and the :data:`HEAVY` modules loaded so far."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(HEAVY), json.dumps(commands)],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -78,11 +81,16 @@ def test_user_errors_import_nothing_heavy():
                 ["train", "--task", "quadruped-jump", "--set", "env.nope=1"],
                 ["train", "--task", "quadrotor-hover", "--config", "/nonexistent/config.yaml"],
                 ["eval", "--task", "nope"], ["play", "--task", "nope"], ["export", "--task", "nope"],
-                ["view", "--task", "nope"]]
+                ["view", "--task", "nope"], ["train", "--task", "quadrotor-hovr"],
+                ["check", "--policy", "policies/pretrained/quadrotor-hover", "--robot", "crazyflie3"],
+                ["deploy", "--policy", "policies/pretrained/quadrotor-hover", "--robot", "crazyflie3"]]
     report = run_fresh(commands)
     _assert_light(report)
     for entry in report:
         assert entry["code"] == 2 and entry["err"].startswith("error: ") and entry["err"].count("\n") == 1, entry
+    # the did-you-mean lines of a mistyped task or robot
+    assert report[-3]["err"] == "error: unknown task 'quadrotor-hovr' (did you mean 'quadrotor-hover'?)\n"
+    assert report[-2]["err"] == report[-1]["err"] == "error: unknown robot 'crazyflie3' (did you mean 'crazyflie2'?)\n"
 
 
 def test_the_check_sees_a_top_level_heavy_import(tmp_path):
