@@ -251,11 +251,19 @@ def cmd_play(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from sim2real.configs import ConfigError
+
+    if args.migrate:
+        from sim2real.policies.artefact.migrate import migrate_command
+
+        return migrate_command(args)
+    if not args.task:
+        raise ConfigError("export needs --task (or --migrate POLICY_DIR)")
     _known_task(args)
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.artefact.export import export_policy
 
-    path, _ = ck.load_task_checkpoint(args.checkpoint, args.task, args.runs_root)
+    path, _ = ck.load_task_checkpoint(args.checkpoint or "best", args.task, args.runs_root)
     out = Path(args.output) if args.output else path.parent / "policy"
     export_policy(path, out, ck.git_revision(), overwrite=args.force)
     print(f"exported {path} to {out}/policy.onnx + metadata.json")
@@ -398,12 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--no-video", action="store_true", help="trajectory plots only")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("export", help="export a checkpoint to policy.onnx + metadata.json")
-    p.add_argument("--task", required=True)
-    p.add_argument("--checkpoint", default="best", help="PATH|latest|best (default best)")
+    p = sub.add_parser("export", help="export a checkpoint to policy.onnx + metadata.json, or migrate an exported "
+                                      "policy's metadata in place")
+    p.add_argument("--task", help="the task (required, but with --migrate)")
+    p.add_argument("--checkpoint", default=None, help="PATH|latest|best (default best)")
     p.add_argument("--output", help="output folder (default <run>/policy)")
     p.add_argument("--force", action="store_true", help="replace an exported policy already in the output folder")
     p.add_argument("--runs-root", type=Path)
+    p.add_argument("--migrate", metavar="POLICY_DIR",
+                   help="instead: complete an exported policy's training config with the task defaults of keys added "
+                        "since its export (the ones a note names on loading it), in metadata.json and in policy.onnx's "
+                        "embedded copy, and note it in its README.md")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("deploy", help="run an exported policy in a ROS 2 lifecycle node")
