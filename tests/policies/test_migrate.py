@@ -1,6 +1,6 @@
 """``sim2real export --migrate``: an exported policy's metadata completed in place with the task defaults of the
 config keys added since its export (:mod:`sim2real.policies.artefact.migrate`), both copies (``metadata.json`` and
-the one embedded in ``policy.onnx``) kept consistent.
+the one embedded in ``policy.onnx``) kept consistent; and the shipped policies need no migration any more.
 
 The old export is the memoryless hover policy (``tests/fixtures/policies/hover-memoryless``, exported before nine
 config keys existed), migrated in a copy.
@@ -17,11 +17,14 @@ from pathlib import Path
 import pytest
 
 from sim2real.configs import load_robot
+from sim2real.policies.artefact import PRETRAINED_DIR
 from sim2real.policies.artefact.metadata import PolicyMismatchError, embedded_copy, embedded_metadata
 from sim2real.policies.artefact.migrate import migrate_policy
 from sim2real.tasks import complete_saved_config
 
 OLD_EXPORT = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "hover-memoryless"
+#: The shipped policies and the robot each is checked on.
+SHIPPED = {"quadrotor-hover": "crazyflie2", "quadrotor-swarm": "crazyflie2", "quadruped-jump": "go2"}
 
 
 def _load(policy_dir: Path) -> tuple[dict, str]:
@@ -143,3 +146,14 @@ def test_export_migrate_on_the_command_line(old_policy, capsys):
     assert "nothing to migrate" in capsys.readouterr().out
     assert main(["export"]) == 2
     assert "export needs --task (or --migrate POLICY_DIR)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", sorted(SHIPPED))
+def test_shipped_policies_are_current(task):
+    policy = PRETRAINED_DIR / task
+    meta = json.loads((policy / "metadata.json").read_text())
+    assert complete_saved_config(meta["training"]["task_config"])[1] == []
+    cfg, note = _load(policy)  # the code path of eval / play / view that prints the note
+    assert note == "", note
+    _, items = _check_no_replay(policy, SHIPPED[task])
+    assert items["artefact"].status == "PASS", items["artefact"].message
