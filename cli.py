@@ -172,6 +172,14 @@ def _policy_and_source(args):
                               check_task=lambda task: _check_sim_flag(args, task))
 
 
+def _known_task(args) -> None:
+    """Refuse an unknown ``--task`` before anything heavy (torch, ONNX, MuJoCo) is imported."""
+    if getattr(args, "task", None):
+        from sim2real.tasks import get_task
+
+        get_task(args.task)
+
+
 def _say_source(verb: str, source) -> None:
     """One line on stderr naming the run and checkpoint (or exported policy) eval/play picked."""
     print(f"{verb} {source.describe()}", file=sys.stderr)
@@ -179,6 +187,8 @@ def _say_source(verb: str, source) -> None:
 
 def cmd_eval(args) -> int:
     from sim2real.configs import ConfigError
+
+    _known_task(args)
     from sim2real.policies.evaluation import evaluate, plan_hooks
 
     if args.plans and args.task is not None:
@@ -218,6 +228,7 @@ def _play_output(source, task: str) -> Path:
 
 
 def cmd_play(args) -> int:
+    _known_task(args)
     from sim2real.policies.play import check_output, check_playable, play
 
     if args.output:
@@ -240,10 +251,19 @@ def cmd_play(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from sim2real.configs import ConfigError
+
+    if args.migrate:
+        from sim2real.policies.artefact.migrate import migrate_command
+
+        return migrate_command(args)
+    if not args.task:
+        raise ConfigError("export needs --task (or --migrate POLICY_DIR)")
+    _known_task(args)
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.artefact.export import export_policy
 
-    path, _ = ck.load_task_checkpoint(args.checkpoint, args.task, args.runs_root)
+    path, _ = ck.load_task_checkpoint(args.checkpoint or "best", args.task, args.runs_root)
     out = Path(args.output) if args.output else path.parent / "policy"
     export_policy(path, out, ck.git_revision(), overwrite=args.force)
     print(f"exported {path} to {out}/policy.onnx + metadata.json")
@@ -259,12 +279,14 @@ def cmd_deploy(args) -> int:
 def cmd_check(args) -> int:
     """``sim2real check``: the pre-flight report card (:mod:`sim2real.policies.check`); exit 1 on FAIL."""
     from sim2real.configs import load_robot
+
+    if not Path(args.policy).is_dir():
+        raise FileNotFoundError(f"policy folder not found: {args.policy}")
+    robot = load_robot(args.robot)  # (an unknown robot is refused before torch is imported)
     from sim2real.policies.check.replay import VARIANTS
     from sim2real.policies.check.report import FAIL, check_json_path, write_json
     from sim2real.policies.check.run import run_check
 
-    if not Path(args.policy).is_dir():
-        raise FileNotFoundError(f"policy folder not found: {args.policy}")
     if args.json:
         check_json_path(args.json)  # before the run: a folder, or a missing or read-only parent, is refused now
     variants = None if not args.variants else tuple(v.strip() for v in args.variants.split(",") if v.strip())
@@ -273,7 +295,7 @@ def cmd_check(args) -> int:
         from sim2real.configs import ConfigError
 
         raise ConfigError(f"--variants: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
-    report = run_check(args.policy, load_robot(args.robot), replay=not args.no_replay, episodes=args.episodes,
+    report = run_check(args.policy, robot, replay=not args.no_replay, episodes=args.episodes,
                        checkpoint=args.checkpoint, variants=variants, robot_label=args.robot)
     print(report.format())
     if args.json:
@@ -300,6 +322,8 @@ def cmd_finetune(args) -> int:
 
 
 def cmd_view(args) -> int:
+    if not args.recording:  # (view --recording refuses --task in its own words)
+        _known_task(args)
     from sim2real.viewer.command import view_command
 
     return view_command(args, _policy_fn)
@@ -382,12 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--no-video", action="store_true", help="trajectory plots only")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("export", help="export a checkpoint to policy.onnx + metadata.json")
-    p.add_argument("--task", required=True)
-    p.add_argument("--checkpoint", default="best", help="PATH|latest|best (default best)")
+    p = sub.add_parser("export", help="export a checkpoint to policy.onnx + metadata.json, or migrate an exported "
+                                      "policy's metadata in place")
+    p.add_argument("--task", help="the task (required, but with --migrate)")
+    p.add_argument("--checkpoint", default=None, help="PATH|latest|best (default best)")
     p.add_argument("--output", help="output folder (default <run>/policy)")
     p.add_argument("--force", action="store_true", help="replace an exported policy already in the output folder")
     p.add_argument("--runs-root", type=Path)
+    p.add_argument("--migrate", metavar="POLICY_DIR",
+                   help="instead: complete an exported policy's training config with the task defaults of keys added "
+                        "since its export (the ones a note names on loading it), in metadata.json and in policy.onnx's "
+                        "embedded copy, and note it in its README.md")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("deploy", help="run an exported policy in a ROS 2 lifecycle node")
@@ -533,9 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read once, when mujoco is first imported
     args = build_parser().parse_args(argv)
     from sim2real.configs import ConfigError
-    from sim2real.policies.checkpoints import CheckpointError
-    from sim2real.policies.artefact.export import ExportError
-    from sim2real.policies.artefact.metadata import PolicyMismatchError
+    from sim2real.errors import CheckpointError, ExportError, PolicyMismatchError
     from sim2real.tasks import UnknownTaskError
 
     try:

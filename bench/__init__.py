@@ -50,23 +50,26 @@ class Bench:
         in_all: part of ``sim2real bench all`` (the benches that train are not).
         overrides: takes ``--set KEY=VALUE`` config overrides.
         joint: one run covers all its tasks (side by side), instead of one run per task.
+        extra: the optional extra it needs (:mod:`sim2real.extras`), checked before any bench runs (None: the core
+            install runs it; ``gpu`` names its extra itself, as ``--sim mujoco-warp`` does).
     """
 
     module: str
     in_all: bool = True
     overrides: bool = False
     joint: bool = False
+    extra: str | None = None
 
 
 BENCHES: dict[str, Bench] = {
     "throughput": Bench("throughput", overrides=True),
     "hover-time": Bench("hover_time"),
     "train-profile": Bench("train_profile", in_all=False, overrides=True),
-    "inference": Bench("inference"),
-    "soak": Bench("soak", in_all=False),
+    "inference": Bench("inference", extra="deploy"),
+    "soak": Bench("soak", in_all=False, extra="deploy"),
     "swarm": Bench("swarm", overrides=True),
     "curricula": Bench("curricula", in_all=False, overrides=True),
-    "finetune": Bench("finetune", in_all=False, overrides=True),
+    "finetune": Bench("finetune", in_all=False, overrides=True, extra="finetune"),
     "gpu": Bench("gpu", in_all=False, overrides=True, joint=True),
 }
 
@@ -124,6 +127,24 @@ def _plan(args) -> list[tuple[str, str | tuple[str, ...]]]:
     return runs
 
 
+def _require_extras(args, runs) -> None:
+    """Refuse, before any bench runs, a bench whose extra is missing (``hover-time --learner td3|sac``: finetune's
+    off-policy library).
+
+    Raises:
+        MissingExtraError: one line naming the bench and the extra.
+    """
+    from sim2real.extras import require_extra
+
+    for name in dict.fromkeys(name for name, _ in runs):
+        if BENCHES[name].extra is not None:
+            require_extra(BENCHES[name].extra, f"sim2real bench {name}",
+                          ("rclpy",) if BENCHES[name].extra == "deploy" else None)
+    learner = getattr(args, "learner", None) or "ppo"
+    if learner != "ppo":
+        require_extra("finetune", f"sim2real bench hover-time --learner {learner}", ("stable_baselines3",))
+
+
 def run_bench(args) -> int:
     """Run ``sim2real bench`` (``args``: its parsed arguments, with ``default_task``); print each bench's table and
     write the results as JSON to ``args.output`` (one key per bench, ``NAME/TASK`` where a bench ran on several).
@@ -150,6 +171,7 @@ def run_bench(args) -> int:
             raise ConfigError(f"{flag} applies to inference and soak only")
     if getattr(args, "policy", None) and any(name not in ("swarm", "finetune") for name, _ in runs):
         raise ConfigError("--policy applies to swarm and finetune only (the other benches use the shipped policy)")
+    _require_extras(args, runs)
     results = {"machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(),
                            "torch": torch.__version__}}
     counts = {name: sum(n == name for n, _ in runs) for name, _ in runs}

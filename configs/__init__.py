@@ -28,6 +28,42 @@ class ConfigError(ValueError):
     """A configuration key or value is not acceptable; the message names the key."""
 
 
+def close_match(name: str, choices) -> str | None:
+    """The choice most like ``name`` (a likely typo: :func:`difflib.get_close_matches`, cutoff 0.6), or None."""
+    import difflib
+
+    found = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return found[0] if found else None
+
+
+def unknown_name(what: str, name: str, choices, listing: str = "available") -> str:
+    """``unknown <what> '<name>' (did you mean '<close match>'?)``, or, with no close match, the choices listed:
+    ``unknown <what> '<name>' (<listing>: a, b, c)``."""
+    match = close_match(name, choices)
+    if match is not None:
+        return f"unknown {what} '{name}' (did you mean '{match}'?)"
+    return f"unknown {what} '{name}' ({listing}: {', '.join(sorted(map(str, choices)))})"
+
+
+def _unknown_key(dotted: str, level: dict, rest: list[str] = ()) -> str:
+    """The message of an unknown config key ``dotted`` (its last part not a key of ``level``, the mapping it was
+    looked up in); ``rest``: the parts of the key asked for below it, kept in the suggestion when the close match
+    has them too (``evn.num_envs``: did you mean ``env.num_envs``)."""
+    prefix, _, part = dotted.rpartition(".")
+    match = close_match(part, level)
+    if match is not None:
+        suggestion = f"{prefix + '.' if prefix else ''}{match}"
+        if rest:
+            try:
+                lookup(level[match], ".".join(rest))
+                tail = "".join("." + r for r in rest)
+                dotted, suggestion = dotted + tail, suggestion + tail
+            except KeyError:
+                pass
+        return f"unknown config key '{dotted}' (did you mean '{suggestion}'?)"
+    return f"unknown config key '{dotted}' (known at this level: {', '.join(sorted(map(str, level)))})"
+
+
 def load_yaml(path: str | Path) -> dict:
     """Read a YAML mapping; raises :class:`ConfigError` when the file is missing or not a mapping."""
     path = Path(path)
@@ -59,7 +95,7 @@ def _robot_file(name_or_path: str) -> Path:
     if not path.suffix:
         path = ROBOTS_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
-            raise ConfigError(f"unknown robot '{name_or_path}' (available: {', '.join(available_robots())})")
+            raise ConfigError(unknown_name("robot", name_or_path, available_robots()))
     return path
 
 
@@ -137,8 +173,7 @@ def merge_checked(base: dict, update: dict, prefix: str = "") -> dict:
     for key, value in update.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in out:
-            known = ", ".join(sorted(map(str, out)))
-            raise ConfigError(f"unknown config key '{full}' (known at this level: {known})")
+            raise ConfigError(_unknown_key(full, out))
         out[key] = _check_value(full, out[key], value)
     return out
 
@@ -157,13 +192,14 @@ def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
             raise ConfigError(f"config key '{key}': cannot parse value {raw!r}") from None
         node = out
         parts = key.split(".")
-        for i, part in enumerate(parts[:-1]):
-            if not isinstance(node, dict) or part not in node:
-                raise ConfigError(f"unknown config key '{'.'.join(parts[: i + 1])}'")
-            node = node[part]
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict):  # below a value: there are no keys to suggest
+                raise ConfigError(f"unknown config key '{key}' ('{'.'.join(parts[:i])}' is a value, not a section)")
+            if part not in node:
+                raise ConfigError(_unknown_key(".".join(parts[: i + 1]), node, parts[i + 1:]))
+            if i < len(parts) - 1:
+                node = node[part]
         leaf = parts[-1]
-        if not isinstance(node, dict) or leaf not in node:
-            raise ConfigError(f"unknown config key '{key}'")
         node[leaf] = _check_value(key, node[leaf], value)
     return out
 

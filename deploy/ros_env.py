@@ -61,7 +61,8 @@ class RosUnavailableError(ConfigError):
 
 
 def _ros_requirements() -> list[str]:
-    """The ``ros-*`` wheels this project depends on (its installed metadata), e.g. ``["ros-rclpy", ...]``."""
+    """The ``ros-*`` wheels of this project's ``deploy`` extra (its installed metadata), e.g.
+    ``["ros-rclpy", ...]``."""
     import re
     from importlib import metadata
 
@@ -69,16 +70,22 @@ def _ros_requirements() -> list[str]:
         requires = metadata.requires("sim2real") or []
     except metadata.PackageNotFoundError:
         return ["ros-rclpy"]
-    names = [re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in requires if "extra ==" not in r]
+    names = [re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in requires
+             if "extra ==" not in r or re.search(r"""extra == ['"]deploy['"]""", r)]
     return [n for n in names if n.startswith("ros-")] or ["ros-rclpy"]
 
 
-def require_rclpy() -> None:
+def require_rclpy(command: str = "sim2real deploy", extra: str = "deploy") -> None:
     """Import rclpy (its C extension loads the ROS 2 libraries), for the ROS commands (``deploy``, ``standin``,
     ``bridge``) before anything else touches ROS.
 
+    Args:
+        command, extra: the command that needs it and the extra that installs it, for the error line.
+
     Raises:
-        RosUnavailableError: the import failed; one line with the ImportError and the fix. The ROS wheels' ``.pth``
+        MissingExtraError: rclpy is not installed (one line naming ``extra``).
+        RosUnavailableError: rclpy is there but cannot load; one line with the ImportError and the fix. The ROS
+            wheels' ``.pth``
             (``ros_wheels_bootstrapper``) puts only ``sys.prefix``'s ``ros_*.libs`` folders on ``LD_LIBRARY_PATH``,
             so in a venv made with ``--system-site-packages`` the libraries of wheels installed in the base
             interpreter are not found (``librcl_action.so: cannot open shared object file``): the fix is a plain
@@ -89,6 +96,10 @@ def require_rclpy() -> None:
     except ImportError as exc:
         from importlib.util import find_spec
 
+        from sim2real.extras import missing_extra
+
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "rclpy":
+            raise missing_extra(extra, command, "rclpy", exc) from None
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         try:
             spec = find_spec("rclpy")
@@ -105,5 +116,5 @@ def require_rclpy() -> None:
                 f"then pip install -e .) or install the ros-* wheels into this venv: pip install --ignore-installed "
                 f"{wheels}") from None
         raise RosUnavailableError(f"cannot load rclpy ({why}): the ROS commands need the ROS 2 wheels installed in "
-                                  f"this Python ({sys.executable}): pip install -e . (or pip install {wheels})"
-                                  ) from None
+                                  f"this Python ({sys.executable}): pip install -e \".[{extra}]\" (or pip install "
+                                  f"{wheels})") from None

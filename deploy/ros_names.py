@@ -26,18 +26,30 @@ def robot_namespace(args) -> tuple[dict, str]:
     return robot, kind
 
 
+def ros_command(args) -> tuple[str, str]:
+    """(the command line's name, e.g. ``sim2real bridge crazyflie``, the extra it needs) of a ROS command's
+    parsed ``args``: ``bridge`` the hardware extra, ``deploy --finetune`` the finetune extra, else deploy."""
+    command = getattr(args, "command", None) or "deploy"
+    if command == "bridge":
+        return f"sim2real bridge {getattr(args, 'bridge', '')}".rstrip(), "hardware"
+    if command == "deploy" and getattr(args, "finetune", None) is not None:
+        return "sim2real deploy --finetune", "finetune"
+    return f"sim2real {command}", "deploy"
+
+
 def check_ros_names(args) -> None:
     """The first step of every ROS command (deploy, standin, bridge): load rclpy, then check the namespace and node
     name (and ``--swarm-ns`` with ``--drones``).
 
     Raises:
-        RosUnavailableError: rclpy cannot be imported (a ConfigError: one line saying why and the fix, see
+        MissingExtraError, RosUnavailableError: rclpy is not installed (one line naming the extra, see
+            :func:`ros_command`) or cannot be imported (ConfigErrors: one line saying why and the fix, see
             :func:`sim2real.deploy.ros_env.require_rclpy`).
         ConfigError: a namespace or node name ROS 2 would reject.
     """
     from sim2real.deploy.ros_env import require_rclpy
 
-    require_rclpy()
+    require_rclpy(*ros_command(args))
     from rclpy.exceptions import NameValidationException
     from rclpy.validate_namespace import validate_namespace
     from rclpy.validate_node_name import validate_node_name

@@ -17,13 +17,10 @@ import torch
 import yaml
 
 from sim2real.configs.durable import atomic_write_bytes
+from sim2real.errors import CheckpointError  # noqa: F401  (defined there, without torch, for the command line)
 
 RUNS_ROOT = Path(os.environ.get("SIM2REAL_RUNS", "runs"))
 _MODEL_RE = re.compile(r"^model_(\d+)\.pt$")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable or does not belong to the task."""
 
 
 def git_revision() -> str:

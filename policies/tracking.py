@@ -14,15 +14,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
-
 from sim2real.configs import ConfigError
 
 #: ``--logger`` choices.
 LOGGERS = ("tensorboard", "wandb", "neptune")
-#: The package each tracker needs, and what to install.
-_PACKAGES = {"wandb": ("wandb", "pip install wandb (or the sim2real[tracking] extra)"),
-             "neptune": ("neptune", "pip install neptune")}
+#: The package each tracker needs, and the extra that installs it (None: no extra, pip install the package).
+_PACKAGES = {"wandb": ("wandb", "tracking"), "neptune": ("neptune", None)}
 #: A TensorBoard clip: at most this many frames/s and this width [px] (an animated GIF in an image summary).
 TB_VIDEO_FPS, TB_VIDEO_WIDTH = 10.0, 320
 
@@ -31,17 +28,23 @@ def check_logger(name: str, environ=os.environ) -> None:
     """Refuse a logger that cannot start, before anything is written.
 
     Raises:
-        ConfigError: an unknown name, a tracker whose package is not installed (the line says what to install), or
-            Neptune without ``NEPTUNE_API_TOKEN`` / ``NEPTUNE_USERNAME``.
+        ConfigError: an unknown name, a tracker whose package is not installed (the line says what to install: W&B
+            the tracking extra, a MissingExtraError), or Neptune without ``NEPTUNE_API_TOKEN`` /
+            ``NEPTUNE_USERNAME``.
     """
     if name not in LOGGERS:
         raise ConfigError(f"--logger {name}: choose one of {', '.join(LOGGERS)}")
     if name in _PACKAGES:
-        module, install = _PACKAGES[name]
+        module, extra = _PACKAGES[name]
         try:
             __import__(module)
-        except ImportError:
-            raise ConfigError(f"--logger {name}: the {module} package is not installed ({install})") from None
+        except ImportError as exc:
+            if extra is not None:
+                from sim2real.extras import missing_extra
+
+                raise missing_extra(extra, f"sim2real train --logger {name}", module, exc) from None
+            raise ConfigError(f"--logger {name}: the {module} package is not installed (pip install {module})"
+                              ) from None
     if name == "neptune":
         missing = [k for k in ("NEPTUNE_API_TOKEN", "NEPTUNE_USERNAME") if not environ.get(k)]
         if missing:
@@ -158,6 +161,7 @@ def _kind(writer) -> str:
 def _tensorboard_gif(path: Path) -> tuple[bytes, tuple[int, int]]:
     """The MP4 ``path`` as a small animated GIF (bytes, (width, height))."""
     import av
+    import numpy as np
     from PIL import Image
 
     from sim2real.sim.video import gif_bytes

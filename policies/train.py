@@ -117,12 +117,9 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
             :func:`~sim2real.policies.play.check_playable`).
     """
     from sim2real.configs import apply_overrides
-    from sim2real.policies import checkpoints as ck
     from sim2real.policies import distributed as dist_mod
-    from sim2real.policies.runner import Sim2RealRunner
-    from sim2real.tasks import get_task, make_env, task_config
-
     from sim2real.policies.tracking import check_logger
+    from sim2real.tasks import get_task, make_env, task_config
 
     argv = sys.argv if argv is None else argv
     check_logger(logger)
@@ -153,6 +150,10 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
 
         check_playable(dict(cfg, sim=dict(cfg["sim"], backend="mujoco")) if "sim" in cfg else cfg,
                        size=video.size, plots=False)
+    # torch and rsl-rl-lib once the config is known good (an unknown key or a bad value is refused without them)
+    from sim2real.policies import checkpoints as ck
+    from sim2real.policies.runner import Sim2RealRunner
+
     seed_everything(int(cfg["seed"]))
     env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
     if not main_rank:

@@ -70,20 +70,21 @@ BATCHED_FIELDS = (
 NCONMAX, NJMAX = 64, 192
 #: |value| beyond which a world counts as unstable (MuJoCo's mjMAXVAL).
 MAXVAL = 1e10
-INSTALL_HINT = ('MuJoCo Warp is not installed: pip install "mujoco-warp==4.0.0" (a dependency of sim2real: '
-                'pip install -e . installs it); or use --sim mujoco')
-
-
 def import_mujoco_warp():
-    """``(warp, mujoco_warp)``; raises ConfigError with one install line when they are missing."""
+    """``(warp, mujoco_warp)``; raises :class:`~sim2real.extras.MissingExtraError` (a ConfigError) naming the
+    ``gpu`` extra in one line when they are missing."""
+    module = "warp"
     try:
         import warp as wp
 
         # Before mujoco_warp's import initialises warp: no banner and no line per compiled module (warnings stay).
         wp.config.log_level = max(int(wp.config.log_level), int(getattr(wp, "LOG_WARNING", 30)))
+        module = "mujoco_warp"
         import mujoco_warp as mjw
-    except ImportError:
-        raise ConfigError(INSTALL_HINT) from None
+    except ImportError as exc:
+        from sim2real.extras import missing_extra
+
+        raise missing_extra("gpu", "--sim mujoco-warp", module, exc, otherwise="or use --sim mujoco") from None
     return wp, mjw
 
 

@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from sim2real.configs import resolve_task_config
+from sim2real.configs import resolve_task_config, unknown_name
 from sim2real.tasks.spec import TaskSpec
 
 #: Folders of extra task packages, separated by ``os.pathsep`` (each folder one task: an ``__init__.py`` defining
@@ -107,10 +107,11 @@ def tasks() -> dict[str, TaskSpec]:
 
 
 def get_task(name: str) -> TaskSpec:
-    """The registered task ``name``; raises :class:`UnknownTaskError` listing the known tasks."""
+    """The registered task ``name``; raises :class:`UnknownTaskError` naming the closest known task (a likely typo),
+    else listing them."""
     _discover()
     if name not in _REGISTRY:
-        raise UnknownTaskError(f"unknown task '{name}' (available: {', '.join(sorted(_REGISTRY))})")
+        raise UnknownTaskError(unknown_name("task", name, _REGISTRY))
     return _REGISTRY[name]
 
 

@@ -281,9 +281,28 @@ ROS_COMMANDS = [["deploy", "--policy", "policies/pretrained/quadrotor-hover", "-
 
 @pytest.mark.parametrize("argv", ROS_COMMANDS, ids=lambda a: " ".join(a[:2]))
 def test_rclpy_that_cannot_load_is_one_error_line(monkeypatch, argv):
-    monkeypatch.setitem(sys.modules, "rclpy", None)  # `import rclpy` raises ImportError, as a broken install does
+    import builtins
+
+    real_import = builtins.__import__
+
+    def broken_rclpy(name, *args, **kwargs):  # installed, but its C extension cannot load its libraries
+        if name.split(".")[0] == "rclpy":
+            raise ImportError("librcl_action.so: cannot open shared object file: No such file or directory")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken_rclpy)
     proc = sim2real_main(*argv, check=False)
-    _assert_clean_error(proc, "cannot load rclpy (", "pip install", "ros-rclpy")
+    extra = "hardware" if argv[0] == "bridge" else "deploy"
+    _assert_clean_error(proc, "cannot load rclpy (librcl_action.so", f'pip install -e ".[{extra}]"', "ros-rclpy")
+
+
+@pytest.mark.parametrize("argv", ROS_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_rclpy_not_installed_names_the_extra(monkeypatch, argv):
+    monkeypatch.setitem(sys.modules, "rclpy", None)  # `import rclpy` fails as if the ROS wheels were not installed
+    proc = sim2real_main(*argv, check=False)
+    extra = "hardware" if argv[0] == "bridge" else "deploy"
+    _assert_clean_error(proc, f"sim2real {' '.join(argv[:2]) if argv[0] == 'bridge' else argv[0]} needs the "
+                              f'{extra} extra: pip install -e ".[{extra}]" (rclpy is not installed)')
 
 
 def test_ros_commands_in_a_system_site_packages_venv_name_the_fix(tmp_path):

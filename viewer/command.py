@@ -40,6 +40,11 @@ def view_command(args, policy_fn: Callable) -> int:
         ConfigError: flags that do not go together, or see :func:`~sim2real.viewer.rollout.record_rollout` and
             :func:`~sim2real.viewer.recording.record_session`; the loaders' errors pass through.
     """
+    from sim2real.extras import require_extra
+
+    require_extra("view", "sim2real view")
+    if getattr(args, "recording", None):
+        require_extra("deploy", "sim2real view --recording", ("mcap", "mcap_ros2"))
     from sim2real.viewer.browser import BrowserError, screenshot_page
     from sim2real.viewer.server import SceneViewer
 

@@ -68,6 +68,10 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--output", help="also write the scores as JSON here")
 
 
+#: What ``sim2real finetune`` imports from its extra: the learner's SAC, the actor-learner link, the recordings.
+FINETUNE_MODULES = ("stable_baselines3", "zmq", "mcap", "mcap_ros2")
+
+
 def finetune_main(args) -> int:
     """Run a ``finetune`` subcommand. Bad input (a damaged or missing session file, a session in use, bad values)
     is raised as :class:`~sim2real.configs.ConfigError`, which the CLI prints as one ``error:`` line."""
@@ -76,7 +80,9 @@ def finetune_main(args) -> int:
     import zipfile
 
     from sim2real.configs import ConfigError
+    from sim2real.extras import require_extra
 
+    require_extra("finetune", "sim2real finetune", FINETUNE_MODULES)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     # a recovery warning (a damaged chunk, a dropped package) is one line, not a source-line echo
     warnings.showwarning = lambda message, category, *a, **k: print(f"warning: {message}", file=sys.stderr)

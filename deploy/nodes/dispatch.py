@@ -88,6 +88,9 @@ def _entry(args, robot: dict, robot_kind: str):
     from sim2real.configs import ConfigError
 
     if getattr(args, "finetune", None) is not None:
+        from sim2real.extras import require_extra
+
+        require_extra("finetune", "sim2real deploy --finetune", ("zmq", "mcap", "mcap_ros2"))
         from sim2real.deploy.finetune.node import finetune_deploy_main
 
         return finetune_deploy_main

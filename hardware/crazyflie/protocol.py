@@ -45,6 +45,7 @@ tracks the pitch rate against ``-gyro.y``):
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
@@ -96,16 +97,19 @@ def load_cflib():
     """Import cflib (lazily: the rest of the project does not need it) and return the module.
 
     Raises:
-        CrazyflieBridgeError: cflib is not installed.
+        MissingExtraError: cflib is not installed (one line naming the ``hardware`` extra, which pins
+            :data:`CFLIB_REQUIREMENT`).
     """
+    module = "cflib"
     try:
         import cflib
-        import cflib.crazyflie
-        import cflib.crazyflie.log
-        import cflib.crtp
+
+        for module in ("cflib.crazyflie", "cflib.crazyflie.log", "cflib.crtp"):
+            importlib.import_module(module)
     except ImportError as exc:
-        raise CrazyflieBridgeError(f"the Crazyflie bridge needs cflib, which is not installed ({exc}): "
-                                   f"pip install {CFLIB_REQUIREMENT}") from None
+        from sim2real.extras import missing_extra
+
+        raise missing_extra("hardware", "sim2real bridge crazyflie", module, exc) from None
     return cflib
 
 

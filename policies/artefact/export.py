@@ -25,13 +25,10 @@ import torch
 from sim2real.configs import apply_overrides
 from sim2real.policies.checkpoints import CheckpointError, load_checkpoint
 from sim2real.configs.durable import atomic_write_bytes
+from sim2real.errors import ExportError  # noqa: F401  (defined there, without torch, for the command line)
 from sim2real.policies.artefact.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
 from sim2real.policies.runner import Sim2RealRunner
 from sim2real.tasks import complete_saved_config, make_env
-
-
-class ExportError(RuntimeError):
-    """The exported ONNX graph does not reproduce the torch policy, or the output folder is unusable."""
 
 
 def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None,

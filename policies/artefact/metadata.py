@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sim2real.configs import config_hash, lookup as _get
 from sim2real.configs.durable import sha256_file
+from sim2real.errors import PolicyMismatchError  # noqa: F401  (defined there, without torch, for the command line)
 from sim2real.tasks import tasks
 from sim2real.tasks.actions import ACTION_INTERFACES, JointPositionAction, QuadrotorAction
 from sim2real.tasks.observations import OBS_TERMS
@@ -32,15 +33,6 @@ from sim2real.tasks.observations import OBS_TERMS
 SCHEMA_VERSION = 1
 METADATA_FILE = "metadata.json"
 ONNX_FILE = "policy.onnx"
-
-
-class PolicyMismatchError(ValueError):
-    """The exported policy does not match the robot (or is damaged). ``fields`` lists the differing fields."""
-
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.fields = [f for f, _ in problems]
-        self.problems = problems
-        super().__init__("policy refused: " + "; ".join(f"{f}: {m}" for f, m in problems))
 
 
 def action_scaling(robot: dict, interface: str) -> dict:

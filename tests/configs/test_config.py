@@ -93,6 +93,55 @@ def test_unknown_task():
         get_task("quadrotor-hoover")
 
 
+@pytest.mark.parametrize("override, message", [
+    ("env.num_env=3", "unknown config key 'env.num_env' (did you mean 'env.num_envs'?)"),
+    ("train.learning_rte=1e-3", "unknown config key 'train.learning_rte' (did you mean 'train.learning_rate'?)"),
+    ("evn.num_envs=3", "unknown config key 'evn.num_envs' (did you mean 'env.num_envs'?)"),  # the rest kept
+    ("evn.num_env=3", "unknown config key 'evn' (did you mean 'env'?)"),
+    ("robot.masss=0.1", "unknown config key 'robot.masss' (did you mean 'robot.mass'?)"),
+    ("seeed=2", "unknown config key 'seeed' (did you mean 'seed'?)"),
+])
+def test_unknown_keys_suggest_the_closest(override, message):
+    with pytest.raises(ConfigError) as info:
+        task_config("quadrotor-hover", [override])
+    assert str(info.value) == message
+
+
+def test_unknown_keys_without_a_close_match_list_their_level(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        task_config("quadrotor-hover", ["nope=1"])
+    assert str(info.value).startswith("unknown config key 'nope' (known at this level: curriculum, device, ")
+    assert "did you mean" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"'env.num_envs' is a value, not a section"):
+        task_config("quadrotor-hover", ["env.num_envs.x=1"])
+
+
+def test_unknown_keys_of_a_config_file_suggest_the_closest(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  max_iteration: 7\n")
+    with pytest.raises(ConfigError) as info:
+        task_config("quadrotor-hover", [], str(bad))
+    assert str(info.value) == "unknown config key 'train.max_iteration' (did you mean 'train.max_iterations'?)"
+    bad.write_text("evn:\n  num_envs: 7\n")
+    with pytest.raises(ConfigError, match=r"^unknown config key 'evn' \(did you mean 'env'\?\)$"):
+        task_config("quadrotor-hover", [], str(bad))
+
+
+def test_unknown_task_and_robot_suggest_the_closest():
+    with pytest.raises(UnknownTaskError) as info:
+        get_task("quadrotor-hovr")
+    assert str(info.value) == "unknown task 'quadrotor-hovr' (did you mean 'quadrotor-hover'?)"
+    with pytest.raises(UnknownTaskError) as info:
+        get_task("nope")
+    assert str(info.value).startswith("unknown task 'nope' (available: ") and "quadrotor-hover" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_robot("crazyflie3")
+    assert str(info.value) == "unknown robot 'crazyflie3' (did you mean 'crazyflie2'?)"
+    with pytest.raises(ConfigError) as info:
+        load_robot("zzz")
+    assert str(info.value) == "unknown robot 'zzz' (available: crazyflie2, go2, jvrc1)"
+
+
 def test_config_hash_is_stable_and_sensitive():
     cfg = task_config("quadrotor-hover")
     assert config_hash(cfg) == config_hash(task_config("quadrotor-hover"))

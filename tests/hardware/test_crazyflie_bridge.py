@@ -27,6 +27,7 @@ from cflib.crtp.crtpstack import CRTPPort
 from sim2real.cli import build_parser, cmd_bridge, main
 from sim2real.deploy.ros_conversions import odometry_to_sample
 from sim2real.deploy.ros_runtime import BackgroundSpin
+from sim2real.extras import MissingExtraError
 from ros_helpers import TopicRecorder, wait_until
 from sim2real.hardware.crazyflie.bridge import CrazyflieBridgeNode
 from sim2real.hardware.crazyflie.protocol import (
@@ -518,7 +519,8 @@ def test_cli_parser_registration():
 
 def test_cflib_is_imported_lazily_with_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "cflib", None)  # as if not installed
-    with pytest.raises(CrazyflieBridgeError, match=r"needs cflib, which is not installed .*pip install cflib==0\.1\."):
+    with pytest.raises(MissingExtraError, match=r"^sim2real bridge crazyflie needs the hardware extra: "
+                                                 r"pip install -e \"\.\[hardware\]\" \(cflib is not installed\)$"):
         load_cflib()
     code = ("import sys; sys.modules['cflib'] = None; import sim2real.cli, sim2real.hardware.crazyflie.bridge; "
             "print('ok')")

@@ -85,9 +85,11 @@ def test_a_logger_that_cannot_start_is_refused_before_the_run(tmp_path, capsys, 
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_trackers)
-    for logger, install in (("wandb", "pip install wandb"), ("neptune", "pip install neptune")):
-        assert main(["train", "--task", "quadrotor-hover", "--logger", logger, "--runs-root", str(tmp_path)]) == 2
-        _one_error_line(capsys, f"--logger {logger}: the {logger} package is not installed", install)
+    assert main(["train", "--task", "quadrotor-hover", "--logger", "wandb", "--runs-root", str(tmp_path)]) == 2
+    _one_error_line(capsys, "sim2real train --logger wandb needs the tracking extra", 'pip install -e ".[tracking]"',
+                    "import wandb")
+    assert main(["train", "--task", "quadrotor-hover", "--logger", "neptune", "--runs-root", str(tmp_path)]) == 2
+    _one_error_line(capsys, "--logger neptune: the neptune package is not installed", "pip install neptune")
     monkeypatch.setattr(builtins, "__import__", real_import)
     monkeypatch.setitem(sys.modules, "neptune", types.ModuleType("neptune"))  # installed, but no account set
     monkeypatch.delenv("NEPTUNE_API_TOKEN", raising=False)

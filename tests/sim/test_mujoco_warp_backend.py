@@ -124,7 +124,8 @@ def test_missing_mujoco_warp_is_one_clear_line(monkeypatch):
     with pytest.raises(ConfigError) as err:
         import_mujoco_warp()
     text = str(err.value)
-    assert "\n" not in text and 'pip install "mujoco-warp==4.0.0"' in text
+    assert "\n" not in text and text.startswith("--sim mujoco-warp needs the gpu extra")
+    assert 'pip install -e ".[gpu]"' in text and "mujoco_warp is not installed" in text and "--sim mujoco" in text
 
 
 def test_isaaclab_absent_is_one_clear_line(capsys, tmp_path):
