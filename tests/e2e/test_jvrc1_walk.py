@@ -6,6 +6,10 @@ odometry frame; the robot walks it without a fall, and the hit rate its node rep
 (hits / steps since the plan was accepted) is within 0.1 of what ``sim2real eval --plans`` gives the same policy
 on the same plan (so the test stays true as the policy improves; the goal table is in docs/robots/
 humanoid-footsteps.md).
+
+The walk runs in real time in three processes: beside a CPU-bound neighbour on 2 cores (a background training)
+the robot fell in 2 of 3 runs, as DDS delivers sensor messages from threads at normal priority (docs/benchmarks.md,
+the soak); alone (as in CI) it walks the plan (node 0.923, eval 0.962, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -139,6 +143,12 @@ def test_the_shipped_humanoid_walks_a_path_plan_in_the_standin_as_in_eval(tmp_pa
                 assert wait_until(done, (len(plan) + 4) * gait["step_period_s"] + 10.0), \
                     f"status {following()[-1]}\n" + logs()
                 final = following()[-1]
+                # Which plan steps were hits: the step index whose window closed as the hit count rose.
+                hit_steps, prev = [], (1.0, 0.0)
+                for idx, _, _, _, h, _ in following():
+                    if math.isfinite(h) and h > prev[1]:
+                        hit_steps.append(int(prev[0]))
+                    prev = (idx, h if math.isfinite(h) else prev[1])
                 heights = [m.pose.pose.position.z for _, m in rec.messages(odom_t, t_sent)]
                 end = rec.last(odom_t)[1].pose.pose.position
                 assert all(p.poll() is None for p in procs.values()), "a process exited early\n" + logs()
@@ -153,5 +163,7 @@ def test_the_shipped_humanoid_walks_a_path_plan_in_the_standin_as_in_eval(tmp_pa
     goal = steps[-2:, :2].mean(axis=0)
     assert math.hypot(end.x - goal[0], end.y - goal[1]) < 0.3, (end, goal)
     rate = hits / counted
-    assert abs(rate - expected["hit_rate"]) <= HIT_RATE_TOLERANCE, (rate, expected["hit_rate"], final)
+    misses = sorted(set(range(1, len(plan))) - set(hit_steps))
+    assert abs(rate - expected["hit_rate"]) <= HIT_RATE_TOLERANCE, \
+        f"node {rate:.3f} ({final}), eval {expected['hit_rate']:.3f}; node missed plan steps {misses}"
     print(f"\ne2e jvrc1 walk: node hit rate {rate:.3f} ({hits:.0f}/{counted:.0f}), eval {expected['hit_rate']:.3f}")
