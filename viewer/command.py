@@ -41,13 +41,14 @@ def view_command(args, policy_fn: Callable) -> int:
             :func:`~sim2real.viewer.recording.record_session`; the loaders' errors pass through.
     """
     from sim2real.viewer.browser import BrowserError, screenshot_page
-    from sim2real.viewer.server import SceneViewer
+    from sim2real.viewer.server import SceneViewer, check_bindable
 
     start = time.perf_counter()
     if args.at is not None and not args.screenshot:
         raise ConfigError("view --at applies with --screenshot")
     if args.screenshot and not Path(args.screenshot).parent.is_dir():
         raise FileNotFoundError(f"--screenshot: folder {Path(args.screenshot).parent} does not exist")
+    check_bindable(args.host, args.port)  # before the rollout (viser itself would wait forever)
     trace = _trace(args, policy_fn)
     recorded = time.perf_counter()
     viewer = SceneViewer(trace, host=args.host, port=args.port, playing=not args.screenshot)

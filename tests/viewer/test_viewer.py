@@ -195,6 +195,59 @@ def test_the_server_plays_pauses_seeks_and_switches_envs():
             viewer.show(env=2)
 
 
+def _tiny_trace():
+    from sim2real.sim.scene import TraceRecorder, quadrotor_model
+
+    rec = TraceRecorder([quadrotor_model({})], ["a"])
+    rec.add([[0, 0, 1, 1, 0, 0, 0]], [[]])
+    return rec.trace("tiny", 0.01)
+
+
+def test_an_address_that_cannot_be_served_on_is_refused_and_a_busy_port_moves_on():
+    """viser takes any bind error for a busy port and never reports back: the viewer binds a plain socket first."""
+    import socket
+    import threading
+
+    from sim2real.viewer.server import SceneViewer, check_bindable
+
+    outcome = []
+
+    def serve():  # (in a thread: without the check, viser waits forever)
+        try:
+            SceneViewer(_tiny_trace(), host="203.0.113.5", port=0).stop()  # TEST-NET-3: never this machine's
+            outcome.append("served")
+        except ConfigError as exc:
+            outcome.append(str(exc))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert outcome == ["view --host 203.0.113.5 --port 0: cannot serve there: Cannot assign requested address "
+                       "(203.0.113.5 is not an address of this machine; --host 0.0.0.0 serves on every interface)"]
+    with pytest.raises(ConfigError, match="^view --host no.such.host.invalid --port 8080: cannot resolve"):
+        check_bindable("no.such.host.invalid", 8080)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        check_bindable("127.0.0.1", port)  # in use: viser moves on to the next free port
+        with SceneViewer(_tiny_trace(), port=port, playing=False) as viewer:
+            assert viewer.server.get_port() > port
+
+
+def test_view_refuses_an_address_it_cannot_serve_on_before_the_rollout(monkeypatch, capsys):
+    from sim2real.cli import main
+
+    def rollout(*_):
+        raise AssertionError("rolled out before checking the address")
+
+    monkeypatch.setattr("sim2real.viewer.command._trace", rollout)
+    assert main(["view", "--policy", str(PRETRAINED / "quadrotor-hover"), "--host", "203.0.113.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: view --host 203.0.113.5 --port 8080: cannot serve there: Cannot assign requested address "
+                   "(203.0.113.5 is not an address of this machine; --host 0.0.0.0 serves on every interface)"]
+
+
 # --- command line --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, message", [
     (["--recording", "{tmp}", "--task", "quadrotor-hover"], "--task apply to rollouts"),
