@@ -38,6 +38,10 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: ``--task`` of eval, play and view.
+TASK_HELP = ("the task (default: the exported policy's, or the checkpoint file's or run folder's own; needed with "
+             "--checkpoint latest|best, which look in the task's runs)")
+
 #: DDS domain ids: 0-232 (the DDS spec's UDP port mapping; CycloneDDS and Fast DDS refuse larger ones).
 DDS_DOMAIN_ID_MAX = 232
 
@@ -355,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext, func in (("eval", "score a policy on the task's held-out set", cmd_eval),
                                  ("play", "render a rollout to a video or trajectory plots", cmd_play)):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--task")
+        p.add_argument("--task", help=TASK_HELP)
         src = p.add_mutually_exclusive_group()
         src.add_argument("--checkpoint", help="PATH|latest|best (default latest)")
         src.add_argument("--policy", help="folder of an exported policy (policy.onnx + metadata.json)")
@@ -461,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("view", help="a 3D browser viewer (viser) of a policy rollout or a recorded session: timeline, "
                                     "play/pause, env selector; serves until Ctrl-C")
-    p.add_argument("--task", help="the task (default: the checkpoint's or policy's own)")
+    p.add_argument("--task", help=TASK_HELP)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", help="PATH|latest|best (default latest)")
     src.add_argument("--policy", help="folder of an exported policy (policy.onnx + metadata.json)")

@@ -113,9 +113,13 @@ def resolve_checkpoint(spec: str, task: str, root: Path | None = None) -> Path:
     return path
 
 
-def load_task_checkpoint(spec: str, task: str, root: Path | None = None) -> tuple[Path, dict]:
+def load_task_checkpoint(spec: str, task: str | None, root: Path | None = None) -> tuple[Path, dict]:
     """Resolve ``spec`` (see :func:`resolve_checkpoint`) and load it; raises :class:`CheckpointError` if it is
-    missing, corrupt, or was trained for another task."""
+    missing, corrupt, or was trained for another task. ``task`` None: the checkpoint's own (its saved config's
+    ``task``), for a checkpoint file or run folder; ``latest`` and ``best`` need the task (they look in its runs)."""
+    if task is None and spec in ("latest", "best"):
+        raise CheckpointError(f"--task is required with --checkpoint {spec} (the newest run of which task?); a "
+                              f"checkpoint file or run folder names its own task")
     path = resolve_checkpoint(spec, task, root)
     try:
         data = load_checkpoint(path)
@@ -125,7 +129,7 @@ def load_task_checkpoint(spec: str, task: str, root: Path | None = None) -> tupl
         # The newest checkpoint is damaged (a crash mid-write of a copy, a full disk): take the newest intact one
         # before it, with a note; the damaged file stays where it is.
         path, data = _newest_intact(path.parent, before=path, damaged=damaged)
-    if data["infos"]["config"]["task"] != task:
+    if task is not None and data["infos"]["config"]["task"] != task:
         raise CheckpointError(f"{path} belongs to task '{data['infos']['config']['task']}', not '{task}'")
     return path, data
 
