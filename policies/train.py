@@ -33,17 +33,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def resume_config(resume: str, task: str, runs_root: Path | None, overrides: list[str], distributed: bool
-                  ) -> tuple[Path, dict, dict]:
+def resume_config(resume: str, task: str, runs_root: Path | None, overrides: list[str], distributed: bool,
+                  config_file: str | None = None) -> tuple[Path, dict, dict]:
     """The checkpoint ``resume`` (``PATH|latest|best``) of ``task``, its data and the config to continue with: the
-    checkpoint's (completed with today's defaults, with a note on stderr) with ``overrides`` applied.
+    checkpoint's (completed with today's defaults, with a note on stderr), then ``config_file``'s values (``--config``;
+    a ``robot`` given by name is that robot's config), then ``overrides``.
 
     Raises:
         CheckpointError: no such checkpoint, or not one of ``task``.
-        ConfigError: an override changes a key of :data:`FIXED_ON_RESUME`, or ``distributed`` on a checkpoint not
-            trained on CUDA, or a value out of range.
+        ConfigError: ``config_file`` or an override changes a key of :data:`FIXED_ON_RESUME`, or ``distributed`` on
+            a checkpoint not trained on CUDA, or an unknown key or a value out of range.
     """
-    from sim2real.configs import ConfigError, apply_overrides, lookup
+    from sim2real.configs import ConfigError, apply_overrides, load_robot, load_yaml, lookup, merge_checked
     from sim2real.policies import checkpoints as ck
     from sim2real.tasks import complete_saved_config, get_task
 
@@ -52,7 +53,13 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
     if added:
         print(f"note: {resume_path.name} was saved before these config keys existed; using their defaults: "
               f"{', '.join(added)}", file=sys.stderr)
-    cfg = apply_overrides(saved, overrides)
+    cfg = saved
+    if config_file is not None:
+        values = load_yaml(config_file)
+        if isinstance(values.get("robot"), str):  # a robot named as in a task config: its full config
+            values = dict(values, robot=load_robot(values["robot"]))
+        cfg = merge_checked(cfg, values)
+    cfg = apply_overrides(cfg, overrides)
     for key in FIXED_ON_RESUME:
         try:
             lookup(saved, key)
@@ -97,7 +104,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     """Train ``task`` (``sim2real train``) and return the run directory (None on torchrun ranks > 0).
 
     Args:
-        overrides: ``key=value`` config overrides (``--set``, ``--sim``), after ``config_file``'s values.
+        overrides: ``key=value`` config overrides (``--set``, ``--sim``), after ``config_file``'s values (which, on
+            ``resume``, apply over the checkpoint's config as the overrides do).
         num_envs, seed, device: ``env.num_envs``, ``seed`` and ``device`` overrides (``device`` not with
             ``distributed``: each rank trains on ``cuda:LOCAL_RANK``, seed + RANK).
         resume: ``PATH|latest|best`` of a checkpoint of ``task`` to continue (from an earlier checkpoint of its run,
@@ -116,7 +124,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
             :func:`~sim2real.policies.tracking.check_logger` and, with ``video``,
             :func:`~sim2real.policies.play.check_playable`).
     """
-    from sim2real.configs import apply_overrides
+    from sim2real.configs import apply_overrides, load_yaml
     from sim2real.policies import checkpoints as ck
     from sim2real.policies import distributed as dist_mod
     from sim2real.policies.runner import Sim2RealRunner
@@ -139,7 +147,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         extra.append(f"device={device}")
     resume_path = None
     if resume is not None:
-        resume_path, data, cfg = resume_config(resume, task, runs_root, list(overrides) + extra, distributed)
+        resume_path, data, cfg = resume_config(resume, task, runs_root, list(overrides) + extra, distributed,
+                                               config_file)
     else:
         cfg = task_config(task, list(overrides) + extra, config_file)
     setup = None
@@ -174,7 +183,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
             ck.write_run_files(run_dir, cfg, argv, resumed_from=resume_path)
         else:  # the checkpoint holds rank 0's RNG states: ranks > 0 draw their own again
             seed_everything(setup.seed + setup.world_size * runner.current_learning_iteration)
-        if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in overrides):
+        if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in overrides) or (
+                config_file is not None and "learning_rate" in (load_yaml(config_file).get("train") or {})):
             runner.alg.learning_rate = float(cfg["train"]["learning_rate"])  # explicit: replaces the saved one
             for group in runner.alg.optimizer.param_groups:
                 group["lr"] = runner.alg.learning_rate
