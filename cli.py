@@ -330,7 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=positive_int)
     p.add_argument("--seed", type=int)
     p.add_argument("--device")
-    p.add_argument("--max-iterations", type=positive_int, help="iterations to run now (default: train.max_iterations)")
+    p.add_argument("--max-iterations", type=positive_int,
+                   help="iterations to run now (default: train.max_iterations; with --resume of a run stopped before "
+                        "its end, e.g. by Ctrl-C, the iterations it had left)")
     p.add_argument("--headless", action="store_true", help="accepted for familiarity; training never opens a window")
     p.add_argument("--resume", nargs="?", const="latest", help="continue from PATH|latest|best (default latest)")
     p.add_argument("--run-name", help="suffix of the run directory name")

@@ -140,6 +140,9 @@ class Sim2RealRunner(OnPolicyRunner):
             super().__init__(env, train_cfg, str(run_dir) if run_dir else None, device)
         self.best_score = -float("inf")
         self.last_eval: dict | None = None
+        #: The iteration this run's training is to end at (``train``'s start + iterations; None: not set), kept in
+        #: the checkpoints: a plain ``--resume`` of an interrupted run continues to it.
+        self.end_iteration: int | None = None
         self._progress = progress
         self._bar = None
         self._rsl_log = self.logger.log
@@ -272,7 +275,8 @@ class Sim2RealRunner(OnPolicyRunner):
 
     def checkpoint(self, infos: dict | None = None) -> dict:
         """What a checkpoint holds now (live tensors, not copies): models, normaliser and optimiser, ``iter`` (the
-        next iteration to run), config, curriculum state, RNG states, best score and last evaluation."""
+        next iteration to run), config, curriculum state, RNG states, best score, last evaluation and (when set)
+        :attr:`end_iteration`."""
         saved = self.alg.save()
         saved["iter"] = self.current_learning_iteration + 1
         saved["infos"] = {
@@ -283,6 +287,8 @@ class Sim2RealRunner(OnPolicyRunner):
             "best_score": self.best_score,
             "last_eval": self.last_eval,
         }
+        if self.end_iteration is not None:
+            saved["infos"]["end_iteration"] = int(self.end_iteration)
         return saved
 
     def save_interrupted(self) -> Path | None:

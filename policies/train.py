@@ -111,7 +111,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         resume: ``PATH|latest|best`` of a checkpoint of ``task`` to continue (from an earlier checkpoint of its run,
             the run branches into a new directory instead of overwriting the later ones).
         runs_root: folder of run directories (default ``./runs`` or ``$SIM2REAL_RUNS``).
-        max_iterations: iterations to run now (default ``train.max_iterations``).
+        max_iterations: iterations to run now (default: on ``resume`` of a run stopped before the iteration it
+            was to end at, the iterations it had left; else ``train.max_iterations``).
         export: export ``best.pt`` (else the last checkpoint) to ``<run>/policy`` at the end.
         argv: the command line recorded in the run directory (default ``sys.argv``).
         logger: ``tensorboard``, ``wandb`` or ``neptune`` (:mod:`sim2real.policies.tracking`).
@@ -191,7 +192,12 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         if main_rank:
             print(f"resumed from {resume_path} at iteration {runner.current_learning_iteration}, "
                   f"learning rate {runner.alg.learning_rate:.3g}")
-    iterations = max_iterations if max_iterations is not None else cfg["train"]["max_iterations"]
+    iterations, to_end = _iterations(runner.current_learning_iteration, max_iterations, cfg,
+                                     data["infos"] if resume_path is not None else None)
+    runner.end_iteration = runner.current_learning_iteration + iterations  # (in its checkpoints: a resume's target)
+    if main_rank and to_end:
+        print(f"continuing to iteration {runner.end_iteration}, where the run was to end ({iterations} "
+              f"iteration{'s' if iterations != 1 else ''} left; --max-iterations N runs N instead)")
     if main_rank:
         print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
     loop_start = time.perf_counter()
@@ -202,8 +208,11 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         saved = runner.save_interrupted() if main_rank else None
         if saved is None:
             raise TrainingInterrupted("interrupted before the first update completed: nothing to save") from None
+        left = runner.end_iteration - (ck.checkpoint_iteration(saved) + 1)
         raise TrainingInterrupted(f"interrupted: saved the last completed update to {saved}; continue with "
-                                  f"sim2real train --task {task} --resume") from None
+                                  f"sim2real train --task {task} --resume {saved} (to iteration "
+                                  f"{runner.end_iteration}: {left} iteration{'s' if left != 1 else ''} left)"
+                                  ) from None
     finally:
         if setup is not None:
             dist_mod.shutdown()
@@ -227,6 +236,19 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         out = export_policy(source, run_dir / "policy", ck.git_revision())
         print(f"exported {source.name} to {out} (score it on the held-out set: sim2real eval --policy {out})")
     return run_dir
+
+
+def _iterations(start: int, max_iterations: int | None, cfg: dict, resumed: dict | None) -> tuple[int, bool]:
+    """(How many iterations to run from iteration ``start``, whether that is what a stopped run had left):
+    ``max_iterations`` (``--max-iterations``) when given; on a resume (``resumed``: the checkpoint's infos) of a run
+    stopped before the iteration it was to end at (its ``end_iteration``: an interrupt, a crash), what it had left;
+    else ``train.max_iterations``."""
+    if max_iterations is not None:
+        return int(max_iterations), False
+    end = (resumed or {}).get("end_iteration")
+    if isinstance(end, int) and end > start:
+        return end - start, True
+    return int(cfg["train"]["max_iterations"]), False
 
 
 def _metrics_text(metrics: dict) -> str:
