@@ -95,3 +95,22 @@ def test_sigterm_saves_and_exits(tmp_path):
     assert len(line) == 1, err
     saved = Path(line[0].split(" to ", 1)[1].split(";")[0])
     assert saved.is_file() and torch.load(saved, weights_only=False)["iter"] >= 1
+
+
+def test_ctrl_c_while_a_clip_renders_saves_the_update_the_clip_shows(tmp_path, monkeypatch, capsys):
+    """train --video renders its clip after an update has completed: Ctrl-C then (seconds of rendering) saves that
+    update, not the one before it."""
+    clips = []
+
+    def play(cfg, policy, output, **kwargs):
+        clips.append(Path(output).name)
+        raise KeyboardInterrupt  # Ctrl-C while the clip of iteration 1 renders
+
+    monkeypatch.setattr("sim2real.policies.play.play", play)
+    rc = sim2real_main(["train", "--task", "quadrotor-hover", *TINY, "--max-iterations", "5", "--runs-root",
+                        str(tmp_path), "--set", "train.save_interval=100", "--video", "--video-interval", "2"])
+    assert rc == 130 and len(clips) == 1
+    (run,) = (tmp_path / "quadrotor-hover").iterdir()
+    saved = run / "model_1.pt"
+    assert f"interrupted: saved the last completed update to {saved};" in capsys.readouterr().err
+    assert torch.load(saved, weights_only=False)["iter"] == 2
