@@ -206,7 +206,7 @@ class Sim2RealRunner(OnPolicyRunner):
             tracking.log_image(self.logger.writer, f"Curriculum/{tag}", png, it)
 
     def record_video(self, it: int) -> Path | None:
-        """Record ``<run>/videos/iter_<it>.mp4`` (``it`` zero-padded, as of ``model_<it>.pt``): the task's ``play``
+        """Record ``<run>/videos/iter_<it>.mp4`` (``it`` as in ``model_<it>.pt``): the task's ``play``
         rollout of the current policy (deterministic actions, its own envs of the evaluation set, on C MuJoCo for
         the legged tasks whatever backend trains), first :attr:`VideoSpec.seconds`, no plots; and log it to the
         tracker (``Video/rollout``). The global RNG states are restored afterwards: training draws exactly what it
@@ -214,7 +214,7 @@ class Sim2RealRunner(OnPolicyRunner):
         run; returns the path, or None then."""
         from sim2real.policies.play import play
 
-        path = self.run_dir / "videos" / f"iter_{it:05d}.mp4"
+        path = self.run_dir / "videos" / f"iter_{it}.mp4"
         cfg = self.task_cfg
         if "sim" in cfg:
             cfg = dict(cfg, sim=dict(cfg["sim"], backend="mujoco"))

@@ -142,8 +142,8 @@ def test_train_video_records_clips_and_changes_nothing_in_training(tmp_path, cap
     clips = sorted(p.name for p in (video / "videos").iterdir())
     if not clips:
         pytest.skip("no GL backend for MuJoCo rendering on this machine")
-    assert clips == ["iter_00001.mp4", "iter_00002.mp4"] and not (plain / "videos").exists()
-    with av.open(str(video / "videos" / "iter_00002.mp4")) as c:
+    assert clips == ["iter_1.mp4", "iter_2.mp4"] and not (plain / "videos").exists()  # as model_1.pt, model_2.pt
+    with av.open(str(video / "videos" / "iter_2.mp4")) as c:
         stream = c.streams.video[0]
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(stream)]
     assert (stream.width, stream.height) == (640, 360) and len(frames) == 10  # 0.3 s at 100 Hz, every 3rd
