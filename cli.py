@@ -535,6 +535,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status (2: a user error, one
+    ``error:`` line; 130: interrupted, at any point, the start-up's imports included, without a traceback)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # (train's says where it saved the last completed update)
+        print("\n" + (str(exc) or "interrupted"), file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read once, when mujoco is first imported
     args = build_parser().parse_args(argv)
@@ -550,9 +560,6 @@ def main(argv: list[str] | None = None) -> int:
             FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError, ExportError) as exc:
         print("error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line
         return EXIT_USER_ERROR
-    except KeyboardInterrupt as exc:  # (train's says where it saved the last completed update)
-        print("\n" + (str(exc) or "interrupted"), file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -113,6 +113,14 @@ class SceneViewer:
         self._geoms: dict[int, list[GeomMesh]] = {}
         with contextlib.redirect_stdout(io.StringIO()):  # viser's banner: the caller prints the URL
             self.server = viser.ViserServer(host=host, port=int(port), label=trace.title, verbose=False)
+        self._stop, self._thread = threading.Event(), None
+        try:
+            self._start()
+        except BaseException:  # (Ctrl-C while the scene is sent): the server does not outlive us
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         scene = self.server.scene
         scene.set_up_direction("+z")
         # Plain lights, no environment map and no shadows: cheap enough for software WebGL (a headless browser
@@ -123,7 +131,6 @@ class SceneViewer:
         self._build_gui()
         self._build_env(0)
         self.aim_camera()
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._play_loop, name="sim2real-view-playback", daemon=True)
         self._thread.start()
 
@@ -175,10 +182,12 @@ class SceneViewer:
 
     def stop(self) -> None:
         """Stop playback and the server (idempotent)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2.0)
-        self.server.stop()
+        if self._thread is not None:
+            self._stop.set()
+            if self._thread.is_alive():
+                self._thread.join(timeout=2.0)
+        with contextlib.redirect_stdout(io.StringIO()):  # viser's "(viser) Server stopped", printed from its thread
+            self.server.stop()
 
     def __enter__(self) -> "SceneViewer":
         return self

@@ -248,6 +248,40 @@ def test_view_refuses_an_address_it_cannot_serve_on_before_the_rollout(monkeypat
                    "(203.0.113.5 is not an address of this machine; --host 0.0.0.0 serves on every interface)"]
 
 
+def test_ctrl_c_at_any_point_of_start_up_exits_quietly_with_130(monkeypatch, capsys):
+    """Ctrl-C while the command line's modules import (seconds: torch, onnx, viser) or while the viewer sends its
+    scene: status 130 and one line, no traceback, and no server left running."""
+    from sim2real import cli
+    from sim2real.viewer.server import SceneViewer
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    def main(argv):
+        try:
+            return cli.main(argv)
+        except KeyboardInterrupt:
+            pytest.fail("Ctrl-C escaped main() (a traceback)")
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "build_parser", interrupt)  # (the first thing main does: its imports)
+        assert main(["view", "--policy", str(PRETRAINED / "quadrotor-hover")]) == 130
+    assert capsys.readouterr().err == "\ninterrupted\n"
+    servers = []
+
+    def build_env(self, env):
+        servers.append(self.server)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SceneViewer, "_build_env", build_env)
+    monkeypatch.setattr("sim2real.viewer.command._trace", lambda args, policy_fn: _tiny_trace())
+    assert main(["view", "--port", "0"]) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "\ninterrupted\n" and captured.out == ""  # (nor viser's "Server stopped")
+    (server,) = servers
+    assert not server._websock_server._server_thread.is_alive()
+
+
 # --- command line --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, message", [
     (["--recording", "{tmp}", "--task", "quadrotor-hover"], "--task apply to rollouts"),
