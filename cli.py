@@ -471,8 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", help="PATH|latest|best (default latest)")
     src.add_argument("--policy", help="folder of an exported policy (policy.onnx + metadata.json)")
-    src.add_argument("--recording", help="a recorded session: a fine-tuning session folder, or a folder of "
-                                          "topics-*.mcap (robot poses from odometry and joint states)")
+    src.add_argument("--recording", help="a recorded session: a fine-tuning session folder of deploy --finetune "
+                                          "(finetune run records no robot topics), or a folder of topics-*.mcap "
+                                          "(robot poses from odometry and joint states)")
     p.add_argument("--robot", help="with --recording outside a fine-tuning session: the robot config (name or YAML)")
     p.add_argument("--runs-root", type=Path)
     _config_args(p, device=False)

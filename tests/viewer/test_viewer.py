@@ -146,6 +146,58 @@ def test_a_fine_tuning_session_is_drawn_with_its_base_policys_robot(tmp_path):
         record_session(session.path, robot="go2")
 
 
+def test_a_finetune_run_session_is_refused_saying_what_it_holds(tmp_path):
+    """``finetune run`` (the stand-in) records transitions only, no robot topics: the error says what was looked
+    for, what the folder holds and which sessions record the topics."""
+    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.deploy.recording.transitions import TransitionRecorder
+    from sim2real.viewer.recording import record_session
+
+    session = FinetuneSession.create(tmp_path / "s", PRETRAINED / "quadrotor-hover", task="quadrotor-hover",
+                                     robot_name="crazyflie2", config={})
+    with TransitionRecorder(session.recordings_dir, {"obs": 3, "reward": 1}) as rec:
+        rec.append({"obs": [0.0, 0.0, 0.0], "reward": [1.0]})
+    with pytest.raises(FileNotFoundError) as exc:
+        record_session(session.path)
+    assert str(exc.value) == (
+        f"view --recording: no topics-*.mcap (the robot's topics) in {session.recordings_dir}: it holds 1 "
+        f"transitions-*.mcap (what 'sim2real finetune run' records: the policy's observations and actions, no robot "
+        f"poses to draw); the robot's topics are recorded by 'sim2real deploy --finetune' on ROS 2")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"no topics-\*\.mcap .* in .*other: it holds notes.txt$"):
+        record_session(tmp_path / "other", robot="go2")
+
+
+def test_a_recording_of_another_robot_is_drawn_with_a_warning(tmp_path, capsys):
+    from nav_msgs.msg import Odometry
+
+    from sim2real.deploy.recording.topics import TopicRecorder
+    from sim2real.viewer.recording import record_session
+
+    drone = tmp_path / "drone"
+    with TopicRecorder(drone) as rec:  # a drone's recording: odometry, no joint states
+        for i in range(3):
+            odom = Odometry()
+            odom.pose.pose.orientation.w = 1.0
+            rec.write("/crazyflie/odom", odom, 1_700_000_000_000_000_000 + i * 20_000_000)
+    capsys.readouterr()
+    assert record_session(drone, robot="crazyflie2").frames == 3
+    assert capsys.readouterr().err == ""
+    assert record_session(drone, robot="go2").frames == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: view --recording: it holds no sensor_msgs/msg/JointState messages: go2's 12 joints stay in their "
+        "default pose; a recording of another robot? (--robot names the robot)"]
+    go2 = tmp_path / "go2"
+    _write_go2_recording(go2, frames=3)
+    record_session(go2, robot="go2")
+    assert capsys.readouterr().err == ""  # (one of the recorded names is not go2's: fine)
+    record_session(go2, robot="crazyflie2")
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: view --recording: its joint states name joints (FL_hip_joint, not_a_joint) and crazyflie2 has "
+        "none; a recording of another robot? (--robot names the robot)"]
+
+
 def test_a_recording_needs_its_robot_and_odometry(tmp_path):
     from sim2real.viewer.recording import record_session
 
