@@ -485,10 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "interface)")
     p.add_argument("--port", type=int_in_range(0, 65535), default=8080,
                    help="port (default 8080; taken: the next free one; 0: any free one)")
-    p.add_argument("--screenshot", metavar="PNG", help="write one screenshot from headless Chromium (software WebGL) "
-                                                       "and exit instead of serving")
+    p.add_argument("--screenshot", metavar="PNG", help="write one screenshot (a .png; missing folders are made) from "
+                                                       "headless Chromium (software WebGL) and exit instead of serving")
     p.add_argument("--at", type=float, default=None, metavar="S",
-                   help="with --screenshot: the moment shown [s] (default: the middle of the rollout)")
+                   help="with --screenshot: the moment shown [s] (default: the middle of the rollout; outside it: "
+                        "its first or last frame, with a warning)")
     p.set_defaults(func=cmd_view)
 
     from sim2real.bench import BENCHES

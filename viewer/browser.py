@@ -220,7 +220,7 @@ HIDE_NOTIFICATIONS_JS = ("document.querySelectorAll('.mantine-Notifications-root
 def screenshot_page(url: str, path: str | os.PathLike, size: tuple[int, int] = (1280, 800),
                     ready: Callable[[], bool] | None = None, min_wait_s: float = 2.0, timeout: float = 60.0) -> Path:
     """Open ``url`` in headless Chromium and write a settled screenshot (:meth:`HeadlessChromium.settled_screenshot`)
-    to ``path`` as PNG (its folder must exist). Returns ``path``.
+    to ``path`` as PNG (missing folders are made). Returns ``path``.
 
     Raises:
         BrowserError: no Chromium, or the page could not be opened or was not ready within ``timeout``.
@@ -234,5 +234,6 @@ def screenshot_page(url: str, path: str | os.PathLike, size: tuple[int, int] = (
             png = browser.settled_screenshot(min_wait_s=0.2, timeout=5.0)
         except BrowserError:
             pass
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, png)
     return path

@@ -247,11 +247,12 @@ def test_the_server_plays_pauses_seeks_and_switches_envs():
             viewer.show(env=2)
 
 
-def _tiny_trace():
+def _tiny_trace(frames: int = 1):
     from sim2real.sim.scene import TraceRecorder, quadrotor_model
 
     rec = TraceRecorder([quadrotor_model({})], ["a"])
-    rec.add([[0, 0, 1, 1, 0, 0, 0]], [[]])
+    for _ in range(frames):
+        rec.add([[0, 0, 1, 1, 0, 0, 0]], [[]])
     return rec.trace("tiny", 0.01)
 
 
@@ -339,7 +340,12 @@ def test_ctrl_c_at_any_point_of_start_up_exits_quietly_with_130(monkeypatch, cap
     (["--recording", "{tmp}", "--task", "quadrotor-hover"], "--task apply to rollouts"),
     (["--policy", str(PRETRAINED / "quadrotor-hover"), "--at", "1"], "--at applies with --screenshot"),
     (["--policy", str(PRETRAINED / "quadrotor-hover"), "--robot", "go2"], "--robot applies with --recording"),
-    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", "/no/such/dir/x.png"], "does not exist"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", "{tmp}/x.txt"], "a screenshot is written as "
+                                                                                     "PNG: name it <file>.png"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", str(Path(__file__)) + "/x.png"],
+     "test_viewer.py is a file, not a folder"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", "{tmp}/x.png", "--at", "nan"],
+     "--at nan: a moment of the rollout in seconds"),
 ])
 def test_view_refuses_flags_that_do_not_go_together_in_one_line(tmp_path, capsys, argv, message):
     from sim2real.cli import main
@@ -347,6 +353,47 @@ def test_view_refuses_flags_that_do_not_go_together_in_one_line(tmp_path, capsys
     assert main(["view", *[a.format(tmp=tmp_path) for a in argv]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+
+
+def test_view_screenshot_makes_its_folder_and_says_when_at_is_outside_the_rollout(tmp_path, monkeypatch, capsys):
+    """As play --output does, --screenshot makes missing folders; an --at outside the rollout shows its first or
+    last frame with a warning naming the moment shown (a stand-in browser: the PNG it returns is written)."""
+    from sim2real.cli import main
+
+    shown = []
+
+    class Browser:
+        def __init__(self, size):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def navigate(self, url):
+            pass
+
+        def settled_screenshot(self, **kwargs):
+            return b"\x89PNG fake"
+
+        def evaluate(self, expression):
+            pass
+
+    monkeypatch.setattr("sim2real.viewer.browser.HeadlessChromium", Browser)
+    monkeypatch.setattr("sim2real.viewer.command._trace", lambda args, policy_fn: _tiny_trace(frames=101))
+    monkeypatch.setattr("sim2real.viewer.server.SceneViewer.show", lambda self, frame, **kw: shown.append(frame))
+    out = tmp_path / "new" / "folder" / "shot.png"
+    for at, frame, warning in ((None, 50, None), (0.3, 30, None), (5.0, 100, "t = 1.00 s"), (-1.0, 0, "t = 0.00 s")):
+        assert main(["view", "--port", "0", "--screenshot", str(out), *(["--at", str(at)] if at is not None else [])
+                     ]) == 0
+        captured = capsys.readouterr()
+        assert out.read_bytes() == b"\x89PNG fake" and shown[-1] == frame
+        assert captured.out.strip() == f"wrote {out} (tiny, t = {frame * 0.01:.2f} s)"
+        err = captured.err.strip().splitlines()
+        assert err == ([] if warning is None else [
+            f"warning: view --at {at:g}: the rollout spans 0-1.00 s; showing {warning}"])
 
 
 # --- the viewer in a real browser ----------------------------------------------------------------------------------
