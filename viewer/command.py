@@ -74,7 +74,7 @@ def view_command(args, policy_fn: Callable) -> int:
         ConfigError: flags that do not go together, or see :func:`~sim2real.viewer.rollout.record_rollout` and
             :func:`~sim2real.viewer.recording.record_session`; the loaders' errors pass through.
     """
-    from sim2real.viewer.browser import BrowserError, screenshot_page
+    from sim2real.viewer.browser import NO_CHROMIUM, BrowserError, find_chromium, screenshot_page
     from sim2real.viewer.server import SceneViewer, check_bindable
 
     start = time.perf_counter()
@@ -84,6 +84,12 @@ def view_command(args, policy_fn: Callable) -> int:
         raise ConfigError(f"view --at {args.at}: a moment of the rollout in seconds")
     if args.screenshot:
         check_screenshot_path(args.screenshot)
+        try:  # before the rollout
+            if find_chromium() is None:
+                raise BrowserError(NO_CHROMIUM)
+        except BrowserError as exc:
+            print(f"error: view --screenshot: {exc}", file=sys.stderr)
+            return 2
     check_bindable(args.host, args.port)  # before the rollout (viser itself would wait forever)
     trace = _trace(args, policy_fn)
     recorded = time.perf_counter()

@@ -382,6 +382,7 @@ def test_view_screenshot_makes_its_folder_and_says_when_at_is_outside_the_rollou
             pass
 
     monkeypatch.setattr("sim2real.viewer.browser.HeadlessChromium", Browser)
+    monkeypatch.setattr("sim2real.viewer.browser.find_chromium", lambda: "/usr/bin/chromium")  # (none needed)
     monkeypatch.setattr("sim2real.viewer.command._trace", lambda args, policy_fn: _tiny_trace(frames=101))
     monkeypatch.setattr("sim2real.viewer.server.SceneViewer.show", lambda self, frame, **kw: shown.append(frame))
     out = tmp_path / "new" / "folder" / "shot.png"
@@ -394,6 +395,32 @@ def test_view_screenshot_makes_its_folder_and_says_when_at_is_outside_the_rollou
         err = captured.err.strip().splitlines()
         assert err == ([] if warning is None else [
             f"warning: view --at {at:g}: the rollout spans 0-1.00 s; showing {warning}"])
+
+
+@pytest.mark.parametrize("value, what", [
+    ("/no/such/chromium", "does not exist"),
+    (__file__, "is not executable"),
+    (str(REPO), "is a folder"),
+    ("no-such-browser-on-path", "is not on PATH"),
+])
+def test_a_bad_sim2real_chromium_is_refused_naming_the_variable(tmp_path, monkeypatch, capsys, value, what):
+    """Not passed over silently for the system's Chromium: the user asked for this one."""
+    from sim2real.cli import main
+    from sim2real.viewer.browser import BrowserError, find_chromium
+
+    monkeypatch.setenv("SIM2REAL_CHROMIUM", value)
+    with pytest.raises(BrowserError, match=f"^SIM2REAL_CHROMIUM={value}: {what} "):
+        find_chromium()
+
+    def rollout(*_):
+        raise AssertionError("rolled out before finding the browser")
+
+    monkeypatch.setattr("sim2real.viewer.command._trace", rollout)
+    assert main(["view", "--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", str(tmp_path / "x.png")]
+                ) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: view --screenshot: SIM2REAL_CHROMIUM={value}: {what} (name Chromium's executable, or unset it to "
+        f"use the system's)"]
 
 
 # --- the viewer in a real browser ----------------------------------------------------------------------------------
