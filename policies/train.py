@@ -196,8 +196,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
                                      data["infos"] if resume_path is not None else None)
     runner.end_iteration = runner.current_learning_iteration + iterations  # (in its checkpoints: a resume's target)
     if main_rank and to_end:
-        print(f"continuing to iteration {runner.end_iteration}, where the run was to end ({iterations} "
-              f"iteration{'s' if iterations != 1 else ''} left; --max-iterations N runs N instead)")
+        print(f"continuing to iteration {runner.end_iteration}, where the run was to end "
+              f"({count(iterations, 'iteration')} left; --max-iterations N runs N instead)")
     if main_rank:
         print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
     loop_start = time.perf_counter()
@@ -211,8 +211,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         left = runner.end_iteration - (ck.checkpoint_iteration(saved) + 1)
         raise TrainingInterrupted(f"interrupted: saved the last completed update to {saved}; continue with "
                                   f"sim2real train --task {task} --resume {saved} (to iteration "
-                                  f"{runner.end_iteration}: {left} iteration{'s' if left != 1 else ''} left)"
-                                  ) from None
+                                  f"{runner.end_iteration}: {count(left, 'iteration')} left)") from None
     finally:
         if setup is not None:
             dist_mod.shutdown()
@@ -220,7 +219,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         return None
     done = int(iterations)
     steps = done * int(getattr(env, "num_envs", 0)) * int(cfg["train"]["num_steps_per_env"])
-    print(f"training loop: {time.perf_counter() - loop_start:.1f} s for {done} iterations "
+    print(f"training loop: {time.perf_counter() - loop_start:.1f} s for {count(done, 'iteration')} "
           f"({steps:,} env steps, periodic evaluations included)")
     if runner.last_eval is not None:
         print(f"last eval (iteration {runner.last_eval['iteration']}): {_metrics_text(runner.last_eval)}")
@@ -236,6 +235,11 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         out = export_policy(source, run_dir / "policy", ck.git_revision())
         print(f"exported {source.name} to {out} (score it on the held-out set: sim2real eval --policy {out})")
     return run_dir
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 (``1 iteration``, ``2 iterations``)."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _iterations(start: int, max_iterations: int | None, cfg: dict, resumed: dict | None) -> tuple[int, bool]:

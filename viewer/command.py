@@ -107,8 +107,9 @@ def view_command(args, policy_fn: Callable) -> int:
                 return 2
             print(f"wrote {out} ({trace.title}, t = {frame * trace.dt:.2f} s)")
             return 0
-        print(f"{trace.title}: {len(trace.envs)} env(s), {trace.frames} frames of {trace.dt * 1000:.0f} ms; recorded "
-              f"in {recorded - start:.1f} s, serving at {viewer.url} (started in {time.perf_counter() - start:.1f} s; "
+        frames = f"{trace.frames} frame{'' if trace.frames == 1 else 's'}"
+        print(f"{trace.title}: {len(trace.envs)} env(s), {frames} of {trace.dt * 1000:.0f} ms; recorded in "
+              f"{recorded - start:.1f} s, serving at {viewer.url} (started in {time.perf_counter() - start:.1f} s; "
               f"Ctrl-C stops)", flush=True)
         while True:
             time.sleep(0.5)

@@ -285,7 +285,8 @@ class SceneViewer:
     # --- control panel ------------------------------------------------------------------------------------------
     def _build_gui(self) -> None:
         gui, t = self.server.gui, self.trace
-        gui.add_markdown(f"**{t.title}**  \n{len(t.envs)} env(s), {t.frames} frames, {t.dt * 1000:.0f} ms each")
+        gui.add_markdown(f"**{t.title}**  \n{len(t.envs)} env(s), {t.frames} frame{'' if t.frames == 1 else 's'}, "
+                         f"{t.dt * 1000:.0f} ms each")
         labels = [e.label for e in t.envs]
         if len(set(labels)) != len(labels):
             for i, e in enumerate(t.envs):

@@ -105,8 +105,12 @@ def test_corrupt_checkpoint_is_a_clear_error(tiny_run, tmp_path):
     blob = list_checkpoints(tiny_run)[-1].read_bytes()
     bad = tmp_path / "truncated.pt"
     bad.write_bytes(blob[: len(blob) // 3])
-    with pytest.raises(CheckpointError, match=r"is damaged \(cannot be read"):
+    with pytest.raises(CheckpointError, match=r"is damaged \(cannot be read") as exc:
         load_checkpoint(bad)
+    # torch's reason in whole sentences (the rest is advice), not cut off after 200 characters mid-sentence
+    assert str(exc.value) == (f"checkpoint {bad} is damaged (cannot be read: RuntimeError: PytorchStreamReader "
+                              f"failed reading zip archive: failed finding central directory. This is an internal "
+                              f"miniz error)")
     other = tmp_path / "other.pt"
     torch.save({"weights": torch.zeros(3)}, other)
     with pytest.raises(CheckpointError, match="not a sim2real checkpoint"):
@@ -163,6 +167,7 @@ def test_resume_applies_a_config_file_over_the_saved_config(tmp_path, capsys):
     tiny = ["--num-envs", "16", "--no-progress", "--max-iterations", "1", "--runs-root", str(tmp_path),
             "--set", "train.eval_interval=0"]
     assert main(["train", "--task", "quadrotor-hover", *tiny]) == 0
+    assert " s for 1 iteration (384 env steps, " in capsys.readouterr().out  # (16 envs x 24 steps; not "1 iterations")
     (run,) = (tmp_path / "quadrotor-hover").iterdir()
     assert load_checkpoint(run / "model_0.pt")["infos"]["config"]["train"]["entropy_coef"] == 0.0
     changes = tmp_path / "changes.yaml"
@@ -181,3 +186,15 @@ def test_resume_applies_a_config_file_over_the_saved_config(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: config key '{key}' cannot change on --resume"), err
     assert sorted(p.name for p in run.glob("model_*.pt")) == ["model_0.pt", "model_1.pt"]
+
+
+def test_a_long_reason_is_shortened_to_whole_sentences():
+    from sim2real.policies.checkpoints import _sentences
+
+    torch_reason = ("PytorchStreamReader failed reading zip archive: failed finding central directory. This is an "
+                    "internal miniz error. If you are seeing this error, there is a high likelihood that your "
+                    "checkpoint file is corrupted. This can happen if the checkpoint was not saved properly.")
+    assert _sentences(torch_reason) == ("PytorchStreamReader failed reading zip archive: failed finding central "
+                                        "directory. This is an internal miniz error")
+    assert _sentences("pickle data was truncated\n") == "pickle data was truncated"
+    assert _sentences("word " * 100) == ("word " * 40).strip() + " ..."
