@@ -153,6 +153,13 @@ class Sim2RealRunner(OnPolicyRunner):
     # --- per-iteration hook --------------------------------------------------------------------------------
     def _log_iteration(self, it: int, start_it: int, total_it: int, **kwargs) -> None:
         self._curriculum_hooks(it, total_it)
+        if (self.video is not None and self.run_dir is not None
+                and ((it + 1) % self.video.interval == 0 or it + 1 == total_it)):
+            # This update has completed: an interrupt while its clip renders (seconds) saves it, not the one before
+            # (see save_interrupted). The clip restores the RNG states and the training mode; it comes before
+            # rsl-rl's log, which offers the new clips to W&B.
+            self._completed = copy.deepcopy(self.checkpoint())
+            self.record_video(it)
         ep = list(self.logger.ep_extras)  # rsl-rl clears these while logging
         with contextlib.redirect_stdout(io.StringIO()):
             self._rsl_log(it=it, start_it=start_it, total_it=total_it, **kwargs)
@@ -171,11 +178,6 @@ class Sim2RealRunner(OnPolicyRunner):
         # The state of this completed update, kept until the next one completes (see save_interrupted). Taken after
         # the evaluation (which restores the RNG states it used), as the regular save right after this hook is.
         self._completed = copy.deepcopy(self.checkpoint())
-        # The clip after the snapshot: an interrupt while it renders (seconds) saves this update, not the one before.
-        # (It restores the RNG states and the training mode: the regular save after this hook is unchanged.)
-        if (self.video is not None and self.run_dir is not None
-                and ((it + 1) % self.video.interval == 0 or it + 1 == total_it)):
-            self.record_video(it)
         if self._progress:
             if self._bar is None:
                 from tqdm import tqdm
