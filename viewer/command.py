@@ -114,6 +114,8 @@ def view_command(args, policy_fn: Callable) -> int:
         while True:
             time.sleep(0.5)
     except KeyboardInterrupt:
+        if args.screenshot:
+            raise  # no picture: interrupted (status 130)
         print("stopped")
         return 0
     finally:

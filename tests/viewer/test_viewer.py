@@ -395,6 +395,10 @@ def test_view_screenshot_makes_its_folder_and_says_when_at_is_outside_the_rollou
         err = captured.err.strip().splitlines()
         assert err == ([] if warning is None else [
             f"warning: view --at {at:g}: the rollout spans 0-1.00 s; showing {warning}"])
+    out.unlink()
+    Browser.navigate = lambda self, url: (_ for _ in ()).throw(KeyboardInterrupt)  # Ctrl-C while the page loads
+    assert main(["view", "--port", "0", "--screenshot", str(out)]) == 130
+    assert capsys.readouterr().err == "\ninterrupted\n" and not out.exists()
 
 
 @pytest.mark.parametrize("value, what", [
