@@ -1,5 +1,8 @@
 """``python -m sim2real`` entry point."""
 
-from sim2real.cli import main
+try:
+    from sim2real.cli import main
+except KeyboardInterrupt:  # Ctrl-C before the command line starts: quietly, as main() does after
+    raise SystemExit(130) from None
 
 raise SystemExit(main())

@@ -38,6 +38,10 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: ``--task`` of eval, play and view.
+TASK_HELP = ("the task (default: the exported policy's, or the checkpoint file's or run folder's own; needed with "
+             "--checkpoint latest|best, which look in the task's runs)")
+
 #: DDS domain ids: 0-232 (the DDS spec's UDP port mapping; CycloneDDS and Fast DDS refuse larger ones).
 DDS_DOMAIN_ID_MAX = 232
 
@@ -350,7 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-envs", type=positive_int)
     p.add_argument("--seed", type=int)
     p.add_argument("--device")
-    p.add_argument("--max-iterations", type=positive_int, help="iterations to run now (default: train.max_iterations)")
+    p.add_argument("--max-iterations", type=positive_int,
+                   help="iterations to run now (default: train.max_iterations; with --resume of a run stopped before "
+                        "its end, e.g. by Ctrl-C, the iterations it had left)")
     p.add_argument("--headless", action="store_true", help="accepted for familiarity; training never opens a window")
     p.add_argument("--resume", nargs="?", const="latest", help="continue from PATH|latest|best (default latest)")
     p.add_argument("--run-name", help="suffix of the run directory name")
@@ -379,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, helptext, func in (("eval", "score a policy on the task's held-out set", cmd_eval),
                                  ("play", "render a rollout to a video or trajectory plots", cmd_play)):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--task")
+        p.add_argument("--task", help=TASK_HELP)
         src = p.add_mutually_exclusive_group()
         src.add_argument("--checkpoint", help="PATH|latest|best (default latest)")
         src.add_argument("--policy", help="folder of an exported policy (policy.onnx + metadata.json)")
@@ -490,12 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("view", help="a 3D browser viewer (viser) of a policy rollout or a recorded session: timeline, "
                                     "play/pause, env selector; serves until Ctrl-C")
-    p.add_argument("--task", help="the task (default: the checkpoint's or policy's own)")
+    p.add_argument("--task", help=TASK_HELP)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", help="PATH|latest|best (default latest)")
     src.add_argument("--policy", help="folder of an exported policy (policy.onnx + metadata.json)")
-    src.add_argument("--recording", help="a recorded session: a fine-tuning session folder, or a folder of "
-                                          "topics-*.mcap (robot poses from odometry and joint states)")
+    src.add_argument("--recording", help="a recorded session: a fine-tuning session folder of deploy --finetune "
+                                          "(finetune run records no robot topics), or a folder of topics-*.mcap "
+                                          "(robot poses from odometry and joint states)")
     p.add_argument("--robot", help="with --recording outside a fine-tuning session: the robot config (name or YAML)")
     p.add_argument("--runs-root", type=Path)
     _config_args(p, device=False)
@@ -507,10 +514,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "interface)")
     p.add_argument("--port", type=int_in_range(0, 65535), default=8080,
                    help="port (default 8080; taken: the next free one; 0: any free one)")
-    p.add_argument("--screenshot", metavar="PNG", help="write one screenshot from headless Chromium (software WebGL) "
-                                                       "and exit instead of serving")
+    p.add_argument("--screenshot", metavar="PNG", help="write one screenshot (a .png; missing folders are made) from "
+                                                       "headless Chromium (software WebGL) and exit instead of serving")
     p.add_argument("--at", type=float, default=None, metavar="S",
-                   help="with --screenshot: the moment shown [s] (default: the middle of the rollout)")
+                   help="with --screenshot: the moment shown [s] (default: the middle of the rollout; outside it: "
+                        "its first or last frame, with a warning)")
     p.set_defaults(func=cmd_view)
 
     from sim2real.bench import BENCHES
@@ -558,6 +566,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status (2: a user error, one
+    ``error:`` line; 130: interrupted, at any point, the start-up's imports included, without a traceback)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # (train's says where it saved the last completed update)
+        print("\n" + (str(exc) or "interrupted"), file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read once, when mujoco is first imported
     args = build_parser().parse_args(argv)
@@ -571,9 +589,6 @@ def main(argv: list[str] | None = None) -> int:
             FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError, ExportError) as exc:
         print("error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line
         return EXIT_USER_ERROR
-    except KeyboardInterrupt as exc:  # (train's says where it saved the last completed update)
-        print("\n" + (str(exc) or "interrupted"), file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ the earlier modes stay in the mix (they keep being practised). The schedule neve
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -42,6 +44,10 @@ class ModeSchedule:
             unknown = [m for m in stage if m not in self.modes]
             if unknown:
                 raise ValueError(f"stage {k + 1}: unknown modes {unknown} (known: {', '.join(self.modes)})")
+            for m, v in stage.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    why = " (YAML reads yes/no/on/off as true/false)" if isinstance(v, bool) else ""
+                    raise ValueError(f"stage {k + 1}: the weight of {m} must be a number, got {v!r}{why}")
             w = torch.tensor([float(stage.get(m, 0.0)) for m in self.modes], device=device)
             if (w < 0).any() or float(w.sum()) <= 0:
                 raise ValueError(f"stage {k + 1}: weights must be >= 0 with a positive sum")

@@ -110,9 +110,13 @@ def resolve_checkpoint(spec: str, task: str, root: Path | None = None) -> Path:
     return path
 
 
-def load_task_checkpoint(spec: str, task: str, root: Path | None = None) -> tuple[Path, dict]:
+def load_task_checkpoint(spec: str, task: str | None, root: Path | None = None) -> tuple[Path, dict]:
     """Resolve ``spec`` (see :func:`resolve_checkpoint`) and load it; raises :class:`CheckpointError` if it is
-    missing, corrupt, or was trained for another task."""
+    missing, corrupt, or was trained for another task. ``task`` None: the checkpoint's own (its saved config's
+    ``task``), for a checkpoint file or run folder; ``latest`` and ``best`` need the task (they look in its runs)."""
+    if task is None and spec in ("latest", "best"):
+        raise CheckpointError(f"--task is required with --checkpoint {spec} (the newest run of which task?); a "
+                              f"checkpoint file or run folder names its own task")
     path = resolve_checkpoint(spec, task, root)
     try:
         data = load_checkpoint(path)
@@ -122,7 +126,7 @@ def load_task_checkpoint(spec: str, task: str, root: Path | None = None) -> tupl
         # The newest checkpoint is damaged (a crash mid-write of a copy, a full disk): take the newest intact one
         # before it, with a note; the damaged file stays where it is.
         path, data = _newest_intact(path.parent, before=path, damaged=damaged)
-    if data["infos"]["config"]["task"] != task:
+    if task is not None and data["infos"]["config"]["task"] != task:
         raise CheckpointError(f"{path} belongs to task '{data['infos']['config']['task']}', not '{task}'")
     return path, data
 
@@ -137,10 +141,23 @@ def _newest_intact(run: Path, before: Path, damaged: CheckpointError) -> tuple[P
             data = load_checkpoint(older)
         except CheckpointError:
             continue
-        print(f"note: {damaged}; resuming from the newest intact checkpoint, {older.name} (the damaged file is left "
+        print(f"note: {damaged}; using the newest intact checkpoint, {older.name}, instead (the damaged file is left "
               f"as it is)", file=sys.stderr)
         return older, data
     raise damaged
+
+
+def _sentences(text: str, limit: int = 200) -> str:
+    """``text`` on one line: all of it up to ``limit`` characters, else its whole sentences that fit (at least the
+    first; a long first sentence is cut at a word, with "..."), never a sentence cut off mid-way unmarked."""
+    line = " ".join(text.split()).rstrip(".")
+    if len(line) <= limit:
+        return line
+    end = line.rfind(". ", 0, limit + 1)
+    if end > 0:
+        return line[:end]
+    first = line.split(". ", 1)[0]
+    return first if len(first) <= 2 * limit else first[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -148,8 +165,8 @@ def load_checkpoint(path: Path) -> dict:
     try:
         data = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises many kinds for truncated/corrupt files
-        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        raise CheckpointError(f"checkpoint {path} is damaged (cannot be read: {type(exc).__name__}: {detail})") from None
+        raise CheckpointError(f"checkpoint {path} is damaged (cannot be read: {type(exc).__name__}: "
+                              f"{_sentences(str(exc))})") from None
     if not isinstance(data, dict) or "actor_state_dict" not in data or not isinstance(data.get("infos"), dict) \
             or "config" not in data["infos"]:
         raise CheckpointError(f"{path} is not a sim2real checkpoint (missing actor weights or config)")

@@ -41,12 +41,12 @@ def load_policy(*, task: str | None, policy_dir: str | Path | None = None, check
 
     With ``policy_dir``: the exported policy's own training config (action interface, control period, robot, ...),
     then ``config_file``'s values, then ``overrides``. Else the checkpoint ``checkpoint`` (``PATH|latest|best``,
-    default latest) of ``task`` under ``runs_root``, its saved config with ``overrides`` (``config_file`` is not
-    used). ``check_task(name)`` (e.g. the CLI's refusal of flags a task does not take) is called with ``task``
+    default latest) of ``task`` under ``runs_root`` (``task`` None: a checkpoint file's or run folder's own task;
+    ``latest`` and ``best`` need ``task``), its saved config with ``overrides`` (``config_file`` is not used). ``check_task(name)`` (e.g. the CLI's refusal of flags a task does not take) is called with ``task``
     before anything is loaded and with the policy's own task once it is known.
 
     Raises:
-        CheckpointError: no ``task`` with a checkpoint, or no such checkpoint.
+        CheckpointError: no ``task`` with ``latest`` or ``best``, or no such checkpoint.
         PolicyMismatchError: the exported policy is missing or damaged, or not for ``task``.
         UnknownTaskError, ConfigError: an unknown task, key or a value out of range.
     """
@@ -79,11 +79,12 @@ def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None
     from sim2real.policies import checkpoints as ck
     from sim2real.policies.artefact.export import load_runner, torch_policy
 
-    if not task:
-        raise ck.CheckpointError("--task is required with --checkpoint")
-    get_task(task)
-    check_task(task)
-    path, data = ck.load_task_checkpoint(checkpoint or "latest", task, runs_root)
+    if task:
+        get_task(task)
+        check_task(task)
+    path, data = ck.load_task_checkpoint(checkpoint or "latest", task or None, runs_root)
+    if not task:  # the checkpoint's own task
+        check_task(get_task(data["infos"]["config"]["task"]).name)
     runner, cfg, _ = load_runner(path, data=data, overrides=list(overrides))
     get_task(cfg["task"]).check_config(cfg)
     iteration = int(data["iter"]) - 1 if isinstance(data.get("iter"), int) else None  # "iter": the next one to run

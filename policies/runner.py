@@ -140,6 +140,9 @@ class Sim2RealRunner(OnPolicyRunner):
             super().__init__(env, train_cfg, str(run_dir) if run_dir else None, device)
         self.best_score = -float("inf")
         self.last_eval: dict | None = None
+        #: The iteration this run's training is to end at (``train``'s start + iterations; None: not set), kept in
+        #: the checkpoints: a plain ``--resume`` of an interrupted run continues to it.
+        self.end_iteration: int | None = None
         self._progress = progress
         self._bar = None
         self._rsl_log = self.logger.log
@@ -152,6 +155,10 @@ class Sim2RealRunner(OnPolicyRunner):
         self._curriculum_hooks(it, total_it)
         if (self.video is not None and self.run_dir is not None
                 and ((it + 1) % self.video.interval == 0 or it + 1 == total_it)):
+            # This update has completed: an interrupt while its clip renders (seconds) saves it, not the one before
+            # (see save_interrupted). The clip restores the RNG states and the training mode; it comes before
+            # rsl-rl's log, which offers the new clips to W&B.
+            self._completed = copy.deepcopy(self.checkpoint())
             self.record_video(it)
         ep = list(self.logger.ep_extras)  # rsl-rl clears these while logging
         with contextlib.redirect_stdout(io.StringIO()):
@@ -201,7 +208,7 @@ class Sim2RealRunner(OnPolicyRunner):
             tracking.log_image(self.logger.writer, f"Curriculum/{tag}", png, it)
 
     def record_video(self, it: int) -> Path | None:
-        """Record ``<run>/videos/iter_<it>.mp4`` (``it`` zero-padded, as of ``model_<it>.pt``): the task's ``play``
+        """Record ``<run>/videos/iter_<it>.mp4`` (``it`` as in ``model_<it>.pt``): the task's ``play``
         rollout of the current policy (deterministic actions, its own envs of the evaluation set, on C MuJoCo for
         the legged tasks whatever backend trains), first :attr:`VideoSpec.seconds`, no plots; and log it to the
         tracker (``Video/rollout``). The global RNG states are restored afterwards: training draws exactly what it
@@ -209,7 +216,7 @@ class Sim2RealRunner(OnPolicyRunner):
         run; returns the path, or None then."""
         from sim2real.policies.play import play
 
-        path = self.run_dir / "videos" / f"iter_{it:05d}.mp4"
+        path = self.run_dir / "videos" / f"iter_{it}.mp4"
         cfg = self.task_cfg
         if "sim" in cfg:
             cfg = dict(cfg, sim=dict(cfg["sim"], backend="mujoco"))
@@ -272,7 +279,8 @@ class Sim2RealRunner(OnPolicyRunner):
 
     def checkpoint(self, infos: dict | None = None) -> dict:
         """What a checkpoint holds now (live tensors, not copies): models, normaliser and optimiser, ``iter`` (the
-        next iteration to run), config, curriculum state, RNG states, best score and last evaluation."""
+        next iteration to run), config, curriculum state, RNG states, best score, last evaluation and (when set)
+        :attr:`end_iteration`."""
         saved = self.alg.save()
         saved["iter"] = self.current_learning_iteration + 1
         saved["infos"] = {
@@ -283,6 +291,8 @@ class Sim2RealRunner(OnPolicyRunner):
             "best_score": self.best_score,
             "last_eval": self.last_eval,
         }
+        if self.end_iteration is not None:
+            saved["infos"]["end_iteration"] = int(self.end_iteration)
         return saved
 
     def save_interrupted(self) -> Path | None:

@@ -33,17 +33,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def resume_config(resume: str, task: str, runs_root: Path | None, overrides: list[str], distributed: bool
-                  ) -> tuple[Path, dict, dict]:
+def resume_config(resume: str, task: str, runs_root: Path | None, overrides: list[str], distributed: bool,
+                  config_file: str | None = None) -> tuple[Path, dict, dict]:
     """The checkpoint ``resume`` (``PATH|latest|best``) of ``task``, its data and the config to continue with: the
-    checkpoint's (completed with today's defaults, with a note on stderr) with ``overrides`` applied.
+    checkpoint's (completed with today's defaults, with a note on stderr), then ``config_file``'s values (``--config``;
+    a ``robot`` given by name is that robot's config), then ``overrides``.
 
     Raises:
         CheckpointError: no such checkpoint, or not one of ``task``.
-        ConfigError: an override changes a key of :data:`FIXED_ON_RESUME`, or ``distributed`` on a checkpoint not
-            trained on CUDA, or a value out of range.
+        ConfigError: ``config_file`` or an override changes a key of :data:`FIXED_ON_RESUME`, or ``distributed`` on
+            a checkpoint not trained on CUDA, or an unknown key or a value out of range.
     """
-    from sim2real.configs import ConfigError, apply_overrides, lookup
+    from sim2real.configs import ConfigError, apply_overrides, load_robot, load_yaml, lookup, merge_checked
     from sim2real.policies import checkpoints as ck
     from sim2real.tasks import complete_saved_config, get_task
 
@@ -52,7 +53,13 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
     if added:
         print(f"note: {resume_path.name} was saved before these config keys existed; using their defaults: "
               f"{', '.join(added)}", file=sys.stderr)
-    cfg = apply_overrides(saved, overrides)
+    cfg = saved
+    if config_file is not None:
+        values = load_yaml(config_file)
+        if isinstance(values.get("robot"), str):  # a robot named as in a task config: its full config
+            values = dict(values, robot=load_robot(values["robot"]))
+        cfg = merge_checked(cfg, values)
+    cfg = apply_overrides(cfg, overrides)
     for key in FIXED_ON_RESUME:
         try:
             lookup(saved, key)
@@ -97,13 +104,15 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     """Train ``task`` (``sim2real train``) and return the run directory (None on torchrun ranks > 0).
 
     Args:
-        overrides: ``key=value`` config overrides (``--set``, ``--sim``), after ``config_file``'s values.
+        overrides: ``key=value`` config overrides (``--set``, ``--sim``), after ``config_file``'s values (which, on
+            ``resume``, apply over the checkpoint's config as the overrides do).
         num_envs, seed, device: ``env.num_envs``, ``seed`` and ``device`` overrides (``device`` not with
             ``distributed``: each rank trains on ``cuda:LOCAL_RANK``, seed + RANK).
         resume: ``PATH|latest|best`` of a checkpoint of ``task`` to continue (from an earlier checkpoint of its run,
             the run branches into a new directory instead of overwriting the later ones).
         runs_root: folder of run directories (default ``./runs`` or ``$SIM2REAL_RUNS``).
-        max_iterations: iterations to run now (default ``train.max_iterations``).
+        max_iterations: iterations to run now (default: on ``resume`` of a run stopped before the iteration it
+            was to end at, the iterations it had left; else ``train.max_iterations``).
         export: export ``best.pt`` (else the last checkpoint) to ``<run>/policy`` at the end.
         argv: the command line recorded in the run directory (default ``sys.argv``).
         logger: ``tensorboard``, ``wandb`` or ``neptune`` (:mod:`sim2real.policies.tracking`).
@@ -116,7 +125,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
             :func:`~sim2real.policies.tracking.check_logger` and, with ``video``,
             :func:`~sim2real.policies.play.check_playable`).
     """
-    from sim2real.configs import apply_overrides
+    from sim2real.configs import apply_overrides, load_yaml
     from sim2real.policies import distributed as dist_mod
     from sim2real.policies.tracking import check_logger
     from sim2real.tasks import get_task, make_env, task_config
@@ -136,7 +145,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         extra.append(f"device={device}")
     resume_path = None
     if resume is not None:
-        resume_path, data, cfg = resume_config(resume, task, runs_root, list(overrides) + extra, distributed)
+        resume_path, data, cfg = resume_config(resume, task, runs_root, list(overrides) + extra, distributed,
+                                               config_file)
     else:
         cfg = task_config(task, list(overrides) + extra, config_file)
     setup = None
@@ -175,14 +185,20 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
             ck.write_run_files(run_dir, cfg, argv, resumed_from=resume_path)
         else:  # the checkpoint holds rank 0's RNG states: ranks > 0 draw their own again
             seed_everything(setup.seed + setup.world_size * runner.current_learning_iteration)
-        if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in overrides):
+        if any(o.split("=", 1)[0].strip() == "train.learning_rate" for o in overrides) or (
+                config_file is not None and "learning_rate" in (load_yaml(config_file).get("train") or {})):
             runner.alg.learning_rate = float(cfg["train"]["learning_rate"])  # explicit: replaces the saved one
             for group in runner.alg.optimizer.param_groups:
                 group["lr"] = runner.alg.learning_rate
         if main_rank:
             print(f"resumed from {resume_path} at iteration {runner.current_learning_iteration}, "
                   f"learning rate {runner.alg.learning_rate:.3g}")
-    iterations = max_iterations if max_iterations is not None else cfg["train"]["max_iterations"]
+    iterations, to_end = _iterations(runner.current_learning_iteration, max_iterations, cfg,
+                                     data["infos"] if resume_path is not None else None)
+    runner.end_iteration = runner.current_learning_iteration + iterations  # (in its checkpoints: a resume's target)
+    if main_rank and to_end:
+        print(f"continuing to iteration {runner.end_iteration}, where the run was to end "
+              f"({count(iterations, 'iteration')} left; --max-iterations N runs N instead)")
     if main_rank:
         print(f"run directory: {run_dir}" + (f" (rank 0 of {setup.world_size})" if setup is not None else ""))
     loop_start = time.perf_counter()
@@ -193,8 +209,10 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         saved = runner.save_interrupted() if main_rank else None
         if saved is None:
             raise TrainingInterrupted("interrupted before the first update completed: nothing to save") from None
+        left = runner.end_iteration - (ck.checkpoint_iteration(saved) + 1)
         raise TrainingInterrupted(f"interrupted: saved the last completed update to {saved}; continue with "
-                                  f"sim2real train --task {task} --resume") from None
+                                  f"sim2real train --task {task} --resume {saved} (to iteration "
+                                  f"{runner.end_iteration}: {count(left, 'iteration')} left)") from None
     finally:
         if setup is not None:
             dist_mod.shutdown()
@@ -202,7 +220,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         return None
     done = int(iterations)
     steps = done * int(getattr(env, "num_envs", 0)) * int(cfg["train"]["num_steps_per_env"])
-    print(f"training loop: {time.perf_counter() - loop_start:.1f} s for {done} iterations "
+    print(f"training loop: {time.perf_counter() - loop_start:.1f} s for {count(done, 'iteration')} "
           f"({steps:,} env steps, periodic evaluations included)")
     if runner.last_eval is not None:
         print(f"last eval (iteration {runner.last_eval['iteration']}): {_metrics_text(runner.last_eval)}")
@@ -218,6 +236,24 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         out = export_policy(source, run_dir / "policy", ck.git_revision())
         print(f"exported {source.name} to {out} (score it on the held-out set: sim2real eval --policy {out})")
     return run_dir
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 (``1 iteration``, ``2 iterations``)."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _iterations(start: int, max_iterations: int | None, cfg: dict, resumed: dict | None) -> tuple[int, bool]:
+    """(How many iterations to run from iteration ``start``, whether that is what a stopped run had left):
+    ``max_iterations`` (``--max-iterations``) when given; on a resume (``resumed``: the checkpoint's infos) of a run
+    stopped before the iteration it was to end at (its ``end_iteration``: an interrupt, a crash), what it had left;
+    else ``train.max_iterations``."""
+    if max_iterations is not None:
+        return int(max_iterations), False
+    end = (resumed or {}).get("end_iteration")
+    if isinstance(end, int) and end > start:
+        return end - start, True
+    return int(cfg["train"]["max_iterations"]), False
 
 
 def _metrics_text(metrics: dict) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -219,17 +219,29 @@ class Clip:
 
 
 def limit_clips(clips: Sequence[Clip], duration_s: float | None) -> list[Clip]:
-    """The first ``duration_s`` [s] of ``clips`` played one after the other (at least one row; None: all)."""
+    """The first ``duration_s`` [s] of ``clips`` played one after the other, their pauses (``hold_s``) included
+    (at least one row; None: all)."""
     if duration_s is None:
         return list(clips)
     out, left = [], float(duration_s)
     for clip in clips:
-        rows = min(len(clip), max(1, int(round(left / clip.control_dt))))
-        out.append(clip.head(rows))
+        rows = min(len(clip), int(round(left / clip.control_dt)))
+        if rows < 1:
+            if out:
+                break
+            rows = 1
         left -= rows * clip.control_dt
+        hold = min(float(clip.hold_s), max(left, 0.0))
+        left -= hold
+        out.append(replace(clip.head(rows), hold_s=hold))
         if left <= 1e-9:
             break
     return out
+
+
+def clips_seconds(clips: Sequence[Clip]) -> float:
+    """How long ``clips`` play one after the other [s]: their rows (one control period each) and pauses."""
+    return sum(len(c) * float(c.control_dt) + float(c.hold_s) for c in clips)
 
 
 def video_size(path: Path, size: tuple[int, int] | None) -> tuple[int, int]:
@@ -238,10 +250,12 @@ def video_size(path: Path, size: tuple[int, int] | None) -> tuple[int, int]:
 
 
 def render_clips(clips: Sequence[Clip], path: Path, size: tuple[int, int] | None = None,
-                 target_fps: float | None = None) -> Path:
+                 target_fps: float | None = None, duration_s: float | None = None) -> Path:
     """Render ``clips`` one after the other into the video ``path`` (``.mp4`` or ``.gif``) of ``size`` (width,
     height) px (default by format: 1280x720 MP4, 640x360 GIF); one frame every k-th control period of the first
     clip, k = round(control rate / ``target_fps``) >= 1 (default by format: 30 MP4, 20 GIF), played in real time.
+    The video lasts as long as the clips play (:func:`clips_seconds`), at most ``duration_s`` [s], to the nearest
+    frame (a clip's rows are not a whole number of frames: its last frame is shown for the rest, or cut).
 
     Raises:
         RuntimeError: no GL backend (set ``MUJOCO_GL=egl`` or ``osmesa`` before starting Python), or no MP4
@@ -254,10 +268,21 @@ def render_clips(clips: Sequence[Clip], path: Path, size: tuple[int, int] | None
     if not clips:
         raise ValueError("render_clips: no clips to render")
     stride = frame_stride(clips[0].control_dt, target_fps or TARGET_FPS[suffix])
-    fps = 1.0 / (stride * clips[0].control_dt)
-    with VideoWriter(path, fps, size) as writer:
-        for frame in clip_frames(clips, size, stride):
-            writer.write(frame)
+    frame_dt = stride * clips[0].control_dt
+    seconds = clips_seconds(clips) if duration_s is None else min(clips_seconds(clips), float(duration_s))
+    count = max(1, int(seconds / frame_dt + 0.5))  # (round half up)
+    frames = clip_frames(clips, size, stride)
+    try:
+        with VideoWriter(path, 1.0 / frame_dt, size) as writer:
+            frame = None
+            for frame in frames:
+                if writer.frames == count:
+                    break
+                writer.write(frame)
+            while writer.frames < count:  # the rest of the last row's period
+                writer.write(frame)
+    finally:
+        frames.close()  # (its renderer)
     return path
 
 
@@ -380,7 +405,7 @@ def plots_then_video(traj: dict, plot: Callable[[dict, Path], Path] | None, outp
     render = traj["render"]
     clips = limit_clips(render if isinstance(render, list) else [render], duration_s)
     try:
-        return render_clips(clips, output, size)
+        return render_clips(clips, output, size, duration_s=duration_s)
     except RuntimeError as exc:
         if plot_path is None:
             raise

@@ -281,3 +281,11 @@ def test_package_paths_in_docs_exist():
                 if not (REPO / token).exists():
                     missing.append(f"{_rel(path)}: {token}")
     assert not missing, "paths named in the docs that do not exist:\n  " + "\n  ".join(sorted(set(missing)))
+
+
+def test_the_stand_ins_rt_priority_is_documented_with_its_default():
+    from sim2real.deploy.control_clock import STANDIN_RT_PRIORITY
+
+    text = " ".join((REPO / "docs" / "deploy.md").read_text().split())
+    assert (f"`sim2real standin` runs its physics and publishing at `SCHED_FIFO` `--rt-priority` (default "
+            f"{STANDIN_RT_PRIORITY},") in text

@@ -27,6 +27,8 @@ from sim2real.configs.durable import atomic_write_bytes
 CHROMIUM_NAMES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 #: Software WebGL: ANGLE on SwiftShader (Chromium's CPU rasteriser).
 SOFTWARE_GL_FLAGS = ("--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--ignore-gpu-blocklist")
+#: The error without a Chromium.
+NO_CHROMIUM = "no Chromium found (apt-get install chromium, or set SIM2REAL_CHROMIUM)"
 _DEVTOOLS = re.compile(r"DevTools listening on (ws://\S+)")
 
 
@@ -35,9 +37,23 @@ class BrowserError(RuntimeError):
 
 
 def find_chromium() -> str | None:
-    """Path of the Chromium to use (``$SIM2REAL_CHROMIUM``, then :data:`CHROMIUM_NAMES`), or None."""
-    for name in (os.environ.get("SIM2REAL_CHROMIUM"), *CHROMIUM_NAMES):
-        path = shutil.which(name) if name else None
+    """Path of the Chromium to use: ``$SIM2REAL_CHROMIUM`` when set, else the first of :data:`CHROMIUM_NAMES`
+    found, or None.
+
+    Raises:
+        BrowserError: ``$SIM2REAL_CHROMIUM`` names no executable (it is not silently passed over for another).
+    """
+    named = os.environ.get("SIM2REAL_CHROMIUM")
+    if named:
+        path = shutil.which(named)
+        if path is None:
+            what = ("is a folder" if os.path.isdir(named) else "is not executable" if os.path.exists(named) else
+                    "does not exist" if os.sep in named else "is not on PATH")
+            raise BrowserError(f"SIM2REAL_CHROMIUM={named}: {what} (name Chromium's executable, or unset it to use "
+                               f"the system's)")
+        return path
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
         if path:
             return path
     return None
@@ -53,7 +69,7 @@ class HeadlessChromium:
         timeout: seconds to wait for the browser to start and for each protocol call.
 
     Raises:
-        BrowserError: no Chromium, or it did not start within ``timeout``.
+        BrowserError: no Chromium (or a bad ``$SIM2REAL_CHROMIUM``), or it did not start within ``timeout``.
     """
 
     def __init__(self, size: tuple[int, int] = (1280, 800), executable: str | None = None, timeout: float = 30.0):
@@ -61,7 +77,7 @@ class HeadlessChromium:
 
         exe = executable or find_chromium()
         if exe is None:
-            raise BrowserError("no Chromium found (apt-get install chromium, or set SIM2REAL_CHROMIUM)")
+            raise BrowserError(NO_CHROMIUM)
         self.timeout, self._id = float(timeout), 0
         self._profile = tempfile.mkdtemp(prefix="sim2real-chromium-")
         args = [exe, "--headless", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
@@ -220,7 +236,7 @@ HIDE_NOTIFICATIONS_JS = ("document.querySelectorAll('.mantine-Notifications-root
 def screenshot_page(url: str, path: str | os.PathLike, size: tuple[int, int] = (1280, 800),
                     ready: Callable[[], bool] | None = None, min_wait_s: float = 2.0, timeout: float = 60.0) -> Path:
     """Open ``url`` in headless Chromium and write a settled screenshot (:meth:`HeadlessChromium.settled_screenshot`)
-    to ``path`` as PNG (its folder must exist). Returns ``path``.
+    to ``path`` as PNG (missing folders are made). Returns ``path``.
 
     Raises:
         BrowserError: no Chromium, or the page could not be opened or was not ready within ``timeout``.
@@ -234,5 +250,6 @@ def screenshot_page(url: str, path: str | os.PathLike, size: tuple[int, int] = (
             png = browser.settled_screenshot(min_wait_s=0.2, timeout=5.0)
         except BrowserError:
             pass
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, png)
     return path

@@ -11,6 +11,7 @@ last odometry message (log times), each holding the latest message of every topi
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import mujoco
@@ -18,7 +19,7 @@ import numpy as np
 
 from sim2real.configs import ConfigError, load_robot
 from sim2real.deploy.finetune.session import BASE_DIR, METADATA_FILE, RECORDINGS_DIR, SESSION_FILE
-from sim2real.deploy.recording.layout import TOPICS_PREFIX
+from sim2real.deploy.recording.layout import TOPICS_PREFIX, TRANSITIONS_PREFIX
 from sim2real.sim.scene import Marker, SceneTrace, TraceRecorder, quadrotor_model
 
 ODOMETRY = "nav_msgs/msg/Odometry"
@@ -43,7 +44,8 @@ def read_topics(directory: str | Path, types: tuple[str, ...] = (ODOMETRY, JOINT
 
     paths = sorted(Path(directory).glob(f"{TOPICS_PREFIX}-*.mcap"))
     if not paths:
-        raise FileNotFoundError(f"{directory}: no {TOPICS_PREFIX}-*.mcap recordings")
+        raise FileNotFoundError(f"view --recording: no {TOPICS_PREFIX}-*.mcap (the robot's topics) in {directory}: "
+                                f"{_holds(Path(directory))}")
     out: dict[str, tuple[str, list]] = {}
     for path in paths:
         try:
@@ -59,6 +61,22 @@ def read_topics(directory: str | Path, types: tuple[str, ...] = (ODOMETRY, JOINT
     for _, messages in out.values():
         messages.sort(key=lambda m: m[0])
     return out
+
+
+def _holds(folder: Path) -> str:
+    """What a folder without topic recordings holds, in words (for the error saying so)."""
+    if not folder.is_dir():
+        return "no such folder"
+    files = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    transitions = [f for f in files if f.startswith(f"{TRANSITIONS_PREFIX}-") and f.endswith(".mcap")]
+    if transitions:
+        return (f"it holds {len(transitions)} {TRANSITIONS_PREFIX}-*.mcap (what 'sim2real finetune run' records: the "
+                f"policy's observations and actions, no robot poses to draw); the robot's topics are recorded by "
+                f"'sim2real deploy --finetune' on ROS 2")
+    if not files:
+        return "it is empty"
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return f"it holds {shown}"
 
 
 def _session_robot(path: Path, robot: str | None) -> tuple[dict, Path, str]:
@@ -91,6 +109,27 @@ def robot_model(robot: dict) -> mujoco.MjModel:
 
         return build_model(robot)[0]
     raise ConfigError(f"view --recording: robot kind {kind!r} cannot be drawn (quadrotor or legged)")
+
+
+def _check_joint_names(topics: dict, joints: dict, robot: str) -> None:
+    """A one-line warning on stderr when the recording's joint states do not fit ``robot``'s model (``joints``:
+    its joint names): none of its joints recorded (a recording of another robot, e.g. a drone's opened with a
+    legged robot), or joint states recorded for a robot without joints."""
+    recorded = sorted({name for kind, messages in topics.values() if kind == JOINT_STATE
+                       for _, msg in messages for name in msg.name})
+    shown = ", ".join(recorded[:4]) + (f" and {len(recorded) - 4} more" if len(recorded) > 4 else "")
+    problem = None
+    if joints and not recorded:
+        problem = (f"it holds no {JOINT_STATE} messages: {robot}'s {len(joints)} joints stay in their default "
+                   f"pose")
+    elif joints and not set(recorded) & set(joints):
+        problem = (f"its joint states name none of {robot}'s {len(joints)} joints (recorded: {shown}): they stay "
+                   f"in their default pose")
+    elif recorded and not joints:
+        problem = f"its joint states name joints ({shown}) and {robot} has none"
+    if problem is not None:
+        print(f"warning: view --recording: {problem}; a recording of another robot? (--robot names the robot)",
+              file=sys.stderr)
 
 
 def _latest(times: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -136,6 +175,7 @@ def record_session(path: str | Path, robot: str | None = None, dt: float = 0.02)
         p = pose_msgs[k][1].pose.pose
         qpos[row, base:base + 7] = (p.position.x, p.position.y, p.position.z,
                                     p.orientation.w, p.orientation.x, p.orientation.y, p.orientation.z)
+    _check_joint_names(topics, joint_adr, robot_cfg.get("name", robot or "the robot"))
     for kind, messages in topics.values():
         if kind != JOINT_STATE:
             continue

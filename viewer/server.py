@@ -10,12 +10,15 @@ switches for the robot and the markers.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import socket
 import threading
 import time
 
 import numpy as np
 
+from sim2real.configs import ConfigError
 from sim2real.sim.scene import PLANE_EXTENT, GeomMesh, SceneTrace, model_geoms, primitive_mesh
 
 #: Playback speeds offered (x real time).
@@ -29,6 +32,35 @@ def _rgb(rgba) -> tuple[int, int, int]:
 
 def _opacity(rgba) -> float | None:
     return None if float(rgba[3]) >= 1.0 else float(rgba[3])
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Refuse an address viser could not serve on, before it tries: viser's server loop takes any error binding
+    ``host``:``port`` for a port in use and tries the next 1000 ports, then never reports back (the caller waits
+    forever). A plain socket bind of every address ``host`` resolves to tells them apart: a port in use passes (viser
+    moves to the next free one), anything else (an address of another machine, a name that does not resolve, a
+    privileged port) is refused.
+
+    Raises:
+        ConfigError: ``host``:``port`` cannot be served on (one line, with the system's reason).
+    """
+    where = f"--host {host} --port {port}"
+    try:
+        addresses = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"view {where}: cannot resolve {host!r} ({getattr(exc, 'strerror', None) or exc})") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
+            try:
+                s.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE and int(port) < 65535:
+                    continue  # viser takes the next free port
+                hint = (" (ports below 1024 need privileges)" if exc.errno == errno.EACCES else
+                        f" ({host} is not an address of this machine; --host 0.0.0.0 serves on every interface)"
+                        if exc.errno == errno.EADDRNOTAVAIL else "")
+                raise ConfigError(f"view {where}: cannot serve there: {exc.strerror or exc}{hint}") from None
 
 
 def camera_for(trace: SceneTrace, env: int = 0, frame: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +92,7 @@ class SceneViewer:
         loop: start over at the end.
 
     Raises:
-        ValueError: an empty trace. OSError: the port cannot be bound.
+        ValueError: an empty trace. ConfigError: ``host``:``port`` cannot be served on (:func:`check_bindable`).
     """
 
     def __init__(self, trace: SceneTrace, host: str = "127.0.0.1", port: int = 8080, playing: bool = True,
@@ -69,6 +101,7 @@ class SceneViewer:
 
         if not trace.envs or trace.frames < 1:
             raise ValueError("view: the trace has no frames to show")
+        check_bindable(host, port)
         self.trace, self.loop = trace, loop
         self._lock = threading.RLock()
         self._env, self._frame = 0, 0
@@ -80,6 +113,14 @@ class SceneViewer:
         self._geoms: dict[int, list[GeomMesh]] = {}
         with contextlib.redirect_stdout(io.StringIO()):  # viser's banner: the caller prints the URL
             self.server = viser.ViserServer(host=host, port=int(port), label=trace.title, verbose=False)
+        self._stop, self._thread = threading.Event(), None
+        try:
+            self._start()
+        except BaseException:  # (Ctrl-C while the scene is sent): the server does not outlive us
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         scene = self.server.scene
         scene.set_up_direction("+z")
         # Plain lights, no environment map and no shadows: cheap enough for software WebGL (a headless browser
@@ -90,7 +131,6 @@ class SceneViewer:
         self._build_gui()
         self._build_env(0)
         self.aim_camera()
-        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._play_loop, name="sim2real-view-playback", daemon=True)
         self._thread.start()
 
@@ -142,10 +182,12 @@ class SceneViewer:
 
     def stop(self) -> None:
         """Stop playback and the server (idempotent)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2.0)
-        self.server.stop()
+        if self._thread is not None:
+            self._stop.set()
+            if self._thread.is_alive():
+                self._thread.join(timeout=2.0)
+        with contextlib.redirect_stdout(io.StringIO()):  # viser's "(viser) Server stopped", printed from its thread
+            self.server.stop()
 
     def __enter__(self) -> "SceneViewer":
         return self
@@ -243,7 +285,8 @@ class SceneViewer:
     # --- control panel ------------------------------------------------------------------------------------------
     def _build_gui(self) -> None:
         gui, t = self.server.gui, self.trace
-        gui.add_markdown(f"**{t.title}**  \n{len(t.envs)} env(s), {t.frames} frames, {t.dt * 1000:.0f} ms each")
+        gui.add_markdown(f"**{t.title}**  \n{len(t.envs)} env(s), {t.frames} frame{'' if t.frames == 1 else 's'}, "
+                         f"{t.dt * 1000:.0f} ms each")
         labels = [e.label for e in t.envs]
         if len(set(labels)) != len(labels):
             for i, e in enumerate(t.envs):

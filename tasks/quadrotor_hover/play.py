@@ -48,14 +48,18 @@ def visual_model(robot: dict):
 
 def rollout(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], duration_s: float, seed: int | None = None
             ) -> dict[str, np.ndarray]:
-    """One evaluation-set episode of ``duration_s`` [s]; returns time [T] s, pos/goal [T,3] m (world frame), quat
-    [T,4] (w, x, y, z, body to world), command [T,4] (the action interface's units)."""
+    """``duration_s`` [s] of one env of the evaluation set: its first episode, lengthened to ``duration_s``, and
+    when that ends early (a crash, out of bounds) the episodes the env resets to after it, so the video covers
+    ``duration_s`` (a policy early in training crashes within a second). Returns time [T] s, pos/goal [T,3] m (world
+    frame), quat [T,4] (w, x, y, z, body to world), command [T,4] (the action interface's units), resets [R] s (the
+    times the env started a new episode)."""
     torch.manual_seed(int(cfg["eval"]["seed"] if seed is None else seed))
     cfg = dict(cfg, env=dict(cfg["env"], episode_length_s=max(duration_s, cfg["env"]["episode_length_s"])))
     env = make_env(cfg, num_envs=1, eval_mode=True)
     obs = env.get_observations()
     rec = {k: [] for k in ("t", "pos", "goal", "quat", "command")}
-    steps = int(round(duration_s / env.control_dt))
+    steps = max(1, int(round(duration_s / env.control_dt)))
+    resets = []
     with torch.inference_mode():
         for i in range(steps):
             action = policy(obs["policy"])
@@ -65,9 +69,11 @@ def rollout(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], duration_
             rec["quat"].append(env.dyn.quat_w[0].clone())
             rec["command"].append(env.action_term.to_command(action.clamp(-1, 1))[0])
             obs, _, dones, _ = env.step(action)
-            if bool(dones[0]):
-                break
-    return {k: np.array([np.asarray(v) for v in vals]) for k, vals in rec.items()}
+            if bool(dones[0]) and i + 1 < steps:  # it reset itself: a new start and goal from the next row
+                resets.append((i + 1) * env.control_dt)
+    out = {k: np.array([np.asarray(v) for v in vals]) for k, vals in rec.items()}
+    out["resets"] = np.array(resets, dtype=np.float64)
+    return out
 
 
 def plot_trajectory(traj: dict[str, np.ndarray], path: Path) -> Path:
@@ -78,12 +84,15 @@ def plot_trajectory(traj: dict[str, np.ndarray], path: Path) -> Path:
         axes[0].plot(traj["t"], traj["pos"][:, i], label=f"{axis} [m]")
         axes[0].plot(traj["t"], traj["goal"][:, i], "--", color=f"C{i}")
     axes[0].set_ylabel("position (world)")
-    axes[0].legend(loc="upper right")
     err = np.linalg.norm(traj["pos"] - traj["goal"], axis=-1)
     axes[1].semilogy(traj["t"], np.maximum(err, 1e-4))
     axes[1].set_ylabel("|position error| [m]")
     axes[2].plot(traj["t"], traj["command"])
     axes[2].set_ylabel("command")
+    for k, t in enumerate(traj.get("resets", ())):  # a new episode (start and goal) after a crash
+        for ax in axes:
+            ax.axvline(t, color="0.5", ls=":", lw=1, label="reset" if k == 0 and ax is axes[0] else None)
+    axes[0].legend(loc="upper right")
     axes[2].set_xlabel("time [s]")
     return save_png(fig, path)
 

@@ -106,3 +106,17 @@ def test_config_errors_name_the_key():
     cfg = apply_overrides(task_config("humanoid-footsteps"), ["curriculum.mode_stages=[{hop: 1.0}]"])
     with pytest.raises(ConfigError, match="curriculum.mode_stages.*unknown modes"):
         make_env(cfg, num_envs=2)
+
+
+@pytest.mark.parametrize("weight, shown", [("yes", "True (YAML reads yes/no/on/off as true/false)"),
+                                           ("off", "False (YAML reads yes/no/on/off as true/false)"),
+                                           ("'1'", "'1'"), (".inf", "inf")])
+def test_a_mode_weight_that_is_not_a_number_is_refused(weight, shown):
+    """YAML reads ``yes`` as True, which float() took for a weight of 1."""
+    from sim2real.tasks import get_task, task_config
+
+    cfg = apply_overrides(task_config("humanoid-footsteps"), [f"curriculum.mode_stages=[{{stand: {weight}}}]"])
+    with pytest.raises(ConfigError) as exc:
+        get_task("humanoid-footsteps").check_config(cfg)
+    assert str(exc.value) == (f"config key 'curriculum.mode_stages': stage 1: the weight of stand must be a number, "
+                              f"got {shown}")

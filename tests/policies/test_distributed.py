@@ -141,6 +141,7 @@ class FakeRunner:
     def __init__(self, env, cfg, run_dir, device="cpu", progress=True, logger="tensorboard", video=None):
         self.env, self.cfg, self.run_dir, self.device, self.progress = env, cfg, run_dir, device, progress
         self.last_eval, self.learned = None, None
+        self.current_learning_iteration = 0  # (rsl-rl's runner starts at 0; a resume's load sets it)
         FakeRunner.made.append(self)
 
     def learn(self, iterations):

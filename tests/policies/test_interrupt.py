@@ -57,13 +57,20 @@ def test_ctrl_c_mid_rollout_saves_the_last_completed_update(tmp_path, monkeypatc
     saved = run / "model_2.pt"
     assert [line for line in err.splitlines() if line] == [
         f"interrupted: saved the last completed update to {saved}; continue with sim2real train --task "
-        f"quadrotor-hover --resume"]
+        f"quadrotor-hover --resume {saved} (to iteration 10: 7 iterations left)"]
     _same(torch.load(saved, weights_only=False), reference)
 
+    # The hint's plain --resume runs what the interrupted --max-iterations 10 had left (not train.max_iterations)
     monkeypatch.setattr(QuadrotorHoverEnv, "step", real_step)
-    assert sim2real_main(["train", "--task", "quadrotor-hover", "--resume", str(saved), "--max-iterations", "1",
+    assert sim2real_main(["train", "--task", "quadrotor-hover", "--resume", str(saved), "--runs-root",
+                          str(tmp_path / "cut"), "--no-progress"]) == 0
+    assert "continuing to iteration 10, where the run was to end (7 iterations left" in capsys.readouterr().out
+    assert (run / "model_9.pt").is_file() and not (run / "model_10.pt").exists()
+    assert torch.load(run / "model_9.pt", weights_only=False)["iter"] == 10
+    # a run that reached its end goes on by --max-iterations (or train.max_iterations)
+    assert sim2real_main(["train", "--task", "quadrotor-hover", "--resume", "--max-iterations", "1",
                           "--runs-root", str(tmp_path / "cut"), "--no-progress"]) == 0
-    assert (run / "model_3.pt").is_file()
+    assert (run / "model_10.pt").is_file() and "continuing to" not in capsys.readouterr().out
 
 
 def test_sigterm_saves_and_exits(tmp_path):
@@ -88,3 +95,22 @@ def test_sigterm_saves_and_exits(tmp_path):
     assert len(line) == 1, err
     saved = Path(line[0].split(" to ", 1)[1].split(";")[0])
     assert saved.is_file() and torch.load(saved, weights_only=False)["iter"] >= 1
+
+
+def test_ctrl_c_while_a_clip_renders_saves_the_update_the_clip_shows(tmp_path, monkeypatch, capsys):
+    """train --video renders its clip after an update has completed: Ctrl-C then (seconds of rendering) saves that
+    update, not the one before it."""
+    clips = []
+
+    def play(cfg, policy, output, **kwargs):
+        clips.append(Path(output).name)
+        raise KeyboardInterrupt  # Ctrl-C while the clip of iteration 1 renders
+
+    monkeypatch.setattr("sim2real.policies.play.play", play)
+    rc = sim2real_main(["train", "--task", "quadrotor-hover", *TINY, "--max-iterations", "5", "--runs-root",
+                        str(tmp_path), "--set", "train.save_interval=100", "--video", "--video-interval", "2"])
+    assert rc == 130 and len(clips) == 1
+    (run,) = (tmp_path / "quadrotor-hover").iterdir()
+    saved = run / "model_1.pt"
+    assert f"interrupted: saved the last completed update to {saved};" in capsys.readouterr().err
+    assert torch.load(saved, weights_only=False)["iter"] == 2

@@ -105,8 +105,12 @@ def test_corrupt_checkpoint_is_a_clear_error(tiny_run, tmp_path):
     blob = list_checkpoints(tiny_run)[-1].read_bytes()
     bad = tmp_path / "truncated.pt"
     bad.write_bytes(blob[: len(blob) // 3])
-    with pytest.raises(CheckpointError, match=r"is damaged \(cannot be read"):
+    with pytest.raises(CheckpointError, match=r"is damaged \(cannot be read") as exc:
         load_checkpoint(bad)
+    # torch's reason in whole sentences (the rest is advice), not cut off after 200 characters mid-sentence
+    assert str(exc.value) == (f"checkpoint {bad} is damaged (cannot be read: RuntimeError: PytorchStreamReader "
+                              f"failed reading zip archive: failed finding central directory. This is an internal "
+                              f"miniz error)")
     other = tmp_path / "other.pt"
     torch.save({"weights": torch.zeros(3)}, other)
     with pytest.raises(CheckpointError, match="not a sim2real checkpoint"):
@@ -153,3 +157,44 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(tiny_run
     assert newest.read_bytes() == damaged  # never deleted or overwritten
     with pytest.raises(CheckpointError, match="is damaged"):  # a file named explicitly is not replaced by another
         load_task_checkpoint(str(newest), "quadrotor-hover", tmp_path)
+
+
+def test_resume_applies_a_config_file_over_the_saved_config(tmp_path, capsys):
+    """``train --resume --config FILE``: the file's keys apply over the checkpoint's config as --set overrides do
+    (the network-shaping keys refused alike), instead of being ignored."""
+    from sim2real.cli import main
+
+    tiny = ["--num-envs", "16", "--no-progress", "--max-iterations", "1", "--runs-root", str(tmp_path),
+            "--set", "train.eval_interval=0"]
+    assert main(["train", "--task", "quadrotor-hover", *tiny]) == 0
+    assert " s for 1 iteration (384 env steps, " in capsys.readouterr().out  # (16 envs x 24 steps; not "1 iterations")
+    (run,) = (tmp_path / "quadrotor-hover").iterdir()
+    assert load_checkpoint(run / "model_0.pt")["infos"]["config"]["train"]["entropy_coef"] == 0.0
+    changes = tmp_path / "changes.yaml"
+    changes.write_text("robot: crazyflie2\ntrain: {entropy_coef: 0.003, learning_rate: 0.0007}\n")
+    capsys.readouterr()
+    assert main(["train", "--task", "quadrotor-hover", *tiny, "--resume", "--config", str(changes)]) == 0
+    assert "learning rate 0.0007" in capsys.readouterr().out  # the file's rate replaces the saved one
+    resumed = load_checkpoint(run / "model_1.pt")
+    assert resumed["infos"]["config"]["train"]["entropy_coef"] == 0.003
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["entropy_coef"] == 0.003
+    fixed = tmp_path / "fixed.yaml"
+    for text, key in (("env: {action_interface: ctbr}\n", "env.action_interface"),
+                      ("train: {actor_hidden_dims: [32, 32]}\n", "train.actor_hidden_dims")):
+        fixed.write_text(text)
+        assert main(["train", "--task", "quadrotor-hover", *tiny, "--resume", "--config", str(fixed)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: config key '{key}' cannot change on --resume"), err
+    assert sorted(p.name for p in run.glob("model_*.pt")) == ["model_0.pt", "model_1.pt"]
+
+
+def test_a_long_reason_is_shortened_to_whole_sentences():
+    from sim2real.policies.checkpoints import _sentences
+
+    torch_reason = ("PytorchStreamReader failed reading zip archive: failed finding central directory. This is an "
+                    "internal miniz error. If you are seeing this error, there is a high likelihood that your "
+                    "checkpoint file is corrupted. This can happen if the checkpoint was not saved properly.")
+    assert _sentences(torch_reason) == ("PytorchStreamReader failed reading zip archive: failed finding central "
+                                        "directory. This is an internal miniz error")
+    assert _sentences("pickle data was truncated\n") == "pickle data was truncated"
+    assert _sentences("word " * 100) == ("word " * 40).strip() + " ..."

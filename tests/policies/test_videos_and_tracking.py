@@ -51,6 +51,27 @@ def test_play_writes_into_the_run_folder_and_names_what_it_picked(tmp_path, caps
                                                                 f"(iteration 0)")
 
 
+def test_task_defaults_to_the_checkpoints_own_and_is_needed_with_latest(tmp_path, capsys, monkeypatch):
+    """--task is optional with a checkpoint file or run folder (its saved config names the task); latest and best
+    look in a task's runs, so they still need it."""
+    run = _run_with("quadrotor-hover", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for spec in (run / "model_0.pt", run):
+        assert main(["eval", "--checkpoint", str(spec), "--episodes", "2"]) == 0
+        captured = capsys.readouterr()
+        assert captured.err.strip().splitlines()[-1] == f"evaluating checkpoint {run / 'model_0.pt'} (iteration 0)"
+        assert "success_rate" in captured.out
+    assert main(["play", "--checkpoint", str(run), "--duration", "0.1", "--no-video"]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {run / 'play_model_0.png'}"
+    for command in ("eval", "play", "view"):
+        assert main([command, "--runs-root", str(tmp_path), "--checkpoint", "best"]) == 2
+        _one_error_line(capsys, "--task is required with --checkpoint best")
+        assert main([command, "--runs-root", str(tmp_path)]) == 2
+        _one_error_line(capsys, "--task is required with --checkpoint latest")
+    assert main(["eval", "--task", "quadruped-jump", "--checkpoint", str(run)]) == 2
+    _one_error_line(capsys, "belongs to task 'quadrotor-hover', not 'quadruped-jump'")
+
+
 def test_play_of_an_exported_policy_writes_to_the_current_directory(tmp_path, capsys, monkeypatch):
     policy = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "hover-memoryless"
     monkeypatch.chdir(tmp_path)
@@ -123,8 +144,8 @@ def test_train_video_records_clips_and_changes_nothing_in_training(tmp_path, cap
     clips = sorted(p.name for p in (video / "videos").iterdir())
     if not clips:
         pytest.skip("no GL backend for MuJoCo rendering on this machine")
-    assert clips == ["iter_00001.mp4", "iter_00002.mp4"] and not (plain / "videos").exists()
-    with av.open(str(video / "videos" / "iter_00002.mp4")) as c:
+    assert clips == ["iter_1.mp4", "iter_2.mp4"] and not (plain / "videos").exists()  # as model_1.pt, model_2.pt
+    with av.open(str(video / "videos" / "iter_2.mp4")) as c:
         stream = c.streams.video[0]
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(stream)]
     assert (stream.width, stream.height) == (640, 360) and len(frames) == 10  # 0.3 s at 100 Hz, every 3rd

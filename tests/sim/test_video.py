@@ -86,19 +86,42 @@ def test_sizes_suffixes_and_frame_strides():
     assert frame_stride(0.02, 20) == 2 and frame_stride(0.5, 30) == 1
 
 
-def _clip(tag: int, rows: int, dt: float = 0.02) -> Clip:
-    return Clip(model=tag, control_dt=dt, follow=np.zeros((rows, 3)), qpos=np.full((rows, 1), tag))
+def _clip(tag: int, rows: int, dt: float = 0.02, hold_s: float = 0.0) -> Clip:
+    return Clip(model=tag, control_dt=dt, follow=np.zeros((rows, 3)), qpos=np.full((rows, 1), tag), hold_s=hold_s)
+
+
+def _fake_clip_frames(clips, size, stride):
+    """render.clip_frames without rendering: a frame's red channel is its clip's tag."""
+    for clip in clips:
+        for t in range(0, len(clip), stride):
+            f = np.zeros((size[1], size[0], 3), dtype=np.uint8)
+            f[..., 0], f[..., 1] = clip.model, (10 * t) % 256
+            yield f
+        for _ in range(int(round(clip.hold_s / (stride * clip.control_dt)))):
+            yield f
+
+
+def test_a_video_lasts_what_was_asked_for_to_the_nearest_frame(tmp_path, monkeypatch):
+    """play --duration 2 of the jump (a first clip longer than 2 s, then a 0.5 s pause) made 2.48 s; 0.4 s of hover
+    at 100 Hz made 14 frames of 30 ms (0.42 s)."""
+    monkeypatch.setattr(render, "clip_frames", _fake_clip_frames)
+    jumps = [_clip(10, 120, hold_s=0.5), _clip(200, 60, hold_s=0.5)]
+    decoded, (_, _, fps) = _decode(render_clips(limit_clips(jumps, 2.0), tmp_path / "a.mp4", size=(64, 48),
+                                                duration_s=2.0))
+    assert fps == 25.0 and len(decoded) == 50 and all(abs(int(f[24, 32, 0]) - 10) < 8 for f in decoded)
+    decoded, _ = _decode(render_clips(limit_clips(jumps, 3.0), tmp_path / "b.mp4", size=(64, 48), duration_s=3.0))
+    reds = [int(f[24, 32, 0]) for f in decoded]  # 2.4 s of the first, its 0.5 s pause, 0.1 s of the second
+    assert len(decoded) == 75 and abs(reds[0] - 10) < 8 and abs(reds[-1] - 200) < 8
+    decoded, _ = _decode(render_clips(limit_clips(jumps, 3.22), tmp_path / "c.mp4", size=(64, 48), duration_s=3.22))
+    assert len(decoded) == 81  # 3.24 s, the nearest whole frame (0.04 s) to 3.22 s
+    hover = [_clip(10, 40, dt=0.01)]  # 0.4 s at 100 Hz, a frame every 3rd period
+    decoded, (_, _, fps) = _decode(render_clips(hover, tmp_path / "d.mp4", size=(64, 48)))
+    assert fps == pytest.approx(100 / 3, rel=1e-3) and len(decoded) == 13  # 0.39 s
+    assert len(_decode(render_clips(hover, tmp_path / "e.mp4", size=(64, 48), duration_s=0.2))[0]) == 7
 
 
 def test_clips_are_played_one_after_the_other(tmp_path, monkeypatch):
-    def frames(clips, size, stride):
-        for clip in clips:
-            for t in range(0, len(clip), stride):
-                f = np.zeros((size[1], size[0], 3), dtype=np.uint8)
-                f[..., 0], f[..., 1] = clip.model, 10 * t
-                yield f
-
-    monkeypatch.setattr(render, "clip_frames", frames)
+    monkeypatch.setattr(render, "clip_frames", _fake_clip_frames)
     # 50 Hz rows at 30 fps aimed: every second row (25 fps); 10 rows -> 5 frames, 7 rows -> 4 frames
     path = render_clips([_clip(10, 10), _clip(200, 7)], tmp_path / "a.mp4", size=(64, 48))
     decoded, (_, _, fps) = _decode(path)
@@ -114,5 +137,9 @@ def test_limit_clips_keeps_the_first_seconds():
     assert [len(c) for c in limit_clips(clips, None)] == [50, 50, 50]
     assert [len(c) for c in limit_clips(clips, 1.5)] == [50, 25]
     assert [len(c) for c in limit_clips(clips, 0.001)] == [1]
+    held = [_clip(1, 50, hold_s=0.5), _clip(2, 50, hold_s=0.5)]  # the pauses count
+    assert [(len(c), c.hold_s) for c in limit_clips(held, 1.2)] == [(50, pytest.approx(0.2))]
+    assert [(len(c), c.hold_s) for c in limit_clips(held, 2.0)] == [(50, 0.5), (25, 0.0)]
+    assert [(len(c), c.hold_s) for c in limit_clips(held, 1.501)] == [(50, 0.5)]
     head = limit_clips(clips, 0.5)[0]
     assert head.qpos.shape == (25, 1) and head.mocap_pos is None and head.model == 1

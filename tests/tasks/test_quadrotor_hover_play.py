@@ -27,6 +27,17 @@ def test_rollout_records_the_trajectory():
     assert traj["command"] == pytest.approx(frac, abs=1e-6)
 
 
+def test_the_rollout_goes_on_across_resets_for_its_whole_duration():
+    """A policy that crashes (early in training, for train --video) still gives duration_s of video: the env's
+    next episodes after the crash, the resets marked."""
+    cfg = task_config("quadrotor-hover")
+    traj = rollout(cfg, lambda obs: -torch.ones(obs.shape[0], 4), duration_s=2.0)  # no thrust: it falls
+    assert traj["pos"].shape == (200, 3) and traj["t"][-1] == pytest.approx(1.99)
+    assert len(traj["resets"]) >= 2 and 0 < traj["resets"][0] < 1.0
+    after = int(round(traj["resets"][0] / 0.01))  # a new start (and goal) on the row after the crash
+    assert np.linalg.norm(traj["pos"][after] - traj["pos"][after - 1]) > 0.05
+
+
 def _decode(path):
     import av
 
@@ -46,8 +57,8 @@ def test_play_writes_plots_and_a_video_when_rendering_works(tmp_path):
         pytest.skip("no GL backend for MuJoCo rendering on this machine (plots only)")
     assert out == tmp_path / "hover.mp4"
     frames, fps = _decode(out)
-    # 0.4 s of 100 Hz control at ~30 fps: every 3rd period (33.3 fps), rows 0, 3, ..., 39
-    assert len(frames) == 14 and fps == pytest.approx(100 / 3) and frames[0].shape == (720, 1280, 3)
+    # 0.4 s of 100 Hz control at ~30 fps: every 3rd period (33.3 fps), rows 0, 3, ..., 36: 0.39 s
+    assert len(frames) == 13 and fps == pytest.approx(100 / 3) and frames[0].shape == (720, 1280, 3)
     last = frames[-1]
     assert len(np.unique(last.reshape(-1, 3) // 8, axis=0)) > 50  # a rendered scene, not one colour
     top = last[:10].reshape(-1, 3).mean(0)  # the sky: between its horizon and zenith colours, blue

@@ -146,6 +146,58 @@ def test_a_fine_tuning_session_is_drawn_with_its_base_policys_robot(tmp_path):
         record_session(session.path, robot="go2")
 
 
+def test_a_finetune_run_session_is_refused_saying_what_it_holds(tmp_path):
+    """``finetune run`` (the stand-in) records transitions only, no robot topics: the error says what was looked
+    for, what the folder holds and which sessions record the topics."""
+    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.deploy.recording.transitions import TransitionRecorder
+    from sim2real.viewer.recording import record_session
+
+    session = FinetuneSession.create(tmp_path / "s", PRETRAINED / "quadrotor-hover", task="quadrotor-hover",
+                                     robot_name="crazyflie2", config={})
+    with TransitionRecorder(session.recordings_dir, {"obs": 3, "reward": 1}) as rec:
+        rec.append({"obs": [0.0, 0.0, 0.0], "reward": [1.0]})
+    with pytest.raises(FileNotFoundError) as exc:
+        record_session(session.path)
+    assert str(exc.value) == (
+        f"view --recording: no topics-*.mcap (the robot's topics) in {session.recordings_dir}: it holds 1 "
+        f"transitions-*.mcap (what 'sim2real finetune run' records: the policy's observations and actions, no robot "
+        f"poses to draw); the robot's topics are recorded by 'sim2real deploy --finetune' on ROS 2")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"no topics-\*\.mcap .* in .*other: it holds notes.txt$"):
+        record_session(tmp_path / "other", robot="go2")
+
+
+def test_a_recording_of_another_robot_is_drawn_with_a_warning(tmp_path, capsys):
+    from nav_msgs.msg import Odometry
+
+    from sim2real.deploy.recording.topics import TopicRecorder
+    from sim2real.viewer.recording import record_session
+
+    drone = tmp_path / "drone"
+    with TopicRecorder(drone) as rec:  # a drone's recording: odometry, no joint states
+        for i in range(3):
+            odom = Odometry()
+            odom.pose.pose.orientation.w = 1.0
+            rec.write("/crazyflie/odom", odom, 1_700_000_000_000_000_000 + i * 20_000_000)
+    capsys.readouterr()
+    assert record_session(drone, robot="crazyflie2").frames == 3
+    assert capsys.readouterr().err == ""
+    assert record_session(drone, robot="go2").frames == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: view --recording: it holds no sensor_msgs/msg/JointState messages: go2's 12 joints stay in their "
+        "default pose; a recording of another robot? (--robot names the robot)"]
+    go2 = tmp_path / "go2"
+    _write_go2_recording(go2, frames=3)
+    record_session(go2, robot="go2")
+    assert capsys.readouterr().err == ""  # (one of the recorded names is not go2's: fine)
+    record_session(go2, robot="crazyflie2")
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: view --recording: its joint states name joints (FL_hip_joint, not_a_joint) and crazyflie2 has "
+        "none; a recording of another robot? (--robot names the robot)"]
+
+
 def test_a_recording_needs_its_robot_and_odometry(tmp_path):
     from sim2real.viewer.recording import record_session
 
@@ -195,12 +247,105 @@ def test_the_server_plays_pauses_seeks_and_switches_envs():
             viewer.show(env=2)
 
 
+def _tiny_trace(frames: int = 1):
+    from sim2real.sim.scene import TraceRecorder, quadrotor_model
+
+    rec = TraceRecorder([quadrotor_model({})], ["a"])
+    for _ in range(frames):
+        rec.add([[0, 0, 1, 1, 0, 0, 0]], [[]])
+    return rec.trace("tiny", 0.01)
+
+
+def test_an_address_that_cannot_be_served_on_is_refused_and_a_busy_port_moves_on():
+    """viser takes any bind error for a busy port and never reports back: the viewer binds a plain socket first."""
+    import socket
+    import threading
+
+    from sim2real.viewer.server import SceneViewer, check_bindable
+
+    outcome = []
+
+    def serve():  # (in a thread: without the check, viser waits forever)
+        try:
+            SceneViewer(_tiny_trace(), host="203.0.113.5", port=0).stop()  # TEST-NET-3: never this machine's
+            outcome.append("served")
+        except ConfigError as exc:
+            outcome.append(str(exc))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert outcome == ["view --host 203.0.113.5 --port 0: cannot serve there: Cannot assign requested address "
+                       "(203.0.113.5 is not an address of this machine; --host 0.0.0.0 serves on every interface)"]
+    with pytest.raises(ConfigError, match="^view --host no.such.host.invalid --port 8080: cannot resolve"):
+        check_bindable("no.such.host.invalid", 8080)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        check_bindable("127.0.0.1", port)  # in use: viser moves on to the next free port
+        with SceneViewer(_tiny_trace(), port=port, playing=False) as viewer:
+            assert viewer.server.get_port() > port
+
+
+def test_view_refuses_an_address_it_cannot_serve_on_before_the_rollout(monkeypatch, capsys):
+    from sim2real.cli import main
+
+    def rollout(*_):
+        raise AssertionError("rolled out before checking the address")
+
+    monkeypatch.setattr("sim2real.viewer.command._trace", rollout)
+    assert main(["view", "--policy", str(PRETRAINED / "quadrotor-hover"), "--host", "203.0.113.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: view --host 203.0.113.5 --port 8080: cannot serve there: Cannot assign requested address "
+                   "(203.0.113.5 is not an address of this machine; --host 0.0.0.0 serves on every interface)"]
+
+
+def test_ctrl_c_at_any_point_of_start_up_exits_quietly_with_130(monkeypatch, capsys):
+    """Ctrl-C while the command line's modules import (seconds: torch, onnx, viser) or while the viewer sends its
+    scene: status 130 and one line, no traceback, and no server left running."""
+    from sim2real import cli
+    from sim2real.viewer.server import SceneViewer
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    def main(argv):
+        try:
+            return cli.main(argv)
+        except KeyboardInterrupt:
+            pytest.fail("Ctrl-C escaped main() (a traceback)")
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "build_parser", interrupt)  # (the first thing main does: its imports)
+        assert main(["view", "--policy", str(PRETRAINED / "quadrotor-hover")]) == 130
+    assert capsys.readouterr().err == "\ninterrupted\n"
+    servers = []
+
+    def build_env(self, env):
+        servers.append(self.server)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SceneViewer, "_build_env", build_env)
+    monkeypatch.setattr("sim2real.viewer.command._trace", lambda args, policy_fn: _tiny_trace())
+    assert main(["view", "--port", "0"]) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "\ninterrupted\n" and captured.out == ""  # (nor viser's "Server stopped")
+    (server,) = servers
+    assert not server._websock_server._server_thread.is_alive()
+
+
 # --- command line --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, message", [
     (["--recording", "{tmp}", "--task", "quadrotor-hover"], "--task apply to rollouts"),
     (["--policy", str(PRETRAINED / "quadrotor-hover"), "--at", "1"], "--at applies with --screenshot"),
     (["--policy", str(PRETRAINED / "quadrotor-hover"), "--robot", "go2"], "--robot applies with --recording"),
-    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", "/no/such/dir/x.png"], "does not exist"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", "{tmp}/x.txt"], "a screenshot is written as "
+                                                                                     "PNG: name it <file>.png"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", str(Path(__file__)) + "/x.png"],
+     "test_viewer.py is a file, not a folder"),
+    (["--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", "{tmp}/x.png", "--at", "nan"],
+     "--at nan: a moment of the rollout in seconds"),
 ])
 def test_view_refuses_flags_that_do_not_go_together_in_one_line(tmp_path, capsys, argv, message):
     from sim2real.cli import main
@@ -208,6 +353,78 @@ def test_view_refuses_flags_that_do_not_go_together_in_one_line(tmp_path, capsys
     assert main(["view", *[a.format(tmp=tmp_path) for a in argv]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+
+
+def test_view_screenshot_makes_its_folder_and_says_when_at_is_outside_the_rollout(tmp_path, monkeypatch, capsys):
+    """As play --output does, --screenshot makes missing folders; an --at outside the rollout shows its first or
+    last frame with a warning naming the moment shown (a stand-in browser: the PNG it returns is written)."""
+    from sim2real.cli import main
+
+    shown = []
+
+    class Browser:
+        def __init__(self, size):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def navigate(self, url):
+            pass
+
+        def settled_screenshot(self, **kwargs):
+            return b"\x89PNG fake"
+
+        def evaluate(self, expression):
+            pass
+
+    monkeypatch.setattr("sim2real.viewer.browser.HeadlessChromium", Browser)
+    monkeypatch.setattr("sim2real.viewer.browser.find_chromium", lambda: "/usr/bin/chromium")  # (none needed)
+    monkeypatch.setattr("sim2real.viewer.command._trace", lambda args, policy_fn: _tiny_trace(frames=101))
+    monkeypatch.setattr("sim2real.viewer.server.SceneViewer.show", lambda self, frame, **kw: shown.append(frame))
+    out = tmp_path / "new" / "folder" / "shot.png"
+    for at, frame, warning in ((None, 50, None), (0.3, 30, None), (5.0, 100, "t = 1.00 s"), (-1.0, 0, "t = 0.00 s")):
+        assert main(["view", "--port", "0", "--screenshot", str(out), *(["--at", str(at)] if at is not None else [])
+                     ]) == 0
+        captured = capsys.readouterr()
+        assert out.read_bytes() == b"\x89PNG fake" and shown[-1] == frame
+        assert captured.out.strip() == f"wrote {out} (tiny, t = {frame * 0.01:.2f} s)"
+        err = captured.err.strip().splitlines()
+        assert err == ([] if warning is None else [
+            f"warning: view --at {at:g}: the rollout spans 0-1.00 s; showing {warning}"])
+    out.unlink()
+    Browser.navigate = lambda self, url: (_ for _ in ()).throw(KeyboardInterrupt)  # Ctrl-C while the page loads
+    assert main(["view", "--port", "0", "--screenshot", str(out)]) == 130
+    assert capsys.readouterr().err == "\ninterrupted\n" and not out.exists()
+
+
+@pytest.mark.parametrize("value, what", [
+    ("/no/such/chromium", "does not exist"),
+    (__file__, "is not executable"),
+    (str(REPO), "is a folder"),
+    ("no-such-browser-on-path", "is not on PATH"),
+])
+def test_a_bad_sim2real_chromium_is_refused_naming_the_variable(tmp_path, monkeypatch, capsys, value, what):
+    """Not passed over silently for the system's Chromium: the user asked for this one."""
+    from sim2real.cli import main
+    from sim2real.viewer.browser import BrowserError, find_chromium
+
+    monkeypatch.setenv("SIM2REAL_CHROMIUM", value)
+    with pytest.raises(BrowserError, match=f"^SIM2REAL_CHROMIUM={value}: {what} "):
+        find_chromium()
+
+    def rollout(*_):
+        raise AssertionError("rolled out before finding the browser")
+
+    monkeypatch.setattr("sim2real.viewer.command._trace", rollout)
+    assert main(["view", "--policy", str(PRETRAINED / "quadrotor-hover"), "--screenshot", str(tmp_path / "x.png")]
+                ) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: view --screenshot: SIM2REAL_CHROMIUM={value}: {what} (name Chromium's executable, or unset it to "
+        f"use the system's)"]
 
 
 # --- the viewer in a real browser ----------------------------------------------------------------------------------
