@@ -51,7 +51,8 @@ def resolve_mjcf(spec: str) -> Path:
         if not path.is_absolute():
             path = PACKAGE_ROOT / path
     if not path.is_file():
-        raise ConfigError(f"robot.mjcf: model file not found: {path}")
+        raise ConfigError(f"robot.mjcf: model file not found: {path} (a policy trained on a model elsewhere: "
+                          f"--set robot.mjcf=PATH to that model on this machine)")
     return path
 
 
