@@ -220,6 +220,16 @@ def config_hash(cfg: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def merge_config_file(cfg: dict, path: str | Path) -> dict:
+    """``cfg`` (a resolved config: a checkpoint's or an exported policy's) with the values of the YAML file ``path``
+    merged over it (``--config`` on ``--resume``, ``eval``, ``play``, ``view``); a ``robot`` given by name or path is
+    that robot's full config. Raises :class:`ConfigError` for an unreadable file, unknown keys or bad values."""
+    values = load_yaml(path)
+    if isinstance(values.get("robot"), str):
+        values = dict(values, robot=load_robot(values["robot"]))
+    return merge_checked(cfg, values)
+
+
 def resolve_task_config(
     task_yaml: str | Path, overrides: list[str] | None = None, user_file: str | Path | None = None
 ) -> dict:

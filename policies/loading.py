@@ -42,7 +42,7 @@ def load_policy(*, task: str | None, policy_dir: str | Path | None = None, check
     With ``policy_dir``: the exported policy's own training config (action interface, control period, robot, ...),
     then ``config_file``'s values, then ``overrides``. Else the checkpoint ``checkpoint`` (``PATH|latest|best``,
     default latest) of ``task`` under ``runs_root`` (``task`` None: a checkpoint file's or run folder's own task;
-    ``latest`` and ``best`` need ``task``), its saved config with ``overrides`` (``config_file`` is not used). ``check_task(name)`` (e.g. the CLI's refusal of flags a task does not take) is called with ``task``
+    ``latest`` and ``best`` need ``task``), its saved config, then ``config_file``'s values, then ``overrides``. ``check_task(name)`` (e.g. the CLI's refusal of flags a task does not take) is called with ``task``
     before anything is loaded and with the policy's own task once it is known.
 
     Raises:
@@ -60,7 +60,7 @@ def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None
                        check_task: Callable[[str], None] | None = None) -> tuple[Callable, dict, PolicySource]:
     """:func:`load_policy` (same arguments and errors), with the :class:`PolicySource` it picked (which checkpoint
     ``latest`` or ``best`` resolved to, and its run)."""
-    from sim2real.configs import apply_overrides, load_yaml, merge_checked
+    from sim2real.configs import apply_overrides, merge_config_file
     from sim2real.tasks import get_task
 
     check_task = check_task or (lambda name: None)
@@ -72,7 +72,7 @@ def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None
         policy, cfg = load_exported(policy_dir, task)
         check_task(cfg["task"])
         if config_file:
-            cfg = merge_checked(cfg, load_yaml(config_file))
+            cfg = merge_config_file(cfg, config_file)
         cfg = apply_overrides(cfg, list(overrides))
         get_task(cfg["task"]).check_config(cfg)
         return policy, cfg, _exported_source(Path(policy_dir))
@@ -85,7 +85,7 @@ def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None
     path, data = ck.load_task_checkpoint(checkpoint or "latest", task or None, runs_root)
     if not task:  # the checkpoint's own task
         check_task(get_task(data["infos"]["config"]["task"]).name)
-    runner, cfg, _ = load_runner(path, data=data, overrides=list(overrides))
+    runner, cfg, _ = load_runner(path, data=data, overrides=list(overrides), config_file=config_file)
     get_task(cfg["task"]).check_config(cfg)
     iteration = int(data["iter"]) - 1 if isinstance(data.get("iter"), int) else None  # "iter": the next one to run
     return torch_policy(runner), cfg, PolicySource("checkpoint", path, path.parent, iteration)

@@ -44,7 +44,7 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
         ConfigError: ``config_file`` or an override changes a key of :data:`FIXED_ON_RESUME`, or ``distributed`` on
             a checkpoint not trained on CUDA, or an unknown key or a value out of range.
     """
-    from sim2real.configs import ConfigError, apply_overrides, load_robot, load_yaml, lookup, merge_checked
+    from sim2real.configs import ConfigError, apply_overrides, lookup, merge_config_file
     from sim2real.policies import checkpoints as ck
     from sim2real.tasks import complete_saved_config, get_task
 
@@ -53,12 +53,7 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
     if added:
         print(f"note: {resume_path.name} was saved before these config keys existed; using their defaults: "
               f"{', '.join(added)}", file=sys.stderr)
-    cfg = saved
-    if config_file is not None:
-        values = load_yaml(config_file)
-        if isinstance(values.get("robot"), str):  # a robot named as in a task config: its full config
-            values = dict(values, robot=load_robot(values["robot"]))
-        cfg = merge_checked(cfg, values)
+    cfg = saved if config_file is None else merge_config_file(saved, config_file)
     cfg = apply_overrides(cfg, overrides)
     for key in FIXED_ON_RESUME:
         try:

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 import torch
 
-from sim2real.configs import apply_overrides
+from sim2real.configs import apply_overrides, merge_config_file
 from sim2real.policies.checkpoints import CheckpointError, load_checkpoint
 from sim2real.configs.durable import atomic_write_bytes
 from sim2real.errors import ExportError  # noqa: F401  (defined there, without torch, for the command line)
@@ -32,12 +32,13 @@ from sim2real.tasks import complete_saved_config, make_env
 
 
 def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None,
-                overrides: list[str] | None = None) -> tuple[Sim2RealRunner, dict, dict]:
+                overrides: list[str] | None = None, config_file: str | None = None
+                ) -> tuple[Sim2RealRunner, dict, dict]:
     """Rebuild the runner of a checkpoint (its own resolved config) and load the weights.
 
-    ``data``: the checkpoint dict when the caller has already loaded it. ``overrides``: ``KEY=VALUE`` config
-    overrides (``--set``, ``--sim``) applied before the env is built, so a policy trained on a backend this
-    environment lacks (e.g. ``isaaclab``) loads on the one the user names.
+    ``data``: the checkpoint dict when the caller has already loaded it. ``config_file`` (``--config``), then
+    ``overrides`` (``KEY=VALUE``: ``--set``, ``--sim``) apply over the saved config before the env is built, so a
+    policy trained on a backend this environment lacks (e.g. ``isaaclab``) loads on the one the user names.
 
     Returns:
         (runner, config, checkpoint dict). Raises :class:`~sim2real.policies.checkpoints.CheckpointError`.
@@ -47,6 +48,8 @@ def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None,
     if added:
         print(f"note: {Path(checkpoint).name} was saved before these config keys existed; using their defaults: "
               f"{', '.join(added)}", file=sys.stderr)
+    if config_file:
+        cfg = merge_config_file(cfg, config_file)
     if overrides:
         cfg = apply_overrides(cfg, list(overrides))
     env = make_env(cfg, num_envs=num_envs)

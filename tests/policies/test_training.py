@@ -198,3 +198,22 @@ def test_a_long_reason_is_shortened_to_whole_sentences():
                                         "directory. This is an internal miniz error")
     assert _sentences("pickle data was truncated\n") == "pickle data was truncated"
     assert _sentences("word " * 100) == ("word " * 40).strip() + " ..."
+
+
+def test_eval_play_view_apply_a_config_file_over_a_checkpoints_config(tiny_run, tmp_path):
+    """``eval/play/view --checkpoint ... --config FILE``: the file's values apply over the checkpoint's saved config
+    (then ``--set``), as for an exported policy, instead of being ignored."""
+    from sim2real.configs import ConfigError
+    from sim2real.policies.loading import load_policy
+
+    ckpt = sorted(tiny_run.glob("model_*.pt"))[-1]
+    changes = tmp_path / "eval.yaml"
+    changes.write_text("eval: {num_episodes: 7}\nenv: {success_pos_tol: 0.07}\n")
+    _, plain = load_policy(task=None, checkpoint=str(ckpt))
+    _, cfg = load_policy(task=None, checkpoint=str(ckpt), config_file=str(changes),
+                         overrides=["env.success_pos_tol=0.06"])
+    assert plain["eval"]["num_episodes"] != 7 and cfg["eval"]["num_episodes"] == 7
+    assert cfg["env"]["success_pos_tol"] == 0.06  # --set last
+    changes.write_text("eval: {num_episode: 7}\n")
+    with pytest.raises(ConfigError, match="num_episode"):
+        load_policy(task=None, checkpoint=str(ckpt), config_file=str(changes))
