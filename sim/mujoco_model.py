@@ -15,6 +15,7 @@ import mujoco
 import numpy as np
 
 from sim2real.configs import ConfigError
+from sim2real.sim.markers import OBSTACLE_RGBA
 from sim2real.sim.robot import LeggedRobot, resolve_joint_values, resolve_mjcf
 from sim2real.sim.weld import weld_joints, weld_patterns, weld_positions
 
@@ -235,7 +236,7 @@ def build_model(robot: dict, sim_cfg: dict | None = None, terrain=None, obstacle
             body.add_site(name=f"sim2real_foot_{name}_point", pos=[0, 0, 0], group=5, rgba=[0, 0, 0, 0])
     if obstacle:
         spec.worldbody.add_geom(name="sim2real_obstacle", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.5, 1.0, 0.5],
-                                pos=list(OBSTACLE_PARK), rgba=[0.8, 0.4, 0.1, 1.0], friction=[0.8, 0.02, 0.01])
+                                pos=list(OBSTACLE_PARK), rgba=list(OBSTACLE_RGBA), friction=[0.8, 0.02, 0.01])
     for k in range(int(terrain_boxes)):
         spec.worldbody.add_geom(name=f"sim2real_terrain_{k}", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.01] * 3,
                                 pos=list(OBSTACLE_PARK), rgba=[0.45, 0.5, 0.55, 1.0], friction=[1.0, 0.02, 0.01])

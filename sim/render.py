@@ -3,10 +3,11 @@
 MuJoCo renders offscreen through ``MUJOCO_GL`` (``egl`` by default, or ``osmesa``; read when ``mujoco`` is first
 imported). A video is a list of :class:`Clip` s played one after the other and written by
 :class:`~sim2real.sim.video.VideoWriter` as MP4 (H.264) or GIF, by the path's suffix. Every task's scene looks
-alike: a gradient sky and a grid floor (:func:`dress_spec`, added to the model spec for rendering only), markers
-drawn into the scene with one palette (targets green, left and right footsteps blue and red, obstacles orange;
-:class:`Marker`), and a camera that follows the robot with a smoothed look-at point (:class:`Camera`). Plots are
-matplotlib figures on the ``Agg`` backend written as PNG.
+alike: a gradient sky and a grid floor (:func:`dress_spec`, added to the model spec for rendering only), the task's
+markers drawn into the scene (:func:`add_markers`: the :class:`~sim2real.sim.markers.Marker` s of the task's
+``markers`` hook, the same ones ``sim2real view`` draws, in the palette of :mod:`sim2real.sim.markers`), and a camera
+that follows the robot with a smoothed look-at point (:class:`Camera`). Plots are matplotlib figures on the ``Agg``
+backend written as PNG.
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from sim2real.sim.markers import Marker
 from sim2real.sim.video import DEFAULT_SIZE, TARGET_FPS, VideoWriter, frame_stride, video_suffix
 
 #: Sky gradient of every scene: zenith and nadir colours (RGB in [0, 1]); the horizon is their mean.
 SKY_ZENITH, SKY_NADIR = (0.33, 0.55, 0.85), (0.85, 0.9, 0.95)
 #: Grid floor (where a model's floor plane has no material): two checker colours and the line colour.
 GRID_RGB1, GRID_RGB2, GRID_LINE = (0.36, 0.4, 0.44), (0.3, 0.34, 0.38), (0.62, 0.64, 0.66)
-#: Marker palette (RGBA): a goal or landing target, the footsteps of the left and right foot, an obstacle.
-TARGET_RGBA = (0.1, 0.85, 0.25, 0.55)
-LEFT_RGBA, RIGHT_RGBA = (0.2, 0.45, 1.0, 0.6), (1.0, 0.3, 0.25, 0.6)
-OBSTACLE_RGBA = (0.8, 0.4, 0.1, 1.0)
 
 
 def pyplot():
@@ -132,45 +130,24 @@ def dressed_model(xml: str):
     return spec.compile()
 
 
-@dataclass(frozen=True)
-class Marker:
-    """A shape drawn into the scene (no physics): ``kind`` ``sphere``, ``box``, ``cylinder`` or ``capsule``, centre
-    ``pos`` (3,) [m] (world frame), ``size`` (3,) [m] in MuJoCo's convention (sphere: radius; box: half sizes;
-    cylinder and capsule: radius, half length), ``rgba`` in [0, 1], turned by ``yaw`` [rad] about the world z axis."""
-
-    kind: str
-    pos: tuple
-    size: tuple
-    rgba: tuple = TARGET_RGBA
-    yaw: float = 0.0
-
-
-def target_marker(xy, z: float = 0.0, radius: float = 0.12) -> Marker:
-    """A landing or goal target on the ground: a flat green disc of ``radius`` [m] at ``xy`` (world frame)."""
-    return Marker("cylinder", (float(xy[0]), float(xy[1]), z + 0.004), (radius, 0.004, 0.0), TARGET_RGBA)
-
-
-def goal_markers(pos, radius: float = 0.03, rgba=TARGET_RGBA) -> list[Marker]:
-    """A goal in the air at ``pos`` (3,) [m] (world frame): a sphere of ``radius`` [m] on a thin pole down to the
-    floor (z = 0), which shows its height."""
-    x, y, z = (float(v) for v in pos[:3])
-    pole = (0.15 * radius, max(z, 1e-3) / 2, 0.0)
-    return [Marker("sphere", (x, y, z), (radius, 0.0, 0.0), rgba),
-            Marker("cylinder", (x, y, max(z, 1e-3) / 2), pole, (rgba[0], rgba[1], rgba[2], 0.35))]
-
-
 def add_markers(scene, markers: Sequence[Marker]) -> None:
-    """Append ``markers`` to a ``mujoco.MjvScene`` after ``update_scene`` (those beyond its capacity are dropped)."""
+    """Append ``markers`` (:class:`~sim2real.sim.markers.Marker`, world frame) to a ``mujoco.MjvScene`` after
+    ``update_scene``, as decor geoms of their shape, size, colour and orientation (category, object type and id set:
+    ``mjv_initGeom`` leaves them as the scene's memory held them). Those beyond the scene's capacity are dropped."""
     mujoco = import_mujoco()
-    types = {"sphere": mujoco.mjtGeom.mjGEOM_SPHERE, "box": mujoco.mjtGeom.mjGEOM_BOX,
-             "cylinder": mujoco.mjtGeom.mjGEOM_CYLINDER, "capsule": mujoco.mjtGeom.mjGEOM_CAPSULE}
+    mat = np.empty(9)
     for m in markers:
         if scene.ngeom >= scene.maxgeom:
             return
-        c, s = math.cos(m.yaw), math.sin(m.yaw)
-        mat = np.array([c, -s, 0.0, s, c, 0.0, 0.0, 0.0, 1.0])
-        mujoco.mjv_initGeom(scene.geoms[scene.ngeom], types[m.kind], np.asarray(m.size, dtype=np.float64),
+        size = np.zeros(3)
+        size[:len(m.size)] = m.size
+        quat = np.asarray(m.quat, dtype=np.float64)
+        mujoco.mju_quat2Mat(mat, quat / np.linalg.norm(quat))
+        geom = scene.geoms[scene.ngeom]
+        mujoco.mjv_initGeom(geom, getattr(mujoco.mjtGeom, f"mjGEOM_{m.shape.upper()}"), size,
                             np.asarray(m.pos, dtype=np.float64), mat, np.asarray(m.rgba, dtype=np.float32))
+        geom.category = int(mujoco.mjtCatBit.mjCAT_DECOR)
+        geom.objtype, geom.objid = int(mujoco.mjtObj.mjOBJ_UNKNOWN), -1
         scene.ngeom += 1
 
 

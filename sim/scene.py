@@ -1,9 +1,10 @@
 """What a 3D viewer draws of a rollout (``sim2real view``): the geometry of a compiled MuJoCo model as triangle meshes,
 body poses by forward kinematics, task markers, and the recorded trace of N envs over time.
 
-Nothing here draws: :mod:`sim2real.viewer` serves a :class:`SceneTrace` in the browser. Tasks describe what to draw
-through a *scene view* (their spec's ``view`` hook, :class:`SceneView`); :class:`TraceRecorder` turns the view's
-snapshots into a trace.
+Nothing here draws: :mod:`sim2real.viewer` serves a :class:`SceneTrace` in the browser. Tasks describe their scenes
+through a *scene view* (their spec's ``view`` hook, :class:`SceneView`: models and poses) and their markers through
+their spec's ``markers`` hook (:class:`~sim2real.sim.markers.Marker`, the same markers their videos draw);
+:class:`TraceRecorder` turns the snapshots into a trace.
 
 Conventions: world frame z up, metres; quaternions (w, x, y, z), Hamilton, as in MuJoCo (and viser: its ``wxyz``
 is the same order); a geom's or marker's ``size`` follows MuJoCo's geom convention (sphere: radius; capsule and
@@ -18,6 +19,8 @@ from typing import Protocol, Sequence
 
 import mujoco
 import numpy as np
+
+from sim2real.sim.markers import Marker
 
 #: Geom groups a viewer shows (MuJoCo's own viewer shows 0-2; robot models put collision-only geoms in 3+).
 VISIBLE_GROUPS = (0, 1, 2)
@@ -189,25 +192,10 @@ def body_poses(model: mujoco.MjModel, qpos: np.ndarray, data: mujoco.MjData | No
 
 
 # --- markers and traces ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Marker:
-    """A task marker at one instant: ``shape`` (a name of :data:`SHAPES` but plane), ``size`` (MuJoCo's geom
-    convention), ``rgba``, pose in the world frame (``pos`` [3] m, ``quat`` [4] w, x, y, z). ``name`` is unique
-    within an env and stable over time (a marker is one track: its shape, size and colour are those of its first
-    appearance)."""
-
-    name: str
-    shape: str
-    size: tuple
-    rgba: tuple
-    pos: tuple
-    quat: tuple = (1.0, 0.0, 0.0, 0.0)
-
-
 @dataclass
 class MarkerTrack:
-    """A marker over the T frames: ``marker`` (shape, size, colour), ``pos`` ``[T, 3]``, ``quat`` ``[T, 4]``,
-    ``visible`` ``[T]`` bool (False where the marker was absent)."""
+    """A marker over the T frames, one name in one look: ``marker`` (its name, shape, size and colour), ``pos``
+    ``[T, 3]``, ``quat`` ``[T, 4]``, ``visible`` ``[T]`` bool (False where it was absent, or looked otherwise)."""
 
     marker: Marker
     pos: np.ndarray
@@ -243,7 +231,8 @@ class SceneTrace:
 class SceneView(Protocol):
     """A task's scene view (its spec's ``view`` hook, built as ``cls(env)`` on an eval-mode env): what to draw of
     each of the env's scenes. A scene is one env of the task, or one room of several robots; the env's rows map to
-    scenes in order (row ``r`` is scene ``r // (num_envs // len(models()))``)."""
+    scenes in order (row ``r`` is scene ``r // (num_envs // len(models()))``). The scenes' markers come from the
+    task's ``markers`` hook, one list per scene in the same order."""
 
     def models(self) -> list[mujoco.MjModel]:
         """One model per scene (its geometry, including the scene's obstacles and terrain)."""
@@ -253,9 +242,6 @@ class SceneView(Protocol):
 
     def qpos(self) -> np.ndarray:
         """The scenes' generalised positions now, ``[S, nq]`` (each scene's model's ``nq``; a list if they differ)."""
-
-    def markers(self) -> list[list[Marker]]:
-        """The scenes' markers now (world frame)."""
 
 
 class TraceRecorder:
@@ -273,7 +259,7 @@ class TraceRecorder:
             raise ValueError(f"{len(self.labels)} labels for {len(self.models)} scenes")
         self._data = [mujoco.MjData(m) for m in self.models]
         self._poses: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in self.models]
-        self._marks: list[dict[str, dict]] = [{} for _ in self.models]
+        self._marks: list[dict[tuple, dict]] = [{} for _ in self.models]  # per scene: track key -> track
         self._last: list[list[Marker] | None] = [None] * len(self.models)
         self.frames = 0
 
@@ -301,16 +287,18 @@ class TraceRecorder:
 
     def _add_markers(self, i: int, markers: list[Marker]) -> None:
         tracks, t = self._marks[i], self.frames
+        seen = set()
         for m in markers:
-            tr = tracks.get(m.name)
-            if tr is None:  # a marker first seen now: absent before
-                tr = tracks[m.name] = {"marker": m, "pos": [m.pos] * t, "quat": [m.quat] * t, "visible": [False] * t}
+            key = _track_key(m)
+            seen.add(key)
+            tr = tracks.get(key)
+            if tr is None:  # a marker (or a new look of one) first seen now: absent before
+                tr = tracks[key] = {"marker": m, "pos": [m.pos] * t, "quat": [m.quat] * t, "visible": [False] * t}
             tr["pos"].append(m.pos)
             tr["quat"].append(m.quat)
             tr["visible"].append(True)
-        seen = {m.name for m in markers}
-        for name, tr in tracks.items():
-            if name not in seen:
+        for key, tr in tracks.items():
+            if key not in seen:
                 tr["pos"].append(tr["pos"][-1])
                 tr["quat"].append(tr["quat"][-1])
                 tr["visible"].append(False)
@@ -332,6 +320,11 @@ class TraceRecorder:
                       for tr in self._marks[i].values()]
             envs.append(EnvTrace(self.labels[i], model, xpos, xquat, tracks))
         return SceneTrace(title, float(dt), envs)
+
+
+def _track_key(m: Marker) -> tuple:
+    """What makes a marker one track: its name and its look (shape, size, colour)."""
+    return m.name, m.shape, tuple(float(v) for v in m.size), tuple(float(v) for v in m.rgba)
 
 
 # --- a quadrotor to draw -----------------------------------------------------------------------------------------

@@ -1,17 +1,17 @@
 """What ``sim2real view`` draws of a legged task on C MuJoCo (``quadruped-jump``, ``humanoid-footsteps``): each
 world of the batch as its own scene, with the geometry of that world's model (its obstacle and terrain boxes as the
-episode placed them) and the robot's generalised positions; the task adds its markers."""
+episode placed them) and the robot's generalised positions. The markers are the task's own (its spec's ``markers``
+hook)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from sim2real.configs import ConfigError
-from sim2real.sim.scene import Marker
 
 
 class LeggedView:
-    """The shared part of the legged tasks' :class:`~sim2real.sim.scene.SceneView` (no markers).
+    """The legged tasks' :class:`~sim2real.sim.scene.SceneView`: one scene per world, labelled ``env <i>``.
 
     Raises:
         ConfigError: the env's simulation backend is not C MuJoCo (``sim.backend mujoco``), whose batch holds each
@@ -35,11 +35,3 @@ class LeggedView:
 
     def qpos(self) -> np.ndarray:
         return np.array(self.env.sim._qpos, dtype=np.float64, copy=True)
-
-    def markers(self) -> list[list[Marker]]:
-        return [[] for _ in range(self.env.num_envs)]
-
-
-def yaw_quat(yaw: float) -> tuple:
-    """(w, x, y, z) of a rotation by ``yaw`` [rad] about the world z axis."""
-    return (float(np.cos(yaw / 2)), 0.0, 0.0, float(np.sin(yaw / 2)))

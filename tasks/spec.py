@@ -163,8 +163,13 @@ class TaskSpec:
             refuses the task).
         plans: plan-file hooks (None: ``--plans`` is refused).
         view: ``"module:attr"`` of the task's scene view for ``sim2real view``, built as ``cls(env)`` on an
-            eval-mode env (a :class:`~sim2real.sim.scene.SceneView`: models, qpos and markers of each scene; None:
+            eval-mode env (a :class:`~sim2real.sim.scene.SceneView`: models, labels and qpos of each scene; None:
             ``view`` refuses the task).
+        markers: ``"module:attr"`` of ``markers(env) -> list[list[Marker]]``: the task's markers (goals, landing
+            targets, footsteps, obstacles; :class:`~sim2real.sim.markers.Marker`, world frame, in the palette of
+            :mod:`sim2real.sim.markers`) in each of ``env``'s scenes now, one list per scene in the scene view's
+            order. The one description of them: the task's ``play`` draws them into its videos (``play``, ``train
+            --video``) and ``view`` into the browser (None: no markers).
         check: the replay part of ``sim2real check`` (None: ``check`` runs its metadata and ONNX sections only).
         deploy: how the policy runs on a robot (None: ``deploy`` refuses the task).
         finetune: fine-tuning's gap metric and reward (None: ``finetune`` refuses the task).
@@ -188,6 +193,7 @@ class TaskSpec:
     play: str | None = None
     plans: PlanHooks | None = None
     view: str | None = None
+    markers: str | None = None
     check: CheckSpec | None = None
     deploy: DeploySpec | None = None
     finetune: FinetuneSpec | None = None
@@ -223,6 +229,14 @@ class TaskSpec:
         """Raise :class:`~sim2real.configs.ConfigError` naming the first config value out of range."""
         self.symmetry_function(cfg)  # first: a task without a mirror function says so in one line
         self.hook(self.checks)(cfg)
+
+    def markers_function(self):
+        """The task's ``markers(env)`` hook (see :attr:`markers`), or None for a task that draws no markers.
+
+        Raises:
+            ConfigError: its hook cannot be resolved.
+        """
+        return None if self.markers is None else self.hook(self.markers)
 
     def symmetry_function(self, cfg: dict):
         """The task's mirror function when ``cfg`` enables ``train.symmetry``, else None.

@@ -20,12 +20,14 @@ import numpy as np
 from sim2real.configs import ConfigError, load_robot
 from sim2real.deploy.finetune.session import BASE_DIR, METADATA_FILE, RECORDINGS_DIR, SESSION_FILE
 from sim2real.deploy.recording.layout import TOPICS_PREFIX, TRANSITIONS_PREFIX
-from sim2real.sim.scene import Marker, SceneTrace, TraceRecorder, quadrotor_model
+from sim2real.sim.markers import TARGET_RGBA, Marker
+from sim2real.sim.scene import SceneTrace, TraceRecorder, quadrotor_model
 
 ODOMETRY = "nav_msgs/msg/Odometry"
 JOINT_STATE = "sensor_msgs/msg/JointState"
 POSE_STAMPED = "geometry_msgs/msg/PoseStamped"
-GOAL_RGBA = (0.1, 0.8, 0.2, 0.5)
+#: Radius [m] of the drawn goal (a sphere in the goal colour of the task markers' palette).
+GOAL_RADIUS = 0.03
 #: Most frames of a recorded session's trace (a longer session is sampled more coarsely).
 MAX_FRAMES = 20_000
 
@@ -194,6 +196,6 @@ def record_session(path: str | Path, robot: str | None = None, dt: float = 0.02)
         markers = []
         if goal_t is not None and goal_t[0] <= t:
             p = goals[0][1][int(_latest(goal_t, np.array([t]))[0])][1].pose.position
-            markers.append(Marker("goal", "sphere", (0.03,), GOAL_RGBA, (p.x, p.y, p.z)))
+            markers.append(Marker("goal", "sphere", (GOAL_RADIUS,), TARGET_RGBA, (p.x, p.y, p.z)))
         recorder.add(qpos[row:row + 1], [markers])
     return recorder.trace(title, dt)

@@ -1,7 +1,7 @@
 """A policy rollout recorded for the viewer: N envs of the task's evaluation set stepped the way ``sim2real eval``
 steps them (:func:`~sim2real.tasks.rollout.first_episodes`: until every env's first episode has ended, or for
-``seconds``), each frame the task's scene view (its spec's ``view`` hook) read into a
-:class:`~sim2real.sim.scene.TraceRecorder`."""
+``seconds``), each frame the task's scene view (its spec's ``view`` hook) and markers (its spec's ``markers`` hook,
+the markers its videos draw) read into a :class:`~sim2real.sim.scene.TraceRecorder`."""
 
 from __future__ import annotations
 
@@ -46,16 +46,21 @@ def record_rollout(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], nu
     torch.manual_seed(int(cfg["eval"]["seed"]))
     env = make_env(cfg, num_envs=int(num_envs or DEFAULT_ENVS), eval_mode=True)
     view = spec.hook(spec.view)(env)
+    scene_markers = spec.markers_function()
     models = view.models()
     scenes = len(models)
     if scenes < 1 or env.num_envs % scenes:
         raise ConfigError(f"view: task {spec.name}'s view has {scenes} scenes for {env.num_envs} env rows")
     recorder = TraceRecorder(models, view.labels())
-    recorder.add(view.qpos(), view.markers())
+
+    def markers():
+        return scene_markers(env) if scene_markers is not None else None
+
+    recorder.add(view.qpos(), markers())
 
     def on_step(ended: torch.Tensor) -> None:
         live = ~ended.view(scenes, -1).any(dim=1)  # a scene (room) resets as a whole
-        recorder.add(view.qpos(), view.markers(), live=live.numpy())
+        recorder.add(view.qpos(), markers(), live=live.numpy())
 
     max_steps = None if seconds is None else max(1, int(round(seconds / env.control_dt)))
     first_episodes(env, policy, on_step=on_step, max_steps=max_steps)

@@ -1,6 +1,7 @@
 """``sim2real play`` for ``humanoid-footsteps``: walk a few footstep plans, plot planned vs achieved footsteps
-(top view, world frame) and render a headless video of the first plan (its footsteps drawn on the floor, left blue
-and right red, the one the policy is asked to step on next green; the camera follows the pelvis).
+(top view, world frame) and render a headless video of the first plan (the task's markers as ``sim2real view``
+draws them, :mod:`~sim2real.tasks.humanoid_footsteps.markers`: its footsteps on the floor, left blue and right red,
+the one the policy is asked to step on next green; the camera follows the pelvis).
 
 Plans come from a plan file (``sim2real play --plans FILE``: its first four plans) or, by default, from the
 generator: one plan of each of the config's ``eval.modes`` (at ``eval.level``), on flat ground.
@@ -15,15 +16,12 @@ from typing import Callable
 import numpy as np
 import torch
 
-from sim2real.sim.render import (
-    LEFT_RGBA, RIGHT_RGBA, TARGET_RGBA, Camera, Clip, Marker, dress_spec, plots_then_video, pyplot, save_png,
-)
+from sim2real.sim.render import Camera, Clip, dress_spec, plots_then_video, pyplot, save_png
+from sim2real.tasks import get_task
 from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
 from sim2real.tasks.humanoid_footsteps.plans import LEFT, MODES, FootstepPlan, PlanGenerator
 
 MAX_PLANS = 4
-#: Half length and half width [m] of a footstep drawn in the video (a JVRC-1-class sole).
-FOOTSTEP_HALF = (0.11, 0.05)
 #: The video's camera: from the side, a little ahead (azimuth relative to the plan's heading: a forward plan walks
 #: to the right of the frame), following the pelvis at a fixed height.
 CAMERA = Camera(distance=3.2, elevation=-20.0, azimuth=110.0, lookat_z=0.7)
@@ -44,7 +42,8 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
     """Walk each plan once (one env per plan, seeded by ``eval.seed``). Returns ``t`` [T] s, ``base_pos_w``
     [T, K, 3] m, ``plans_w`` (list of [S_k, 5] world-frame steps), ``touchdowns`` (per plan: (step index, x, y, z,
     yaw, hit)), ``fell`` [K] bool, and with ``frames_of`` (a plan's index) ``render``: that plan's
-    :class:`~sim2real.sim.render.Clip` (its walk in the dressed scene, with its footsteps)."""
+    :class:`~sim2real.sim.render.Clip` (its walk in the dressed scene, with its markers each row: the task's
+    ``markers`` hook)."""
     torch.manual_seed(int(cfg["eval"]["seed"]))
     env = HumanoidFootstepsEnv(cfg, num_envs=len(plans), device=cfg["device"], eval_mode=True, plans=plans)
     k = len(plans)
@@ -54,7 +53,8 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
     plans_w = [env.tracker.steps_w[i, :len(p.feet)].cpu().numpy() for i, p in enumerate(plans)]
     obs = env.get_observations()
     model = env.sim.render_model(frames_of, dress_spec) if frames_of is not None else None
-    t, pos, qpos, target = [], [], [], []
+    scene_markers = get_task(cfg["task"]).markers_function()
+    t, pos, qpos, marks = [], [], [], []
     done = torch.zeros(k, dtype=torch.bool)
     fell = torch.zeros(k, dtype=torch.bool)
     touchdowns = [None] * k
@@ -66,7 +66,7 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
             pos.append(last.clone())
             if frames_of is not None and not done[frames_of]:
                 qpos.append(env.sim._qpos[frames_of].copy())
-                target.append(int(env.tracker.index[frames_of]))
+                marks.append(scene_markers(env)[frames_of])
             obs, _, dones, extras = env.step(policy(obs["policy"]))
             newly = dones.cpu() & ~done
             for i in newly.nonzero(as_tuple=False).squeeze(-1).tolist():
@@ -84,7 +84,7 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
         qpos = np.array(qpos)
         heading = np.degrees(_heading(plans_w[frames_of]))
         out["render"] = Clip(model, float(env.control_dt), follow=qpos[:, :3], qpos=qpos,
-                             markers=_footstep_markers(plans_w[frames_of], target),
+                             markers=marks.__getitem__,
                              camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading)),
                              caption=f"humanoid-footsteps: {out['names'][frames_of]} (green: the next step)")
     return out
@@ -95,23 +95,6 @@ def _heading(plan_w: np.ndarray) -> float:
     steps in place."""
     d = plan_w[-1, 1:3] - plan_w[0, 1:3]
     return float(np.arctan2(d[1], d[0])) if np.hypot(*d) > 0.2 else float(plan_w[0, 4])
-
-
-def _footstep_markers(plan_w: np.ndarray, target: list[int]):
-    """``markers(t)`` of a plan's footsteps ``[S, 5]`` (foot, x, y, z, yaw; world frame): thin boxes, left blue and
-    right red, the step targeted at row ``t`` green, the steps before it fainter."""
-    hx, hy = FOOTSTEP_HALF
-
-    def markers(t: int) -> list[Marker]:
-        out = []
-        for i, (foot, x, y, z, yaw) in enumerate(plan_w):
-            rgba = TARGET_RGBA if i == target[t] else LEFT_RGBA if int(round(foot)) == LEFT else RIGHT_RGBA
-            if i < target[t]:
-                rgba = (*rgba[:3], 0.25)
-            out.append(Marker("box", (float(x), float(y), float(z) + 0.003), (hx, hy, 0.003), rgba, float(yaw)))
-        return out
-
-    return markers
 
 
 def plot_footsteps(traj: dict, path: Path) -> Path:

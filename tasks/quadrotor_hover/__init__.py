@@ -11,6 +11,7 @@ SPEC = TaskSpec(
     checks=".checks:check_config",
     play=".play:play",
     view=".view:HoverView",
+    markers=".markers:markers",
     # position error at the end of each 5 s episode; success (5 cm, 0.1 m/s for 1 s) is shown, not judged: the
     # main job's policy holds about 4 cm, the shipped one about 1 cm (docs/benchmarks.md)
     check=CheckSpec(

@@ -1,6 +1,8 @@
 """``sim2real play`` for ``quadrotor-hover``: roll the policy out headless for one env of the evaluation set, plot
 its trajectory (matplotlib) and render a video of it (MuJoCo renderer, ``MUJOCO_GL=egl`` or ``osmesa``): the drone
-over the grid floor, its goal a green sphere, the camera following the drone and its goal."""
+over the grid floor, its goal a green sphere on a pole (the task's markers,
+:mod:`~sim2real.tasks.quadrotor_hover.markers`, as ``sim2real view`` draws them), the camera following the drone and
+its goal."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from sim2real.sim.render import Camera, Clip, dressed_model, goal_markers, plots_then_video, pyplot, save_png
-from sim2real.tasks import make_env
+from sim2real.sim.render import Camera, Clip, dressed_model, plots_then_video, pyplot, save_png
+from sim2real.tasks import get_task, make_env
 
 #: Simulated seconds of a play without ``duration_s``.
 DEFAULT_DURATION_S = 5.0
@@ -52,12 +54,14 @@ def rollout(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], duration_
     when that ends early (a crash, out of bounds) the episodes the env resets to after it, so the video covers
     ``duration_s`` (a policy early in training crashes within a second). Returns time [T] s, pos/goal [T,3] m (world
     frame), quat [T,4] (w, x, y, z, body to world), command [T,4] (the action interface's units), resets [R] s (the
-    times the env started a new episode)."""
+    times the env started a new episode), and ``markers``: per row, the env's markers (the task's ``markers`` hook)."""
     torch.manual_seed(int(cfg["eval"]["seed"] if seed is None else seed))
     cfg = dict(cfg, env=dict(cfg["env"], episode_length_s=max(duration_s, cfg["env"]["episode_length_s"])))
     env = make_env(cfg, num_envs=1, eval_mode=True)
+    scene_markers = get_task(cfg["task"]).markers_function()
     obs = env.get_observations()
     rec = {k: [] for k in ("t", "pos", "goal", "quat", "command")}
+    marks = []
     steps = max(1, int(round(duration_s / env.control_dt)))
     resets = []
     with torch.inference_mode():
@@ -68,11 +72,13 @@ def rollout(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], duration_
             rec["goal"].append(env.goal_w[0].clone())
             rec["quat"].append(env.dyn.quat_w[0].clone())
             rec["command"].append(env.action_term.to_command(action.clamp(-1, 1))[0])
+            marks.append(scene_markers(env)[0])
             obs, _, dones, _ = env.step(action)
             if bool(dones[0]) and i + 1 < steps:  # it reset itself: a new start and goal from the next row
                 resets.append((i + 1) * env.control_dt)
     out = {k: np.array([np.asarray(v) for v in vals]) for k, vals in rec.items()}
     out["resets"] = np.array(resets, dtype=np.float64)
+    out["markers"] = marks
     return out
 
 
@@ -98,13 +104,14 @@ def plot_trajectory(traj: dict[str, np.ndarray], path: Path) -> Path:
 
 
 def video_clip(traj: dict[str, np.ndarray], robot: dict) -> Clip:
-    """The rendered shot of a :func:`rollout`: the drone posed each control period, its goal a green sphere on a
-    pole, the camera on the point between them, closer as the drone closes in (both stay in view)."""
+    """The rendered shot of a :func:`rollout`: the drone posed each control period with the env's markers of that
+    period (its goal), the camera on the point between the drone and its goal, closer as the drone closes in (both
+    stay in view)."""
     dt = float(traj["t"][1] - traj["t"][0]) if len(traj["t"]) > 1 else 0.01
     goal = traj["goal"]
     spread = np.linalg.norm(traj["pos"] - goal, axis=-1)
     return Clip(visual_model(robot), dt, follow=0.5 * (traj["pos"] + goal), mocap_pos=traj["pos"][:, None],
-                mocap_quat=traj["quat"][:, None], markers=lambda t: goal_markers(goal[t]),
+                mocap_quat=traj["quat"][:, None], markers=traj["markers"].__getitem__,
                 camera=Camera(elevation=-20.0, azimuth=135.0, smoothing_s=0.5),
                 distance=np.clip(0.5 + 1.8 * spread, 0.6, 4.0), caption="quadrotor-hover: green = goal")
 

@@ -1,15 +1,12 @@
 """``sim2real view`` for ``quadrotor-hover``: each env's drone (a visual stand-in built from the robot config; the
-task's physics is its own torch dynamics) and its goal position (a green sphere)."""
+task's physics is its own torch dynamics); its goal is drawn from the task's
+markers (:mod:`sim2real.tasks.quadrotor_hover.markers`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim2real.sim.scene import Marker, quadrotor_model
-
-GOAL_RGBA = (0.1, 0.8, 0.2, 0.5)
-#: Radius [m] of the drawn goal (smaller than the drone, so it does not hide it).
-GOAL_RADIUS = 0.015
+from sim2real.sim.scene import quadrotor_model
 
 
 class HoverView:
@@ -28,7 +25,3 @@ class HoverView:
 
     def qpos(self) -> np.ndarray:
         return np.concatenate((self.env.dyn.pos_w.cpu().numpy(), self.env.dyn.quat_w.cpu().numpy()), axis=1)
-
-    def markers(self) -> list[list[Marker]]:
-        goals = self.env.goal_w.cpu().numpy()
-        return [[Marker("goal", "sphere", (GOAL_RADIUS,), GOAL_RGBA, tuple(g))] for g in goals]

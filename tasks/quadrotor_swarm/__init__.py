@@ -10,6 +10,7 @@ SPEC = TaskSpec(
     checks=".checks:check_config",
     play=".play:play",
     view=".view:SwarmView",
+    markers=".markers:markers",
     # drones at their goals at the end (room success, all drones, is shown: with 8 drones it is about 0.5). A swarm
     # episode is 12 s of flight whose step cost is mostly per-step overhead (about 10 s of CPU per config on 2 cores):
     # the fidelity and jitter variants run on request (--variants).

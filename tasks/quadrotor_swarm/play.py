@@ -1,7 +1,8 @@
 """``sim2real play`` for ``quadrotor-swarm``: roll the shared policy out in one held-out room, plot the drones'
 paths top-down (walls, columns, starts, goals, collisions) and their distances to their goals, and render a video
-of the room (MuJoCo: the grid floor, translucent walls, the room's columns, each drone in its colour with its goal
-a sphere of that colour and a trail of its last two seconds; the camera follows the swarm's centre).
+of the room (MuJoCo: the grid floor and the task's markers as ``sim2real view`` draws them, translucent walls, the
+room's columns and each drone's goal a sphere of its colour (:mod:`~sim2real.tasks.quadrotor_swarm.markers`); each
+drone in its colour with a trail of its last two seconds; the camera follows the swarm's centre).
 
 The room is the task's evaluation setting (``eval.num_drones`` drones at obstacle density ``eval.density``, domain
 randomisation as configured), seeded by ``eval.seed`` like the other tasks' ``play``.
@@ -17,8 +18,10 @@ import numpy as np
 import torch
 
 from sim2real.configs.durable import atomic_write_bytes
-from sim2real.sim.render import Camera, Clip, Marker, dressed_model, goal_markers, plots_then_video, pyplot
-from sim2real.tasks import make_env
+from sim2real.sim.markers import Marker, with_alpha
+from sim2real.sim.render import Camera, Clip, dressed_model, plots_then_video, pyplot
+from sim2real.tasks import get_task, make_env
+from sim2real.tasks.quadrotor_swarm.markers import drone_colours
 
 #: Kinds of the collision events recorded by :func:`rollout_swarm`.
 DRONE, COLUMN = 0, 1
@@ -44,9 +47,11 @@ def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], dur
     # One control step beyond the rollout: the room never times out (and resets) inside it.
     cfg = dict(cfg, env=dict(ecfg, episode_length_s=max(duration_s, float(ecfg["episode_length_s"])) + control_dt))
     env = make_env(cfg, num_envs=1, eval_mode=True)
+    scene_markers = get_task(cfg["task"]).markers_function()
     m = env.drones_per_room
     obs = env.get_observations()
     pos, goal, quat, events = [env.dyn.pos_w.clone()], [env.goal_w.clone()], [env.dyn.quat_w.clone()], []
+    marks = [scene_markers(env)[0]]
     steps = max(1, int(round(duration_s / env.control_dt)))
     upper = torch.triu(torch.ones(m, m, dtype=torch.bool), diagonal=1)
     with torch.inference_mode():
@@ -59,6 +64,7 @@ def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], dur
             pos.append(p)
             goal.append(env.goal_w.clone())
             quat.append(env.dyn.quat_w.clone())
+            marks.append(scene_markers(env)[0])
             for i, j in (env.prev_pairs[0] & ~old_pairs & upper).nonzero().tolist():
                 mid = 0.5 * (p[i, :2] + p[j, :2])
                 events.append([step, DRONE, i, j, float(mid[0]), float(mid[1])])
@@ -70,7 +76,7 @@ def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], dur
             "centers": env.centers.numpy(), "occupied": env.occupied[0].numpy(), "density": float(env.density[0]),
             "room": env.room, "success_pos_tol": float(ecfg["success_pos_tol"]),
             "success_hold_s": float(ecfg["success_hold_s"]), "control_dt": env.control_dt,
-            "ep_collisions": env.ep_collisions.numpy().copy()}
+            "ep_collisions": env.ep_collisions.numpy().copy(), "markers": marks}
 
 
 def swarm_summary(traj: dict) -> dict:
@@ -82,16 +88,6 @@ def swarm_summary(traj: dict) -> dict:
     kinds = traj["events"][:, 1]
     return {"distance": dist, "at_goal": at_goal, "success": bool(at_goal.all()),
             "drone_collisions": int((kinds == DRONE).sum()), "column_collisions": int((kinds == COLUMN).sum())}
-
-
-def _colours(m: int) -> list:
-    import matplotlib
-
-    if m <= 10:
-        return [matplotlib.colormaps["tab10"](i) for i in range(m)]
-    if m <= 20:
-        return [matplotlib.colormaps["tab20"](i) for i in range(m)]
-    return [matplotlib.colormaps["hsv"](i / m) for i in range(m)]
 
 
 def _draw_room(ax, traj: dict) -> None:
@@ -131,7 +127,7 @@ def plot_swarm(traj: dict, path: Path) -> Path:
     plt = pyplot()
     summary = swarm_summary(traj)
     pos, goal, ev = traj["pos"], traj["goal"], traj["events"]
-    colours = _colours(pos.shape[1])
+    colours = drone_colours(pos.shape[1])
     fig, (top, dist) = plt.subplots(1, 2, figsize=(14, 6.5), gridspec_kw={"width_ratios": [1, 1.15]})
     _draw_room(top, traj)
     for i, c in enumerate(colours):
@@ -157,20 +153,13 @@ def plot_swarm(traj: dict, path: Path) -> Path:
 
 
 def visual_model(traj: dict, robot: dict):
-    """The dressed MuJoCo scene of a :func:`rollout_swarm` room: floor, walls (translucent, the room's height), its
-    occupied columns and one mocap body per drone (a stand-in of ``robot``'s arms in the drone's colour inside a
-    translucent sphere of its collision radius). No shadows: one shadow map over the room is too coarse."""
+    """The dressed MuJoCo scene of a :func:`rollout_swarm` room: the floor and one mocap body per drone (a stand-in
+    of ``robot``'s arms in the drone's colour inside a translucent sphere of its collision radius); the walls and
+    columns are markers. No shadows: one shadow map over the room is too coarse."""
     room = traj["room"]
-    h, top = room.room_half, room.room_height
-    walls = "".join(
-        f'<geom type="box" pos="{x} {y} {top / 2}" size="{sx} {sy} {top / 2}" rgba=".8 .85 .9 .12"/>'
-        for x, y, sx, sy in ((h, 0, .02, h), (-h, 0, .02, h), (0, h, h, .02), (0, -h, h, .02)))
-    columns = "".join(
-        f'<geom type="cylinder" pos="{x:.4f} {y:.4f} {top / 2}" size="{room.obstacle_radius} {top / 2}" '
-        f'rgba=".55 .56 .6 1"/>' for x, y in traj["centers"][traj["occupied"]])
     a = float(robot.get("arm_length", 0.046))
     drones = []
-    for i, c in enumerate(_colours(traj["pos"].shape[1])):
+    for i, c in enumerate(drone_colours(traj["pos"].shape[1])):
         rgba = f"{c[0]:.3f} {c[1]:.3f} {c[2]:.3f} 1"
         drones.append(
             f'<body name="drone{i}" mocap="true">'
@@ -183,27 +172,26 @@ def visual_model(traj: dict, robot: dict):
   <worldbody>
     <light pos="0 0 8" dir="0 0 -1" directional="true" castshadow="false"/>
     <geom name="floor" type="plane" size="0 0 .1"/>
-    {walls}{columns}{"".join(drones)}
+    {"".join(drones)}
   </worldbody>
 </mujoco>"""
     return dressed_model(xml)
 
 
 def video_clip(traj: dict, robot: dict, trail_s: float = 2.0) -> Clip:
-    """The rendered shot of a :func:`rollout_swarm` room: drones posed each control period, each one's goal a
-    sphere of its colour on a pole, its last ``trail_s`` s a dotted trail; the camera follows the drones' centre
-    (halfway to the room's), from the start side."""
-    pos, goal, quat, dt = traj["pos"], traj["goal"], traj["quat"], float(traj["control_dt"])
-    colours = _colours(pos.shape[1])
+    """The rendered shot of a :func:`rollout_swarm` room: drones posed each control period with the room's markers
+    of that step (goals, columns, walls), each drone's last ``trail_s`` s a dotted trail of its colour; the camera
+    follows the drones' centre (halfway to the room's), from the start side."""
+    pos, quat, dt = traj["pos"], traj["quat"], float(traj["control_dt"])
+    colours = drone_colours(pos.shape[1])
     every = max(1, int(round(0.1 / dt)))
     trail = int(round(trail_s / dt))
 
     def markers(t: int) -> list:
-        out = []
+        out = list(traj["markers"][t])
         for i, c in enumerate(colours):
-            out += goal_markers(goal[t, i], radius=0.07, rgba=(c[0], c[1], c[2], 0.6))
-            for k in range(max(0, t - trail), t, every):
-                out.append(Marker("sphere", tuple(pos[k, i]), (0.02, 0.0, 0.0), (c[0], c[1], c[2], 0.5)))
+            out += [Marker(f"trail/{i}/{k}", "sphere", (0.02,), with_alpha(c, 0.5), tuple(pos[k, i]))
+                    for k in range(max(0, t - trail), t, every)]
         return out
 
     summary = swarm_summary(traj)

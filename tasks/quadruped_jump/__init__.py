@@ -11,6 +11,7 @@ SPEC = TaskSpec(
     checks=".checks:check_config",
     play=".play:play",
     view=".view:JumpView",
+    markers=".markers:markers",
     # the task's success (landing within tolerance, upright, real flight); the shipped policy: 0.92-0.96, falls
     # 0-2%; a policy with two thigh outputs swapped: about 0.56, falls 25%
     check=CheckSpec(

@@ -1,6 +1,8 @@
 """``sim2real play`` for ``quadruped-jump``: roll the policy out on a few fixed commands, plot the base trajectories
 (side and top views, world frame, with the landing targets) and render a headless video of the commands played one
-after another (each from its own reset; the landing target a green disc, the obstacle an orange box).
+after another (each from its own reset; the task's markers as ``sim2real view`` draws them: the landing target a
+green disc with a bar along its heading, :mod:`~sim2real.tasks.quadruped_jump.markers`; the obstacle an orange
+box).
 
 The rollouts use the task's evaluation env (domain randomisation as configured, seeded by ``eval.seed``) with the
 commands replaced by :data:`PLAY_COMMANDS` (cycled when ``num_commands`` exceeds them).
@@ -15,8 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from sim2real.sim.render import Camera, Clip, dress_spec, plots_then_video, pyplot, save_png, target_marker
-from sim2real.tasks import make_env
+from sim2real.sim.render import Camera, Clip, dress_spec, plots_then_video, pyplot, save_png
+from sim2real.tasks import get_task, make_env
 from sim2real.tasks.quadruped_jump import commands as cmds
 
 #: ``[dx, dy, dyaw, obstacle height, obstacle length]``: in place, forward 0.5 m, diagonal, forward 0.9 m, obstacle.
@@ -50,9 +52,10 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
     ``target_xy`` [K, 2] m, ``commands`` [K, 5], ``done_step`` [K] (first step each episode ended; later samples
     repeat the last state) and, when ``frames_of`` names env indices (one, or a list), ``render``: one
     :class:`~sim2real.sim.render.Clip` per named env (its episode up to its end, in the dressed scene, with its
-    landing target)."""
+    markers: the task's ``markers`` hook, each row)."""
     torch.manual_seed(int(cfg["eval"]["seed"] if seed is None else seed))
     env = make_env(cfg, num_envs=num_commands, eval_mode=True)
+    scene_markers = get_task(cfg["task"]).markers_function()
     k = num_commands
     command = torch.tensor([PLAY_COMMANDS[i % len(PLAY_COMMANDS)] for i in range(k)], dtype=torch.float32)
     ids = torch.arange(k)
@@ -67,6 +70,7 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
     obs = env.get_observations()
     t, pos = [], []
     qpos = {i: [] for i in shots}
+    marks = {i: [] for i in shots}
     done_step = torch.full((k,), -1, dtype=torch.long)
     last = env.robot_state().base_pos_w.clone()
     with torch.inference_mode():
@@ -76,9 +80,11 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
             last[live] = state.base_pos_w[live]
             t.append(step * env.control_dt)
             pos.append(last.clone())
+            scene = scene_markers(env) if shots else None
             for i in shots:
                 if done_step[i] < 0:
                     qpos[i].append(env.sim._qpos[i].copy())
+                    marks[i].append(scene[i])
             obs, _, dones, _ = env.step(policy(obs["policy"]))
             newly = dones & (done_step < 0)
             done_step[newly] = step
@@ -90,7 +96,7 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
         control_dt = float(env.control_dt)
         out["render"] = [
             Clip(models[i], control_dt, follow=np.array(qpos[i])[:, :3], qpos=np.array(qpos[i]),
-                 markers=[target_marker(target_xy[i].numpy())], hold_s=HOLD_S,
+                 markers=marks[i].__getitem__, hold_s=HOLD_S,
                  camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading[i])),
                  caption=f"quadruped-jump {n + 1}/{len(shots)}: {describe(command[i].tolist())}")
             for n, i in enumerate(shots)]

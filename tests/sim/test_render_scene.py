@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from sim2real.sim import render
-from sim2real.sim.render import SKY_NADIR, SKY_ZENITH, Camera, Clip, Marker, dress_spec, dressed_model, target_marker
+from sim2real.sim.markers import Marker, yaw_quat
+from sim2real.sim.render import SKY_NADIR, SKY_ZENITH, Camera, Clip, dress_spec, dressed_model
 
 SCENE = """<mujoco><worldbody><light pos="0 0 3" dir="0 0 -1" directional="true"/>
 <geom name="floor" type="plane" size="0 0 .1"/>
@@ -42,7 +43,7 @@ def _is_sky(rgb) -> bool:
 def test_dressed_scene_has_a_sky_a_grid_floor_and_markers():
     model = dressed_model(SCENE)
     _renderer_or_skip(model, (320, 180)).close()
-    frame = _frame(model, [Marker("sphere", (0.0, 0.0, 0.7), (0.12, 0, 0), (0.1, 0.9, 0.2, 1.0))])
+    frame = _frame(model, [Marker("ball", "sphere", (0.12,), (0.1, 0.9, 0.2, 1.0), (0.0, 0.0, 0.7))])
     assert _is_sky(frame[:5].reshape(-1, 3).mean(0)), frame[:5].reshape(-1, 3).mean(0)
     floor = frame[-30:].reshape(-1, 3)
     assert len(np.unique(floor // 16, axis=0)) > 3  # a checker with lines, not one flat colour
@@ -91,6 +92,27 @@ def test_render_model_of_a_legged_world_indexes_like_the_simulated_one():
         sim.render_model(0, lambda spec: spec.worldbody.add_geom(size=[0.1, 0, 0]))
 
 
-def test_target_marker_is_a_flat_disc_on_the_ground():
-    m = target_marker(np.array([1.0, 2.0]))
-    assert m.kind == "cylinder" and m.pos[:2] == (1.0, 2.0) and m.size[1] < 0.01 and m.rgba == render.TARGET_RGBA
+def test_markers_become_scene_geoms_posed_as_the_viewer_poses_them():
+    """A marker's shape, size (MuJoCo's geom convention, as the viewer's meshes take it; the scene's geoms hold their
+    visual sizes), colour, position and orientation (its quaternion, the one the browser viewer poses its mesh with)
+    become a decor geom of the video's scene; beyond the scene's capacity markers are dropped."""
+    from sim2real.sim.scene import quat_to_matrix
+
+    mujoco = render.import_mujoco()
+    model = mujoco.MjModel.from_xml_string(SCENE)
+    scene = mujoco.MjvScene(model, maxgeom=3)
+    tilted = (0.9, 0.1, -0.3, 0.2)  # (not normalised: the geom's is)
+    markers = [Marker("step", "box", (0.1, 0.05, 0.003), (1.0, 0.3, 0.25, 0.6), (1.0, 2.0, 0.003), yaw_quat(0.5)),
+               Marker("disc", "cylinder", (0.2, 0.002), (0.1, 0.85, 0.25, 0.55), (0.5, 0.0, 0.003), tilted),
+               Marker("goal", "sphere", (0.03,), (0.1, 0.85, 0.25, 0.55), (0.0, 0.0, 1.0)),
+               Marker("dropped", "capsule", (0.1, 0.2), (1.0, 1.0, 1.0, 1.0), (0.0, 0.0, 0.0))]
+    render.add_markers(scene, markers)
+    assert scene.ngeom == 3
+    for g, m, size in zip(scene.geoms[:3], markers, ((0.1, 0.05, 0.003), (0.2, 0.2, 0.002), (0.03, 0.03, 0.03))):
+        assert g.type == getattr(mujoco.mjtGeom, f"mjGEOM_{m.shape.upper()}")
+        np.testing.assert_allclose(g.size, size, rtol=1e-6)
+        np.testing.assert_allclose(g.pos, m.pos, rtol=1e-6)
+        np.testing.assert_allclose(g.rgba, m.rgba, atol=1e-6)
+        np.testing.assert_allclose(np.reshape(g.mat, (3, 3)), quat_to_matrix(m.quat), atol=1e-6)
+    c, s = np.cos(0.5), np.sin(0.5)  # a yaw turns about the world z axis
+    np.testing.assert_allclose(np.reshape(scene.geoms[0].mat, (3, 3)), [[c, -s, 0], [s, c, 0], [0, 0, 1]], atol=1e-6)

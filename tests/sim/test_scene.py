@@ -162,3 +162,17 @@ def test_a_recorder_freezes_ended_envs_and_tracks_markers():
         rec.add(q(0.0)[:1])
     with pytest.raises(ValueError, match="no frames"):
         TraceRecorder([model]).trace("t", 0.1)
+
+
+def test_a_marker_that_changes_its_look_is_a_new_track():
+    """A task's markers may change colour or size over time (a footstep fading once walked, a new goal's pole): the
+    viewer draws each look of a name as its own track, shown while the marker looks that way."""
+    rec = TraceRecorder([quadrotor_model({}, count=1)])
+    blue, faded = (0.2, 0.45, 1.0, 0.6), (0.2, 0.45, 1.0, 0.25)
+    for x, rgba in ((0.0, blue), (0.1, blue), (0.2, faded), (0.3, blue)):
+        rec.add([[x, 0, 1, 1, 0, 0, 0]], [[Marker("step/1", "box", (0.1, 0.05, 0.003), rgba, (x, 0.0, 0.003))]])
+    (e,) = rec.trace("t", 0.02).envs
+    first, second = e.markers
+    assert (first.marker.name, first.marker.rgba, second.marker.rgba) == ("step/1", blue, faded)
+    assert list(first.visible) == [True, True, False, True] and list(second.visible) == [False, False, True, False]
+    assert np.allclose(first.pos[:, 0], [0.0, 0.1, 0.1, 0.3]) and second.pos[2, 0] == pytest.approx(0.2)

@@ -1,6 +1,6 @@
 """``play`` for ``quadruped-jump``: the commands (in place, forward, diagonal, longer, over an obstacle) are each
-walked from their own reset and played one after another in one video, each clip with its landing target and the
-obstacle where its command put it. Short episodes (``env.jump_s``) keep it cheap."""
+walked from their own reset and played one after another in one video, each clip with its landing target (the
+task's markers) and the obstacle where its command put it. Short episodes (``env.jump_s``) keep it cheap."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ def test_every_command_is_a_clip_of_its_own_episode():
     for k, clip in enumerate(clips):
         assert len(clip) == traj["done_step"][k] + 1 and clip.qpos.shape[1] == clip.model.nq
         np.testing.assert_allclose(clip.follow[0, :2], traj["base_pos_w"][0, k, :2], atol=1e-6)
-        (target,) = clip.markers
-        np.testing.assert_allclose(target.pos[:2], traj["target_xy"][k], atol=1e-6)
+        for row in (0, len(clip) - 1):  # the landing target and its heading bar, all along the episode
+            target, heading = clip.markers(row)
+            assert (target.name, heading.name) == ("target", "target/heading")
+            np.testing.assert_allclose(target.pos[:2], traj["target_xy"][k], atol=1e-6)
     g = clip.model.geom("sim2real_obstacle").id
     assert clips[4].model.geom_pos[g, 2] > 0 and clips[4].model.geom_size[g, 2] == pytest.approx(0.05)
     assert clips[0].model.geom_pos[g, 2] < -5.0  # no obstacle: parked

@@ -31,8 +31,8 @@ def test_a_hover_rollout_records_every_env_and_its_goal():
     assert trace.frames == 201 and trace.dt == pytest.approx(0.01) and len(trace.envs) == 3
     for e in trace.envs:
         assert e.xpos.shape == (201, e.model.nbody, 3)
-        (goal,) = e.markers
-        assert goal.marker.name == "goal" and goal.visible.all()
+        goal, pole = e.markers  # (the goal's pole: see tests/viewer/test_markers.py)
+        assert (goal.marker.name, pole.marker.name) == ("goal", "pole/goal") and goal.visible.all()
         # the shipped policy flies to its goal (the drone's body, posed from the env's state, ends there)
         error = np.linalg.norm(e.xpos[:, 1] - goal.pos, axis=1)
         assert error[-1] < 0.1 and error[-1] < error[0]
