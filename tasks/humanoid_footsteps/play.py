@@ -50,7 +50,8 @@ def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], pla
     steps_limit = env.max_episode_length
     if duration_s is not None:
         steps_limit = min(steps_limit, int(round(duration_s / env.control_dt)))
-    plans_w = [env.tracker.steps_w[i, :len(p.feet)].cpu().numpy() for i, p in enumerate(plans)]
+    # (copies: on the CPU .numpy() shares the tracker's buffer, which an env's reset after its episode rewrites)
+    plans_w = [env.tracker.steps_w[i, :len(p.feet)].cpu().numpy().copy() for i, p in enumerate(plans)]
     obs = env.get_observations()
     model = env.sim.render_model(frames_of, dress_spec) if frames_of is not None else None
     scene_markers = get_task(cfg["task"]).markers_function()

@@ -127,3 +127,26 @@ def test_a_checkpoint_saved_before_a_config_key_existed_gets_its_default(runs, t
     plans.write_text(PLANS)
     assert main(["eval", "--task", "humanoid-footsteps", "--checkpoint", str(old), "--plans", str(plans)]) == 0
     assert "gait.min_clearance" in capsys.readouterr().err
+
+
+def test_play_plots_each_touchdown_beside_its_own_planned_step(shared_robots):
+    """The plot's planned footsteps are the walked episode's (world frame, its random spawn heading), not those of
+    the episode the env reset to after it: the shipped policy's hits lie within the hit distance of their targets."""
+    import numpy as np
+
+    from sim2real.policies.loading import load_policy
+    from sim2real.tasks.humanoid_footsteps.play import rollout_plans
+    from sim2real.tasks.humanoid_footsteps.plans import LEFT, RIGHT, FootstepPlan
+
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "policies" / "pretrained" / "humanoid-footsteps"
+    policy, cfg = load_policy(task=None, policy_dir=shipped,
+                              overrides=[f"robot.mjcf={shared_robots / 'jvrc1' / 'xml' / 'scene.xml'}"])
+    plan = FootstepPlan(np.array([RIGHT, LEFT, RIGHT, LEFT]),
+                        np.array([[0, -0.096, 0, 0], [0.15, 0.096, 0, 0], [0.3, -0.096, 0, 0], [0.45, 0.096, 0, 0]]))
+    traj = rollout_plans(cfg, policy, [plan], frames_of=None)  # to the episode's end: the env then resets
+    hits = [td for td in traj["touchdowns"][0] if td[5] and td[0] < len(plan.feet)]  # (then: stepping in place)
+    assert hits, traj["touchdowns"]
+    for idx, x, y, _, _, _ in hits:
+        assert np.hypot(*(traj["plans_w"][0][idx, 1:3] - (x, y))) < cfg["success"]["hit_distance"], (idx, x, y)
