@@ -438,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", required=True, help="exported policy folder (policy.onnx + metadata.json)")
     p.add_argument("--robot", required=True, help="robot config name or YAML path of the robot it would drive")
     p.add_argument("--episodes", type=positive_int, default=None,
-                   help="replay episodes per config (quadrotor-swarm: rooms; default: hover 64, jump 48, swarm 2)")
+                   help="replay episodes per config (quadrotor-swarm: rooms; default: hover 64, jump 48, humanoid 48, swarm 2)")
     p.add_argument("--variants", default=None, metavar="LIST",
                    help="replay configs, comma-separated, of nominal,fidelity,dynamics,latency,jitter (default all; "
                         "quadrotor-swarm: nominal,dynamics,latency)")
