@@ -255,9 +255,8 @@ def validate_metadata(meta: dict, robot: dict, policy_dir: Path | None = None,
     phash = need("robot.params_hash", str)
     if phash is not None and params is not None and phash != config_hash(params):
         problems.append(("robot.params_hash", "does not match robot.params (metadata edited or damaged)"))
-    elif phash is not None and params is not None and _robot_side(params) != _robot_side(robot):
-        problems.append(("robot.params_hash", f"policy {phash}, robot {config_hash(robot)}"))
-    elif phash is not None and params is None and phash != config_hash(robot):
+    elif phash is not None and (phash != config_hash(robot) if params is None
+                                else _robot_side(params) != _robot_side(robot)):
         problems.append(("robot.params_hash", f"policy {phash}, robot {config_hash(robot)}"))
 
     period = need("control_period_s", (int, float))
