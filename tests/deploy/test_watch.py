@@ -234,7 +234,9 @@ def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_p
                 heights.append(decoded.pose.pose.position.z)
     assert {f"{ns}/odom", f"{ns}/cmd/motors", "/diagnostics"} <= set(counts), counts
     assert counts[f"{ns}/odom"] > 50 and counts[f"{ns}/cmd/motors"] > 50 and counts["/diagnostics"] > 0, counts
-    assert abs(sorted(heights)[len(heights) // 2] - 1.0) < 0.2  # mostly hovering about the start (idle at the end)
+    # The first half second is the hand launch and the hover about the 1 m start; after the Ctrl-C the motors idle and
+    # the drone drops (how much of that the recording holds depends on the machine's load, so it is not checked).
+    assert all(abs(z - 1.0) < 0.2 for z in heights[:50]), heights[:50]
     with open(run_dir / "viz.mcap", "rb") as f:
         topics = {channel.topic for _, channel, _ in make_reader(f).iter_messages()}
     assert f"{ns}/viz/state" in topics and f"{ns}/viz/tf" in topics, topics
