@@ -1,6 +1,6 @@
 """Domain randomisation of legged-robot tasks on the MuJoCo backend (Rudin et al. 2021; Isaac Lab's event terms):
 per-episode friction, masses, base added mass and centre of mass, PD gains, motor strength and action latency;
-per-step random pushes. One object per env, shared by every legged task.
+per-step random pushes and late control ticks. One object per env, shared by every legged task.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from sim2real.tasks.checks import require
 DR_KEYS = ("friction", "mass_scale", "base_added_mass", "motor_strength", "kp_scale", "kd_scale")
 #: Optional keys (a task's ``domain_rand`` section may have them): scale of the model's passive joint damping.
 OPTIONAL_KEYS = ("joint_damping",)
+#: Optional per-tick key, outside the critic's privileged input: per-episode probability range that a control tick
+#: is late, so the robot keeps the previous action one more control period (what ``sim2real check``'s period-jitter
+#: replay does with probability 0.25). ``[0, 0]`` or absent: off, and no random numbers are drawn for it.
+LATE_TICK_KEY = "late_tick_prob"
 
 
 def check_domain_rand(dr: dict) -> None:
@@ -24,6 +28,10 @@ def check_domain_rand(dr: dict) -> None:
     require(dr["base_added_mass"][0] <= dr["base_added_mass"][1], "domain_rand.base_added_mass",
             f"must be a range [low, high], got {dr['base_added_mass']}")
     require(all(int(v) == v for v in dr["latency_steps"]), "domain_rand.latency_steps", "must be whole control steps")
+    if LATE_TICK_KEY in dr:
+        lo, hi = dr[LATE_TICK_KEY]
+        require(0 <= lo <= hi <= 1, f"domain_rand.{LATE_TICK_KEY}",
+                f"must be a probability range [low, high] within [0, 1], got {dr[LATE_TICK_KEY]}")
     require(dr["base_com_offset"] >= 0 and dr["push_velocity"] >= 0, "domain_rand.base_com_offset",
             "offsets and push velocities must be >= 0")
     require(dr["friction"][0] > 0 and dr["mass_scale"][0] > 0 and dr["motor_strength"][0] > 0,
@@ -46,6 +54,8 @@ class LeggedDomainRandomization:
             ``base_added_mass``).
         com_offset: ``[N, 3]`` base centre-of-mass offset [m] (base frame).
         latency: ``[N]`` action delay [control steps].
+        late_tick_prob: ``[N]`` probability that a control tick is late (the previous action held), or None when
+            ``domain_rand.late_tick_prob`` is absent, ``[0, 0]`` or DR is off.
     """
 
     def __init__(self, sim, dr: dict, num_actions: int, device: str = "cpu"):
@@ -58,6 +68,8 @@ class LeggedDomainRandomization:
         self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0
         self.latency = torch.zeros(n, dtype=torch.long, device=device)
         self.action_history = torch.zeros(n, self.max_latency + 1, num_actions, device=device)
+        late = dr.get(LATE_TICK_KEY, (0.0, 0.0))
+        self.late_tick_prob = (torch.zeros(n, device=device) if dr["enabled"] and float(late[1]) > 0 else None)
 
     def randomise(self, ids: torch.Tensor) -> None:
         """Sample and apply new parameters and latency for envs ``ids`` ``[M]``; clears their action buffer."""
@@ -80,9 +92,16 @@ class LeggedDomainRandomization:
             self.sim.set_joint_damping(ids, p["joint_damping"][ids])
         lat = dr["latency_steps"]
         self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (m,), device=self.device)
+        if self.late_tick_prob is not None:
+            self.late_tick_prob[ids] = uniform(dr[LATE_TICK_KEY])
 
     def delay(self, actions: torch.Tensor) -> torch.Tensor:
-        """Push ``actions`` ``[N, A]`` into the buffer; returns the ones applied now (``latency`` steps old)."""
+        """Push ``actions`` ``[N, A]`` into the buffer; returns the ones applied now (``latency`` steps old).
+        With ``late_tick_prob``, each env's tick is late with its probability: the action entering the buffer is
+        then the previous one (the robot holds its last target for one more control period)."""
+        if self.late_tick_prob is not None:
+            late = torch.rand(len(actions), device=self.device) < self.late_tick_prob
+            actions = torch.where(late.unsqueeze(-1), self.action_history[:, 0], actions)
         self.action_history = torch.roll(self.action_history, 1, dims=1)
         self.action_history[:, 0] = actions
         return self.action_history[torch.arange(len(actions), device=self.device), self.latency]
