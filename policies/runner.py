@@ -322,6 +322,9 @@ class Sim2RealRunner(OnPolicyRunner):
             reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
             raise CheckpointError(f"{path}: its curriculum state does not fit this run ({reason})") from None
         set_rng_state(infos["rng"])
-        self.best_score = float(infos.get("best_score", -float("inf")))
+        # The best score is that of this run directory's best.pt: a resume that branched into a new directory (from
+        # an earlier checkpoint, often with changed settings) starts its own best.pt at its first evaluation.
+        own_best = self.run_dir is None or (Path(self.run_dir) / "best.pt").is_file()
+        self.best_score = float(infos.get("best_score", -float("inf"))) if own_best else -float("inf")
         self.last_eval = infos.get("last_eval")
         return infos

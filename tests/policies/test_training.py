@@ -217,3 +217,33 @@ def test_eval_play_view_apply_a_config_file_over_a_checkpoints_config(tiny_run, 
     changes.write_text("eval: {num_episode: 7}\n")
     with pytest.raises(ConfigError, match="num_episode"):
         load_policy(task=None, checkpoint=str(ckpt), config_file=str(changes))
+
+
+def test_a_resume_in_a_new_run_directory_keeps_its_own_best_pt(tiny_run, tmp_path, monkeypatch):
+    """The best score a resume carries is that of its run directory's best.pt: resumed in place it is the saved
+    one; branched into a directory without best.pt (a resume from an earlier checkpoint, often with changed
+    settings) it starts anew, so that directory gets its own best.pt at its first evaluation even when the score is
+    below the parent run's best."""
+    import shutil
+
+    from sim2real.policies import runner as runner_mod
+
+    last = list_checkpoints(tiny_run)[-1]
+    data = load_checkpoint(last)
+    cfg = data["infos"]["config"]
+    saved = float(data["infos"]["best_score"])
+    assert saved > -float("inf")
+    same = tmp_path / "same"
+    shutil.copytree(tiny_run, same)
+    runner = Sim2RealRunner(make_env(cfg), cfg, same, progress=False)
+    runner.load(str(same / last.name))
+    assert runner.best_score == saved
+
+    branch = tmp_path / "branch"
+    branch.mkdir()
+    runner = Sim2RealRunner(make_env(cfg), cfg, branch, progress=False)
+    runner.load(str(last))
+    assert runner.best_score == -float("inf")
+    monkeypatch.setattr(runner_mod, "evaluate", lambda *a, **k: {"success_rate": 0.0, "score": saved - 1.0})
+    runner.evaluate_and_keep_best(7)
+    assert (branch / "best.pt").is_file() and json.loads((branch / "best.json").read_text())["iteration"] == 7
