@@ -1,7 +1,8 @@
 """The ``sim2real`` command line: list, train, eval, play, view, export, check, deploy, standin, bench.
 
-Every user error (unknown task or config key, bad value, missing or corrupt checkpoint or policy, a policy
-that does not match the robot) prints one ``error: ...`` line and exits with status 2, without a traceback.
+Every user error (unknown command, task or config key, with a did-you-mean; bad value, missing or corrupt
+checkpoint or policy, a policy that does not match the robot) prints one ``error: ...`` line and exits with status
+2, without a traceback.
 """
 
 from __future__ import annotations
@@ -339,10 +340,29 @@ def cmd_bench(args) -> int:
     return run_bench(args)
 
 
+class UnknownCommandError(Exception):
+    """A sub-command the parser does not know (:class:`Parser` raises it; :func:`main` prints it as one line)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistyped sub-command answered like an unknown task or config key: one ``error:`` line with
+    a did-you-mean (``sim2real trian``: ``error: unknown command 'trian' (did you mean 'train'?)``), exit status 2,
+    instead of the usage and the list of every choice. Its sub-parsers (``bridge``, ``finetune``) are of this class
+    too."""
+
+    def _check_value(self, action, value):
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            from sim2real.configs import unknown_name
+
+            where = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""  # "bridge " for sim2real bridge
+            raise UnknownCommandError(unknown_name(f"{where}command", value, action.choices, listing="commands"))
+        super()._check_value(action, value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from sim2real.deploy.arguments import add_deploy_arguments, add_standin_arguments, int_in_range, positive_float
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sim2real", description="Train robot policies headless, export them to ONNX and deploy them on ROS 2.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -578,7 +598,11 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read once, when mujoco is first imported
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UnknownCommandError as exc:
+        print(f"error: {exc}", file=sys.stderr)  # one line
+        return EXIT_USER_ERROR
     from sim2real.configs import ConfigError
     from sim2real.errors import CheckpointError, ExportError, PolicyMismatchError
     from sim2real.tasks import UnknownTaskError

@@ -104,7 +104,8 @@ def rsl_rl_train_cfg(train: dict, model: dict | None = None, symmetry=None) -> d
 @dataclass(frozen=True)
 class VideoSpec:
     """``train --video``: a clip of the current policy every ``interval`` iterations (and after the last one),
-    ``seconds`` [s] of simulated time (the task's ``play`` rollout, capped), ``size`` (width, height) px MP4."""
+    ``seconds`` [s] of simulated time (the task's ``play`` rollout, going on from the env's resets when an episode
+    ends first), ``size`` (width, height) px MP4."""
 
     interval: int = 100
     seconds: float = 5.0
@@ -210,7 +211,7 @@ class Sim2RealRunner(OnPolicyRunner):
     def record_video(self, it: int) -> Path | None:
         """Record ``<run>/videos/iter_<it>.mp4`` (``it`` as in ``model_<it>.pt``): the task's ``play``
         rollout of the current policy (deterministic actions, its own envs of the evaluation set, on C MuJoCo for
-        the legged tasks whatever backend trains), first :attr:`VideoSpec.seconds`, no plots; and log it to the
+        the legged tasks whatever backend trains), :attr:`VideoSpec.seconds` long, no plots; and log it to the
         tracker (``Video/rollout``). The global RNG states are restored afterwards: training draws exactly what it
         would without videos. A rendering failure (no GL backend) is printed once and ends the recording for this
         run; returns the path, or None then."""

@@ -328,12 +328,18 @@ def _track_key(m: Marker) -> tuple:
 
 
 # --- a quadrotor to draw -----------------------------------------------------------------------------------------
+#: Opacity of a drone's halo (:func:`quadrotor_model`).
+HALO_ALPHA = 0.35
+
 def quadrotor_model(robot: dict, count: int = 1, colours: Sequence[tuple] | None = None,
-                    floor: float = PLANE_EXTENT) -> mujoco.MjModel:
+                    floor: float = PLANE_EXTENT, halo: float = 0.0) -> mujoco.MjModel:
     """A visual stand-in for ``count`` quadrotors of a ``kind: quadrotor`` robot config (the tasks' physics is
     their own torch dynamics, not MuJoCo): per drone a body ``drone<i>`` with a free joint (qpos ``[7 i, 7 i + 7)``
     = position, quaternion w, x, y, z), two crossed arms of ``arm_length``, four rotor discs and a red nose on +x;
-    a floor plane of half-extent ``floor`` m at z = 0. ``colours``: arm colour per drone (RGB(A) in [0, 1])."""
+    a floor plane of half-extent ``floor`` m at z = 0. ``colours``: arm colour per drone (RGB(A) in [0, 1]).
+    ``halo`` [m]: the radius of a translucent sphere of the drone's colour around each drone (geom ``halo<i>``;
+    0: none), so that a drone 10 cm across shows in a view of a whole room; drawing only (no model here is
+    simulated)."""
     a = float(robot.get("arm_length", 0.046))
     dirs = np.asarray(robot.get("motor_directions_b", [[1, -1], [-1, -1], [-1, 1], [1, 1]]), dtype=float)
     dirs = a * dirs / np.linalg.norm(dirs, axis=1, keepdims=True)
@@ -341,6 +347,7 @@ def quadrotor_model(robot: dict, count: int = 1, colours: Sequence[tuple] | None
     for i in range(int(count)):
         c = tuple(colours[i % len(colours)]) if colours else (0.15, 0.15, 0.18)
         rgba = " ".join(f"{v:.3f}" for v in (tuple(c) + (1.0,))[:4])
+        rgb = " ".join(rgba.split()[:3])
         rotors = "".join(f'<geom type="cylinder" size="{0.45 * a:.4f} .002" pos="{x:.4f} {y:.4f} .008" '
                          f'rgba=".75 .75 .8 .7"/>' for x, y in dirs)
         bodies.append(
@@ -349,7 +356,9 @@ def quadrotor_model(robot: dict, count: int = 1, colours: Sequence[tuple] | None
             f'<geom type="box" size="{a:.4f} {0.22 * a:.4f} .006" euler="0 0 -.7854" rgba="{rgba}"/>'
             f'<geom type="box" size="{0.3 * a:.4f} {0.3 * a:.4f} .01" rgba="{rgba}"/>'
             f'<geom type="sphere" size="{0.15 * a:.4f}" pos="{0.45 * a:.4f} 0 .012" rgba=".9 .1 .1 1"/>'
-            f'{rotors}</body>')
+            f'{rotors}'
+            + (f'<geom name="halo{i}" type="sphere" size="{halo:.4f}" rgba="{rgb} {HALO_ALPHA}"/>' if halo > 0 else "")
+            + '</body>')
     xml = (f'<mujoco model="quadrotor_view"><option gravity="0 0 0"/><worldbody>'
            f'<geom name="floor" type="plane" size="{floor} {floor} .1" rgba=".55 .6 .65 1"/>'
            f'{"".join(bodies)}</worldbody></mujoco>')

@@ -131,6 +131,21 @@ def test_unknown_task():
     _assert_clean_error(sim2real("train", "--task", "quadrotor-hoover", check=False), "unknown task")
 
 
+def test_mistyped_subcommand_gets_a_did_you_mean():
+    """Like an unknown task or config key: one line naming the close match (not argparse's usage and list), exit
+    status 2; the nested commands too; with no close match, the commands listed."""
+    proc = sim2real("trian", "--task", "quadrotor-hover", check=False)
+    _assert_clean_error(proc, "unknown command 'trian' (did you mean 'train'?)")
+    assert proc.stderr.strip() == "error: unknown command 'trian' (did you mean 'train'?)"
+    _assert_clean_error(sim2real_main("bridge", "unitre", check=False),
+                        "unknown bridge command 'unitre' (did you mean 'unitree'?)")
+    _assert_clean_error(sim2real_main("finetune", "rnu", check=False),
+                        "unknown finetune command 'rnu' (did you mean 'run'?)")
+    _assert_clean_error(sim2real_main("xyzzy", check=False), "unknown command 'xyzzy' (commands: bench, bridge,")
+    proc = sim2real_main("train", "--task", "quadrotor-hover", "--logger", "mlflow", check=False)
+    assert proc.returncode == 2 and "invalid choice: 'mlflow'" in proc.stderr  # other choices: argparse's own
+
+
 def test_plans_on_a_task_without_plan_files_is_one_error_line(tmp_path):
     """``--plans`` goes through the task's plan hooks; a task declaring none is refused before anything loads."""
     plans = tmp_path / "plans.txt"

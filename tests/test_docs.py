@@ -260,6 +260,33 @@ def test_relative_links_resolve():
     assert not broken, "broken links:\n  " + "\n  ".join(broken)
 
 
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+#: The most an image of the docs may weigh (kB).
+IMAGE_MAX_KB = 200
+
+
+def test_images_resolve_are_small_and_each_robot_page_shows_a_video_frame_and_the_viewer():
+    """Every image a page shows exists and weighs under 200 kB; each robot page shows a frame of its ``play`` video
+    (``img/play-<task>``) and a ``sim2real view`` screenshot (``img/viewer-<task>``)."""
+    shown = {}
+    for path in DOC_FILES:
+        for target in IMAGE.findall(_prose(path)):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue
+            dest = (path.parent / target).resolve()
+            assert dest.is_file(), f"{_rel(path)}: image {target} does not exist"
+            shown.setdefault(path, []).append(dest.name)
+    heavy = [f"{p.name}: {p.stat().st_size // 1000} kB" for p in (REPO / "docs" / "img").iterdir()
+             if p.stat().st_size > IMAGE_MAX_KB * 1000]
+    assert not heavy, f"images over {IMAGE_MAX_KB} kB: {heavy}"
+    pages = sorted((REPO / "docs" / "robots").glob("*.md"))
+    assert len(pages) == 4
+    for page in pages:
+        names = [n.rsplit(".", 1)[0] for n in shown.get(page, [])]
+        for kind in ("play", "viewer"):
+            assert f"{kind}-{page.stem}" in names, f"{_rel(page)} shows no img/{kind}-{page.stem}.*"
+
+
 def test_docs_are_linked_from_the_readme_or_another_page():
     linked = set()
     for path in DOC_FILES:

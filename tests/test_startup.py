@@ -1,6 +1,7 @@
-"""The command line starts without its heavy libraries: ``sim2real list``, every subcommand's ``--help``, an unknown
-task and an unknown config key answer without importing torch, MuJoCo, rclpy (or ONNX, rsl-rl-lib, viser), so they
-answer in a fraction of a second (docs/architecture.md, "Start-up times"; no timing is asserted here).
+"""The command line starts without its heavy libraries: ``sim2real list``, every subcommand's ``--help``, a mistyped
+subcommand, an unknown task and an unknown config key answer without importing torch, MuJoCo, rclpy (or ONNX,
+rsl-rl-lib, viser), so they answer in a fraction of a second (docs/architecture.md, "Start-up times"; no timing is
+asserted here).
 
 The commands run one after another in a fresh interpreter (this one has torch already: conftest imports it), which
 reports after each command the heavy modules it loaded, so a failure names the command and the module.
@@ -77,7 +78,8 @@ def test_list_and_every_help_import_nothing_heavy():
 
 
 def test_user_errors_import_nothing_heavy():
-    commands = [["train", "--task", "nope"], ["train", "--task", "quadrotor-hover", "--set", "nope=1"],
+    commands = [["trian", "--task", "quadrotor-hover"], ["bridge", "unitre"],
+                ["train", "--task", "nope"], ["train", "--task", "quadrotor-hover", "--set", "nope=1"],
                 ["train", "--task", "quadruped-jump", "--set", "env.nope=1"],
                 ["train", "--task", "quadrotor-hover", "--config", "/nonexistent/config.yaml"],
                 ["eval", "--task", "nope"], ["play", "--task", "nope"], ["export", "--task", "nope"],
@@ -88,7 +90,9 @@ def test_user_errors_import_nothing_heavy():
     _assert_light(report)
     for entry in report:
         assert entry["code"] == 2 and entry["err"].startswith("error: ") and entry["err"].count("\n") == 1, entry
-    # the did-you-mean lines of a mistyped task or robot
+    # the did-you-mean lines of a mistyped command, task or robot
+    assert report[0]["err"] == "error: unknown command 'trian' (did you mean 'train'?)\n"
+    assert report[1]["err"] == "error: unknown bridge command 'unitre' (did you mean 'unitree'?)\n"
     assert report[-3]["err"] == "error: unknown task 'quadrotor-hovr' (did you mean 'quadrotor-hover'?)\n"
     assert report[-2]["err"] == report[-1]["err"] == "error: unknown robot 'crazyflie3' (did you mean 'crazyflie2'?)\n"
 

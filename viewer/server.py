@@ -4,7 +4,8 @@ One env (scene) is drawn at a time: its model's geoms (:func:`~sim2real.sim.scen
 viser frame per body, posed every frame from the trace's ``xpos``/``xquat``, its world geoms (floor, obstacles,
 terrain) and its markers. viser's quaternions are ``wxyz``, the same order as MuJoCo's; its world is set z-up like
 MuJoCo's. The control panel has the env selector, the timeline (frame slider), play/pause, the playback speed and
-switches for the robot and the markers.
+switches for the robot and the markers. A large translucent box marker (a swarm room's wall) is drawn as its edges
+(:func:`drawn_as_edges`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,28 @@ def _rgb(rgba) -> tuple[int, int, int]:
 
 def _opacity(rgba) -> float | None:
     return None if float(rgba[3]) >= 1.0 else float(rgba[3])
+
+
+#: A translucent box marker with a half-extent of at least this [m] (a swarm room's wall) is drawn as its edges.
+EDGES_FROM_M = 1.0
+#: The edges' colour: the marker's, darkened by this factor (a translucent wall's pale colour on the white page).
+EDGE_SHADE = 0.6
+
+
+def drawn_as_edges(marker) -> bool:
+    """Whether ``marker`` is drawn as the 12 edges of its box rather than as a surface: a translucent box of a
+    half-extent >= :data:`EDGES_FROM_M` (a wall). The browser draws translucent surfaces one after the other in the
+    order of their centres, each hiding from the ones drawn after it what lies behind it: a wall's surface, drawn
+    before a drone or goal behind it but nearer to the camera than its centre, would hide them."""
+    return marker.shape == "box" and float(marker.rgba[3]) < 1.0 and max(marker.size) >= EDGES_FROM_M
+
+
+def box_edges(size) -> np.ndarray:
+    """``[12, 2, 3]``: the edges (segment end points) of a box of half-extents ``size`` about its centre."""
+    h = np.asarray(size, dtype=np.float32)
+    corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=np.float32) * h
+    pairs = [(a, b) for a in range(8) for b in range(a + 1, 8) if bin(a ^ b).count("1") == 1]
+    return np.stack([corners[[a, b]] for a, b in pairs])
 
 
 def check_bindable(host: str, port: int) -> None:
@@ -223,9 +246,14 @@ class SceneViewer:
                                       side="double" if g.vertices.shape[0] <= 4 else "front")
             for k, tr in enumerate(e.markers):
                 m = tr.marker
-                v, f = primitive_mesh(m.shape, m.size)
-                handle = scene.add_mesh_simple(f"/markers/m{k}", v, f, color=_rgb(m.rgba), opacity=_opacity(m.rgba),
-                                               cast_shadow=False, visible=False)
+                if drawn_as_edges(m):
+                    handle = scene.add_line_segments(f"/markers/m{k}", box_edges(m.size),
+                                                     _rgb([EDGE_SHADE * c for c in m.rgba[:3]]),
+                                                     thickness=2.0, thickness_units="screen", visible=False)
+                else:
+                    v, f = primitive_mesh(m.shape, m.size)
+                    handle = scene.add_mesh_simple(f"/markers/m{k}", v, f, color=_rgb(m.rgba),
+                                                   opacity=_opacity(m.rgba), cast_shadow=False, visible=False)
                 self._markers.append((tr, handle))
             self._env = env
             self._pose(self._frame)

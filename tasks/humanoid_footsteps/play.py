@@ -1,7 +1,9 @@
 """``sim2real play`` for ``humanoid-footsteps``: walk a few footstep plans, plot planned vs achieved footsteps
 (top view, world frame) and render a headless video of the first plan (the task's markers as ``sim2real view``
 draws them, :mod:`~sim2real.tasks.humanoid_footsteps.markers`: its footsteps on the floor, left blue and right red,
-the one the policy is asked to step on next green; the camera follows the pelvis).
+the one the policy is asked to step on next green; the camera follows the pelvis). A video of a given length
+(``play --duration``, ``train --video``) walks that plan again from a new reset whenever its episode ends first (a
+fall), so it lasts as long as asked.
 
 Plans come from a plan file (``sim2real play --plans FILE``: its first four plans) or, by default, from the
 generator: one plan of each of the config's ``eval.modes`` (at ``eval.level``), on flat ground.
@@ -39,55 +41,76 @@ def default_plans(cfg: dict, half_width: float) -> list[FootstepPlan]:
 
 def rollout_plans(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], plans: list[FootstepPlan],
                   duration_s: float | None = None, frames_of: int | None = 0) -> dict:
-    """Walk each plan once (one env per plan, seeded by ``eval.seed``). Returns ``t`` [T] s, ``base_pos_w``
-    [T, K, 3] m, ``plans_w`` (list of [S_k, 5] world-frame steps), ``touchdowns`` (per plan: (step index, x, y, z,
-    yaw, hit)), ``fell`` [K] bool, and with ``frames_of`` (a plan's index) ``render``: that plan's
-    :class:`~sim2real.sim.render.Clip` (its walk in the dressed scene, with its markers each row: the task's
-    ``markers`` hook)."""
+    """Walk each plan once (one env per plan, seeded by ``eval.seed``), for at most ``duration_s`` [s] (None: until
+    every plan's episode has ended). Returns ``t`` [T] s, ``base_pos_w`` [T, K, 3] m, ``plans_w`` (list of [S_k, 5]
+    world-frame steps), ``touchdowns`` (per plan: (step index, x, y, z, yaw, hit)), ``fell`` [K] bool, and with
+    ``frames_of`` (a plan's index) ``render``: the :class:`~sim2real.sim.render.Clip` s of that plan's env (in the
+    dressed scene, with its markers each row: the task's ``markers`` hook): its first episode, and with
+    ``duration_s`` the episodes it starts after that one ends (a fall, or the plan walked: the env walks the same
+    plan again from a new reset, a clip each) until the clips last ``duration_s``, as a video recorder of a
+    training env runs across its resets."""
     torch.manual_seed(int(cfg["eval"]["seed"]))
     env = HumanoidFootstepsEnv(cfg, num_envs=len(plans), device=cfg["device"], eval_mode=True, plans=plans)
     k = len(plans)
     steps_limit = env.max_episode_length
+    video_rows = None
     if duration_s is not None:
-        steps_limit = min(steps_limit, int(round(duration_s / env.control_dt)))
+        video_rows = max(1, int(round(duration_s / env.control_dt)))
+        steps_limit = min(steps_limit, video_rows)
     # (copies: on the CPU .numpy() shares the tracker's buffer, which an env's reset after its episode rewrites)
     plans_w = [env.tracker.steps_w[i, :len(p.feet)].cpu().numpy().copy() for i, p in enumerate(plans)]
     obs = env.get_observations()
-    model = env.sim.render_model(frames_of, dress_spec) if frames_of is not None else None
     scene_markers = get_task(cfg["task"]).markers_function()
-    t, pos, qpos, marks = [], [], [], []
+    t, pos = [], []
+    episodes = []  # frames_of's episodes: (model, heading [deg], qpos rows, marker rows)
     done = torch.zeros(k, dtype=torch.bool)
     fell = torch.zeros(k, dtype=torch.bool)
     touchdowns = [None] * k
     last = env.robot_state().base_pos_w.clone()
+
+    def new_episode() -> None:  # frames_of's env, fresh from a reset: its terrain and heading as placed now
+        plan_w = env.tracker.steps_w[frames_of, :len(plans[frames_of].feet)].cpu().numpy()
+        episodes.append((env.sim.render_model(frames_of, dress_spec), np.degrees(_heading(plan_w)), [], []))
+
+    if frames_of is not None:
+        new_episode()
+    rows = 0  # frames_of's rows recorded
     with torch.inference_mode():
-        for step in range(steps_limit):
-            last[~done] = env.robot_state().base_pos_w[~done]
-            t.append(step * env.control_dt)
-            pos.append(last.clone())
-            if frames_of is not None and not done[frames_of]:
-                qpos.append(env.sim._qpos[frames_of].copy())
-                marks.append(scene_markers(env)[frames_of])
-            obs, _, dones, extras = env.step(policy(obs["policy"]))
-            newly = dones.cpu() & ~done
-            for i in newly.nonzero(as_tuple=False).squeeze(-1).tolist():
-                touchdowns[i] = env.episode_touchdowns[i]
-                fell[i] = not bool(extras["time_outs"][i])
-            done |= newly
-            if bool(done.all()):
+        for step in range(steps_limit if video_rows is None else max(steps_limit, video_rows)):
+            plotting = step < steps_limit and not bool(done.all())
+            filming = frames_of is not None and (not bool(done[frames_of]) if video_rows is None
+                                                 else rows < video_rows)
+            if not (plotting or filming):
                 break
+            if plotting:
+                last[~done] = env.robot_state().base_pos_w[~done]
+                t.append(step * env.control_dt)
+                pos.append(last.clone())
+            if filming:
+                episodes[-1][2].append(env.sim._qpos[frames_of].copy())
+                episodes[-1][3].append(scene_markers(env)[frames_of])
+                rows += 1
+            obs, _, dones, extras = env.step(policy(obs["policy"]))
+            if plotting:
+                newly = dones.cpu() & ~done
+                for i in newly.nonzero(as_tuple=False).squeeze(-1).tolist():
+                    touchdowns[i] = env.episode_touchdowns[i]
+                    fell[i] = not bool(extras["time_outs"][i])
+                done |= newly
+            if filming and video_rows is not None and rows < video_rows and bool(dones[frames_of]):
+                new_episode()  # (the env reset itself: the same plan again)
     for i in range(k):
         if touchdowns[i] is None:
             touchdowns[i] = list(env.touchdowns[i])
     out = {"t": np.array(t), "base_pos_w": torch.stack(pos).numpy(), "plans_w": plans_w, "touchdowns": touchdowns,
            "fell": fell.numpy(), "names": [p.name or f"plan {i + 1}" for i, p in enumerate(plans)]}
     if frames_of is not None:
-        qpos = np.array(qpos)
-        heading = np.degrees(_heading(plans_w[frames_of]))
-        out["render"] = Clip(model, float(env.control_dt), follow=qpos[:, :3], qpos=qpos,
-                             markers=marks.__getitem__,
-                             camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading)),
-                             caption=f"humanoid-footsteps: {out['names'][frames_of]} (green: the next step)")
+        name = out["names"][frames_of]
+        out["render"] = [
+            Clip(model, float(env.control_dt), follow=np.array(qpos)[:, :3], qpos=np.array(qpos),
+                 markers=marks.__getitem__, camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading)),
+                 caption=f"humanoid-footsteps: {name}{f', episode {n + 1}' if n else ''} (green: the next step)")
+            for n, (model, heading, qpos, marks) in enumerate(episodes) if qpos]
     return out
 
 
@@ -132,8 +155,9 @@ def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path
     """Write ``<output>.png`` (planned vs achieved footsteps; not with ``plots=False``) and, with ``video`` and a
     ``.mp4`` or ``.gif`` ``output``, the video of the first plan (``size`` (width, height) px, default by format);
     returns the video, or the PNG without one (or when rendering fails: the reason is printed). ``duration_s`` [s]
-    caps the rollout (None: until every plan is walked); ``plans``: the first :data:`MAX_PLANS` of these are walked
-    (None: :func:`default_plans`)."""
+    caps the plotted rollout and is the video's length: the first plan walked again from a new reset each time its
+    episode ends before then (None: until every plan is walked, the first plan's episode in the video); ``plans``:
+    the first :data:`MAX_PLANS` of these are walked (None: :func:`default_plans`)."""
     if plans is None:
         probe = HumanoidFootstepsEnv(cfg, num_envs=1, device=cfg["device"], eval_mode=True)
         plans = default_plans(cfg, probe.half_width)

@@ -30,15 +30,21 @@ DRONE, COLUMN = 0, 1
 def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], duration_s: float | None = None,
                   seed: int | None = None) -> dict:
     """One held-out room (``num_envs=1``, eval mode) stepped for ``duration_s`` [s] (default: the episode length,
-    ``env.episode_length_s``; a longer one lengthens the episode) or until the room ends early (a non-finite state).
+    ``env.episode_length_s``; a longer one lengthens the episode). A room that ends early (a non-finite state) is
+    reset by the env: the plots' keys below stop at its end, the video's (``video_*``) go on in the room it reset
+    to, for the whole ``duration_s``.
 
-    Returns (``T`` recorded steps, sample 0 the start; ``M`` drones; world frame, metres):
+    Returns (``T`` recorded steps of the first episode, sample 0 the start; ``M`` drones; world frame, metres):
         ``t`` [T] s, ``pos`` [T, M, 3], ``goal`` [T, M, 3], ``quat`` [T, M, 4] (w, x, y, z, body to world),
         ``events`` [E, 6] (step, kind (:data:`DRONE` /
         :data:`COLUMN`), drone i, drone j (-1 for a column), x, y: a new contact at the end of that step; a
         drone-drone contact is one event at the pair's midpoint), ``centers`` [C, 2], ``occupied`` [C] bool,
         ``density``, ``room`` (:class:`~sim2real.tasks.quadrotor_swarm.world.RoomSpec`), ``success_pos_tol`` m,
-        ``success_hold_s`` s, ``control_dt`` s, ``ep_collisions`` [M] (the env's per-drone count).
+        ``success_hold_s`` s, ``control_dt`` s, ``ep_collisions`` [M] (the env's per-drone count), ``markers``
+        (per sample, the room's markers: the task's ``markers`` hook);
+        ``video_pos`` [V, M, 3], ``video_quat`` [V, M, 4], ``video_markers`` (V samples: those of the first
+        episode, then of the rooms it reset to, to ``duration_s``) and ``video_resets`` [R] (the samples that start a
+        new room).
     """
     torch.manual_seed(int(cfg["eval"]["seed"] if seed is None else seed))
     ecfg = cfg["env"]
@@ -52,31 +58,46 @@ def rollout_swarm(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], dur
     obs = env.get_observations()
     pos, goal, quat, events = [env.dyn.pos_w.clone()], [env.goal_w.clone()], [env.dyn.quat_w.clone()], []
     marks = [scene_markers(env)[0]]
+    video = {"pos": list(pos), "quat": list(quat), "markers": list(marks), "resets": []}
+    ended = None  # the first episode's last state: the plots' (occupied columns, collision counts)
     steps = max(1, int(round(duration_s / env.control_dt)))
     upper = torch.triu(torch.ones(m, m, dtype=torch.bool), diagonal=1)
     with torch.inference_mode():
         for step in range(1, steps + 1):
             old_pairs, old_obstacle = env.prev_pairs[0].clone(), env.prev_obstacle.clone()
+            if ended is None:
+                # (before the step: a room ending in it is reset, its columns and counts no longer this episode's)
+                state = (env.occupied[0].numpy().copy(), float(env.density[0]), env.ep_collisions.numpy().copy())
             obs, _, dones, _ = env.step(policy(obs["policy"]))
+            video["pos"].append(env.dyn.pos_w.clone())
+            video["quat"].append(env.dyn.quat_w.clone())
+            video["markers"].append(scene_markers(env)[0])
             if bool(dones[0]):  # non-finite state: the room was reset, its state is no longer this episode's
-                break
+                video["resets"].append(step)
+                ended = state if ended is None else ended
+            if ended is not None:
+                continue
             p = env.dyn.pos_w.clone()
             pos.append(p)
             goal.append(env.goal_w.clone())
             quat.append(env.dyn.quat_w.clone())
-            marks.append(scene_markers(env)[0])
+            marks.append(video["markers"][-1])
             for i, j in (env.prev_pairs[0] & ~old_pairs & upper).nonzero().tolist():
                 mid = 0.5 * (p[i, :2] + p[j, :2])
                 events.append([step, DRONE, i, j, float(mid[0]), float(mid[1])])
             for i in (env.prev_obstacle & ~old_obstacle).nonzero().squeeze(-1).tolist():
                 events.append([step, COLUMN, i, -1, float(p[i, 0]), float(p[i, 1])])
+    occupied, density, collisions = ended if ended is not None else (
+        env.occupied[0].numpy(), float(env.density[0]), env.ep_collisions.numpy().copy())
     return {"t": np.arange(len(pos)) * env.control_dt, "pos": torch.stack(pos).numpy(),
             "goal": torch.stack(goal).numpy(), "quat": torch.stack(quat).numpy(),
             "events": np.array(events, dtype=np.float64).reshape(-1, 6),
-            "centers": env.centers.numpy(), "occupied": env.occupied[0].numpy(), "density": float(env.density[0]),
+            "centers": env.centers.numpy(), "occupied": occupied, "density": density,
             "room": env.room, "success_pos_tol": float(ecfg["success_pos_tol"]),
             "success_hold_s": float(ecfg["success_hold_s"]), "control_dt": env.control_dt,
-            "ep_collisions": env.ep_collisions.numpy().copy(), "markers": marks}
+            "ep_collisions": collisions, "markers": marks,
+            "video_pos": torch.stack(video["pos"]).numpy(), "video_quat": torch.stack(video["quat"]).numpy(),
+            "video_markers": video["markers"], "video_resets": np.array(video["resets"], dtype=np.int64)}
 
 
 def swarm_summary(traj: dict) -> dict:
@@ -181,23 +202,32 @@ def visual_model(traj: dict, robot: dict):
 def video_clip(traj: dict, robot: dict, trail_s: float = 2.0) -> Clip:
     """The rendered shot of a :func:`rollout_swarm` room: drones posed each control period with the room's markers
     of that step (goals, columns, walls), each drone's last ``trail_s`` s a dotted trail of its colour; the camera
-    follows the drones' centre (halfway to the room's), from the start side."""
-    pos, quat, dt = traj["pos"], traj["quat"], float(traj["control_dt"])
+    follows the drones' centre (halfway to the room's), from the start side. A room the env reset (a non-finite
+    state) goes on as the room it reset to (``video_*`` keys), its trails starting afresh."""
+    pos = traj.get("video_pos", traj["pos"])
+    quat = traj.get("video_quat", traj["quat"])
+    rows = traj.get("video_markers", traj["markers"])
+    starts = np.concatenate(([0], np.asarray(traj.get("video_resets", ()), dtype=np.int64)))
+    dt = float(traj["control_dt"])
     colours = drone_colours(pos.shape[1])
     every = max(1, int(round(0.1 / dt)))
     trail = int(round(trail_s / dt))
 
     def markers(t: int) -> list:
-        out = list(traj["markers"][t])
+        out = list(rows[t])
+        first = max(t - trail, int(starts[np.searchsorted(starts, t, side="right") - 1]))  # (this room's)
         for i, c in enumerate(colours):
             out += [Marker(f"trail/{i}/{k}", "sphere", (0.02,), with_alpha(c, 0.5), tuple(pos[k, i]))
-                    for k in range(max(0, t - trail), t, every)]
+                    for k in range(first, t, every)]
         return out
 
     summary = swarm_summary(traj)
     m = pos.shape[1]
     caption = (f"quadrotor-swarm: {m} drones, density {traj['density']:.2f}; {int(summary['at_goal'].sum())}/{m} "
                f"at their goals at the end")
+    if len(starts) > 1:
+        caption = (f"quadrotor-swarm: {m} drones, density {traj['density']:.2f}; the room reset at "
+                   + ", ".join(f"{k * dt:.1f}" for k in starts[1:]) + " s (a non-finite state)")
     # The camera looks at the point halfway between the drones' centre and the room's (its whole middle in view).
     follow = 0.5 * (pos.mean(axis=1) + np.array([0.0, 0.0, 1.0]))
     return Clip(visual_model(traj, robot), dt, follow=follow, mocap_pos=pos, mocap_quat=quat, markers=markers,
@@ -209,7 +239,8 @@ def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path
     """Write ``<output>.png`` (plots; not with ``plots=False``) and, with ``video`` and a ``.mp4`` or ``.gif``
     ``output``, the video of the room (``size`` (width, height) px, default by format). Returns the video, or the
     PNG without one or when rendering fails (the reason is printed). ``duration_s`` [s]: see :func:`rollout_swarm`
-    (None: one episode); ``plans``: not used (no plan files)."""
+    (None: one episode; the video lasts it even when the room resets early); ``plans``: not used (no plan
+    files)."""
     traj = rollout_swarm(cfg, policy, duration_s)
     if video and Path(output).suffix.lower() != ".png":
         traj["render"] = video_clip(traj, cfg["robot"])

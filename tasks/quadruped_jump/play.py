@@ -2,7 +2,8 @@
 (side and top views, world frame, with the landing targets) and render a headless video of the commands played one
 after another (each from its own reset; the task's markers as ``sim2real view`` draws them: the landing target a
 green disc with a bar along its heading, :mod:`~sim2real.tasks.quadruped_jump.markers`; the obstacle an orange
-box).
+box). A video longer than the commands (``play --duration``, ``train --video``'s clips of a policy that still
+falls) jumps them again, round after round, until it lasts as long as asked.
 
 The rollouts use the task's evaluation env (domain randomisation as configured, seeded by ``eval.seed``) with the
 commands replaced by :data:`PLAY_COMMANDS` (cycled when ``num_commands`` exceeds them).
@@ -17,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from sim2real.sim.render import Camera, Clip, dress_spec, plots_then_video, pyplot, save_png
+from sim2real.sim.render import Camera, Clip, clips_seconds, dress_spec, plots_then_video, pyplot, save_png
 from sim2real.tasks import get_task, make_env
 from sim2real.tasks.quadruped_jump import commands as cmds
 
@@ -47,25 +48,54 @@ def describe(command) -> str:
 
 
 def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_commands: int = 4,
-                  seed: int | None = None, frames_of: int | Sequence[int] | None = 0) -> dict:
+                  seed: int | None = None, frames_of: int | Sequence[int] | None = 0,
+                  duration_s: float | None = None) -> dict:
     """One episode per command (one env each, in parallel). Returns ``t`` [T] s, ``base_pos_w`` [T, K, 3] m,
     ``target_xy`` [K, 2] m, ``commands`` [K, 5], ``done_step`` [K] (first step each episode ended; later samples
     repeat the last state) and, when ``frames_of`` names env indices (one, or a list), ``render``: one
     :class:`~sim2real.sim.render.Clip` per named env (its episode up to its end, in the dressed scene, with its
-    markers: the task's ``markers`` hook, each row)."""
+    markers: the task's ``markers`` hook, each row).
+
+    ``duration_s`` [s]: the video's length. When the clips of one round of commands play shorter than that (a
+    policy that falls early, or a long video), the commands are jumped again from new resets, round after round,
+    and their clips appended to ``render`` until they fill ``duration_s`` (the plots' keys keep the first round;
+    None: one round)."""
     torch.manual_seed(int(cfg["eval"]["seed"] if seed is None else seed))
     env = make_env(cfg, num_envs=num_commands, eval_mode=True)
     scene_markers = get_task(cfg["task"]).markers_function()
     k = num_commands
     command = torch.tensor([PLAY_COMMANDS[i % len(PLAY_COMMANDS)] for i in range(k)], dtype=torch.float32)
     ids = torch.arange(k)
+    shots = [] if frames_of is None else [int(frames_of)] if np.ndim(frames_of) == 0 else [int(i) for i in frames_of]
+    control_dt = float(env.control_dt)
+    out, clips = None, []
+    for round_ in range(10_000):
+        if round_ > 0:  # every env from a new reset (new heading, domain randomisation), the same commands
+            with torch.inference_mode():  # (the env's buffers were last written in it)
+                env._reset_envs(ids)
+        traj, round_clips = _jump_round(env, command, policy, scene_markers, shots)
+        if out is None:
+            out = traj
+        clips += [replace(c, caption=c.caption.replace(":", f" (round {round_ + 1}):", 1) if round_ else c.caption)
+                  for c in round_clips]
+        if not shots or duration_s is None or clips_seconds(clips) >= float(duration_s) - 0.5 * control_dt:
+            break
+    if frames_of is not None:
+        out["render"] = clips
+    return out
+
+
+def _jump_round(env, command: torch.Tensor, policy, scene_markers, shots: list[int]) -> tuple[dict, list[Clip]]:
+    """Jump ``command`` [K, 5] once in each env of ``env`` (fresh from a reset): the plots' keys of
+    :func:`rollout_jumps` and the clips of the envs ``shots``."""
+    k = len(command)
+    ids = torch.arange(k)
     env.command[:] = command
     env.target_xy[:], env.target_yaw[:] = cmds.target_world(env.start_xy, env.start_yaw, command)
-    centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, cfg["command"]["obstacle_width"])
+    centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, env.cfg["command"]["obstacle_width"])
     env.sim.set_obstacle(ids, centre, half, yaw)
     target_xy = env.target_xy.clone()  # resets after an episode ends draw new commands
     heading = np.degrees(env.start_yaw.cpu().numpy())  # (and new headings)
-    shots = [] if frames_of is None else [int(frames_of)] if np.ndim(frames_of) == 0 else [int(i) for i in frames_of]
     models = {i: env.sim.render_model(i, dress_spec) for i in shots}  # (before a reset moves the obstacle)
     obs = env.get_observations()
     t, pos = [], []
@@ -92,15 +122,12 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
                 break
     out = {"t": np.array(t), "base_pos_w": torch.stack(pos).numpy(), "target_xy": target_xy.numpy(),
            "commands": command.numpy(), "done_step": done_step.numpy()}
-    if frames_of is not None:
-        control_dt = float(env.control_dt)
-        out["render"] = [
-            Clip(models[i], control_dt, follow=np.array(qpos[i])[:, :3], qpos=np.array(qpos[i]),
-                 markers=marks[i].__getitem__, hold_s=HOLD_S,
-                 camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading[i])),
-                 caption=f"quadruped-jump {n + 1}/{len(shots)}: {describe(command[i].tolist())}")
-            for n, i in enumerate(shots)]
-    return out
+    clips = [Clip(models[i], float(env.control_dt), follow=np.array(qpos[i])[:, :3], qpos=np.array(qpos[i]),
+                  markers=marks[i].__getitem__, hold_s=HOLD_S,
+                  camera=replace(CAMERA, azimuth=CAMERA.azimuth + float(heading[i])),
+                  caption=f"quadruped-jump {n + 1}/{len(shots)}: {describe(command[i].tolist())}")
+             for n, i in enumerate(shots)]
+    return out, clips
 
 
 def plot_jumps(traj: dict, path: Path) -> Path:
@@ -135,9 +162,11 @@ def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path
          num_commands: int = len(PLAY_COMMANDS)) -> Path:
     """Write ``<output>.png`` (trajectory plots; not with ``plots=False``) and, with ``video`` and a ``.mp4`` or
     ``.gif`` ``output``, the video of the commands one after another (``size`` (width, height) px, default by
-    format); returns the video, or the PNG without one (or when rendering fails: the reason is printed). One episode
-    per command always; ``duration_s`` [s] caps the video (None: every command). ``plans``: not used (the task has
-    no plan files)."""
+    format); returns the video, or the PNG without one (or when rendering fails: the reason is printed). The plots
+    show one episode per command; ``duration_s`` [s] is the video's length (None: every command once): shorter
+    than the commands it cuts them, longer (or a policy that falls early) and the commands are jumped again, round
+    after round, until it is filled (:func:`rollout_jumps`). ``plans``: not used (the task has no plan files)."""
     render = video and Path(output).suffix.lower() != ".png"
-    traj = rollout_jumps(cfg, policy, num_commands, frames_of=list(range(num_commands)) if render else None)
+    traj = rollout_jumps(cfg, policy, num_commands, frames_of=list(range(num_commands)) if render else None,
+                         duration_s=duration_s)
     return plots_then_video(traj, plot_jumps if plots else None, output, video, size, duration_s)

@@ -24,7 +24,8 @@ from sim2real.tasks import complete_saved_config
 
 OLD_EXPORT = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "hover-memoryless"
 #: The shipped policies and the robot each is checked on.
-SHIPPED = {"quadrotor-hover": "crazyflie2", "quadrotor-swarm": "crazyflie2", "quadruped-jump": "go2"}
+SHIPPED = {"quadrotor-hover": "crazyflie2", "quadrotor-swarm": "crazyflie2", "quadruped-jump": "go2",
+           "humanoid-footsteps": "jvrc1"}
 
 
 def _load(policy_dir: Path) -> tuple[dict, str]:

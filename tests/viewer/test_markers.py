@@ -81,7 +81,7 @@ def _video_clips(task: str, cfg: dict) -> list[tuple[int, render.Clip]]:
     from sim2real.tasks.humanoid_footsteps.play import default_plans, rollout_plans
 
     plans = default_plans(cfg, HumanoidFootstepsEnv(cfg, num_envs=1, device="cpu", eval_mode=True).half_width)
-    return [(0, rollout_plans(cfg, policy, plans[:1], duration_s=0.05, frames_of=0)["render"])]
+    return [(0, clip) for clip in rollout_plans(cfg, policy, plans[:1], duration_s=0.05, frames_of=0)["render"]]
 
 
 def _drawn(markers) -> list:

@@ -51,6 +51,37 @@ def test_a_swarm_scene_is_a_room_of_drones_with_goals_and_columns():
     assert any(n.startswith("column/") for n in names) and room.label.startswith("room 0")
 
 
+def test_the_swarms_drones_are_drawn_with_a_halo_and_its_walls_as_edges():
+    """A 10 cm drone in a 10 m room is a speck: each is drawn inside a translucent halo of its colour (drawing only:
+    the task collides at its drone radius); the room's translucent walls are drawn as their edges, so that they hide
+    no halo or goal behind them in the browser. Other tasks' markers stay surfaces."""
+    from sim2real.tasks import make_env, task_config
+    from sim2real.tasks.quadrotor_swarm.markers import drone_colours, markers
+    from sim2real.tasks.quadrotor_swarm.view import HALO_M, SwarmView
+    from sim2real.viewer.server import box_edges, drawn_as_edges
+
+    cfg = task_config("quadrotor-swarm", ["eval.num_drones=4"])
+    env = make_env(cfg, num_envs=1, eval_mode=True)
+    model = SwarmView(env).model
+    assert env.room.drone_radius == cfg["world"]["drone_radius"] < HALO_M
+    for i, colour in enumerate(drone_colours(4)):
+        halo = model.geom(f"halo{i}")
+        assert model.geom_bodyid[halo.id] == model.body(f"drone{i}").id and halo.size[0] == pytest.approx(HALO_M)
+        np.testing.assert_allclose(halo.rgba[:3], colour, atol=1e-3)
+        assert 0 < halo.rgba[3] < 1
+    (room,) = markers(env)
+    assert sorted(m.name for m in room if drawn_as_edges(m)) == [f"wall/{k}" for k in range(4)]
+    edges = box_edges((5.0, 0.02, 1.5))
+    assert edges.shape == (12, 2, 3)
+    assert sorted(np.round(np.abs(edges[:, 1] - edges[:, 0]).sum(-1), 3)) == [0.04] * 4 + [3.0] * 4 + [10.0] * 4
+    from sim2real.sim.markers import LEFT_RGBA, TARGET_RGBA, Marker
+
+    assert not any(drawn_as_edges(m) for m in (
+        Marker("goal", "sphere", (0.07,), TARGET_RGBA, (0, 0, 1)), Marker("s", "box", (0.1, 0.05, 0.01), LEFT_RGBA,
+                                                                            (0, 0, 0)),
+        Marker("column/0", "cylinder", (0.2, 1.5), (0.5, 0.5, 0.5, 1.0), (0, 0, 1.5))))
+
+
 def test_a_humanoid_scene_shows_its_plans_footsteps_and_target():
     import torch
 
@@ -498,6 +529,40 @@ def test_the_browser_shows_the_robot_geometry_where_the_camera_looks():
     assert dark.sum() > 0.1 * count and (lum_hidden < 90).mean() < 0.05
     # the markers switch (the green landing disc) changes other pixels than the robot
     assert (robot_pixels(shown, no_markers) & ~robot).sum() > 100
+
+
+@pytest.mark.slow
+def test_the_browser_shows_every_drone_of_a_swarm_room():
+    """A swarm room of 8 drones in headless Chromium, framed whole: the drones (their halos) cover some 200
+    pixels each, not the few of a 10 cm drone 10 m away, and the room's walls hide none of them."""
+    _chromium()
+    from sim2real.viewer.browser import HeadlessChromium
+    from sim2real.viewer.rollout import record_rollout
+    from sim2real.viewer.server import SceneViewer
+
+    policy, cfg = _policy("quadrotor-swarm")
+    trace = record_rollout(cfg, policy, num_envs=1, seconds=6.0)
+    m = int(cfg["eval"]["num_drones"])
+    width, height = 960, 640
+    with SceneViewer(trace, port=0, playing=False) as viewer:
+        viewer.show(env=0, frame=trace.frames - 1)
+        viewer.aim_camera()
+        viewer.server.gui.main_panel.minimize()
+        with HeadlessChromium((width, height)) as browser:
+            browser.navigate(viewer.url)
+            shown_png = browser.settled_screenshot(min_wait_s=1.0, timeout=90.0, ready=lambda: viewer.clients() > 0)
+            viewer.show(robot=False)
+            hidden_png = _changed_screenshot(browser, shown_png)
+            viewer.show(markers=False)
+            bare_png = _changed_screenshot(browser, hidden_png)
+            viewer.show(robot=True)
+            alone_png = _changed_screenshot(browser, bare_png)
+    shown, hidden, bare, alone = (_rgb(p) for p in (shown_png, hidden_png, bare_png, alone_png))
+    in_room = int(robot_pixels(shown, hidden).sum())  # the drones among the room's markers
+    by_themselves = int(robot_pixels(alone, bare).sum())  # the drones alone
+    print(f"drone pixels: {in_room} in the room, {by_themselves} alone ({m} drones)")
+    assert by_themselves > 100 * m  # (without the halos: 36 pixels)
+    assert in_room > 0.8 * by_themselves  # the walls hide none (drawn as surfaces they hid a quarter)
 
 
 @pytest.mark.slow
