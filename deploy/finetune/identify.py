@@ -192,6 +192,8 @@ class Identified:
         rms_before, rms_after: ``{group: RMS}`` per state group over every window and step, in the group's unit
             (:data:`GROUPS`), nominal and identified.
         latency_episodes: ``{L: number of episodes}`` identified at each latency [control steps].
+        per_episode: ``{episode number: {thrust_scale, inertia_scale, motor_time_constant, latency_steps,
+            ext_force_w [3] N (world frame), windows}}``: each recorded episode's own values.
         windows, episodes, horizon_steps, steps: windows used, episodes they came from, control steps per window,
             recorded steps read. control_dt: [s]. wall_s: the identification's wall time [s].
         method: a one-line description.
@@ -209,6 +211,7 @@ class Identified:
     rms_before: dict
     rms_after: dict
     latency_episodes: dict
+    per_episode: dict
     windows: int
     episodes: int
     horizon_steps: int
@@ -252,6 +255,7 @@ class Identified:
     def to_json(self) -> dict:
         out = asdict(self)
         out["latency_episodes"] = {str(k): v for k, v in self.latency_episodes.items()}
+        out["per_episode"] = {str(k): v for k, v in self.per_episode.items()}
         out["overrides"] = self.overrides()
         out["correction"] = self.correction()
         out["outside_training"] = self.outside_training()
@@ -378,7 +382,8 @@ class QuadrotorReplay:
         starts: the windows' start indices ``[W]`` into ``traj``.
 
     Attributes:
-        window_episode: ``[W]`` the episode of each window, numbered ``0..E-1``; ``num_episodes``: E.
+        window_episode: ``[W]`` the episode of each window, numbered ``0..E-1``; ``num_episodes``: E;
+        ``episode_numbers``: ``[E]`` their episode numbers in the recording.
 
     Raises:
         IdentificationError: the recording's control period differs from the task's, or the state is not 13 wide.
@@ -405,7 +410,8 @@ class QuadrotorReplay:
         self.next_state = torch.as_tensor(traj.next_state, dtype=torch.float32)
         action = torch.as_tensor(traj.action, dtype=torch.float32).clamp(-1.0, 1.0)
         self.command = self.term.to_command(action)  # [T, 4]
-        _, self.window_episode = torch.unique(torch.as_tensor(traj.episode[starts]), return_inverse=True)
+        self.episode_numbers, self.window_episode = torch.unique(torch.as_tensor(traj.episode[starts]),
+                                                                 return_inverse=True)
         self.num_episodes = int(self.window_episode.max()) + 1 if len(starts) else 0
         j = torch.arange(1, self.horizon + 1, dtype=torch.float32) * self.decimation  # physics steps
         self._vel_coef = (j * self.sim_dt).view(1, -1, 1)  # the velocity change of a unit constant acceleration
@@ -765,6 +771,12 @@ def _identify_quadrotor(traj: Trajectories, task_cfg: dict, opts: Options, log) 
         fit_global=float(cost_of(sq_global[0].sum(0))), rms_before=rms(sq_nom[0].sum(0)),
         rms_after=rms(sq_after[0].sum(0)),
         latency_episodes={i: int(c) for i, c in enumerate(lat_hist) if c > 0},
+        per_episode={int(number): {"thrust_scale": float(per_episode["thrust_scale"][e]),
+                                   "inertia_scale": float(per_episode["inertia_scale"][e]),
+                                   "motor_time_constant": float(per_episode["motor_time_constant"][e]),
+                                   "latency_steps": int(per_episode["latency_steps"][e]),
+                                   "ext_force_w": [float(v) for v in force[e]], "windows": int(counts_ep[e])}
+                     for e, number in enumerate(replay.episode_numbers)},
         windows=replay.num_windows, episodes=n_ep, horizon_steps=horizon, steps=len(traj),
         control_dt=traj.control_dt, wall_s=time.monotonic() - t_start,
         method=(f"replay of {horizon}-step windows every {opts.stride} steps: global CEM {opts.iterations} x "
