@@ -642,19 +642,27 @@ def _identify_quadrotor(traj: Trajectories, task_cfg: dict, opts: Options, log) 
     for it in range(int(opts.episode_iterations)):
         offsets = e_mean.unsqueeze(2) + e_std.unsqueeze(2) * torch.randn(n_ep, n_l, p_ep, len(dims), generator=gen)
         offsets[:, :, 0] = e_mean
-        rows_x, rows_lat, rows_win, rows_group = [], [], [], []
-        for e in range(n_ep):
-            pick = by_episode[e][torch.randperm(len(by_episode[e]), generator=gen)[:opts.episode_windows]]
-            k = len(pick)
-            xe = mean.repeat(n_l * p_ep, 1)
-            xe[:, dims] += offsets[e].reshape(n_l * p_ep, -1)
-            rows_x.append(xe.repeat_interleave(k, 0))
-            rows_lat.append(lat_cands.repeat_interleave(p_ep * k))
-            rows_win.append(pick.repeat(n_l * p_ep))
-            rows_group.append((e * n_l * p_ep + torch.arange(n_l * p_ep)).repeat_interleave(k))
-        with torch.no_grad():
-            sq, _ = _evaluate(replay, torch.cat(rows_x), torch.cat(rows_lat), torch.cat(rows_win),
-                              torch.cat(rows_group), n_ep * n_l * p_ep)
+        sq = torch.empty(n_ep * n_l * p_ep, 4)
+        block: list[int] = []
+        for e in range(n_ep + 1):  # episodes in blocks of at most ~65536 rows
+            if e < n_ep and (not block or (len(block) + 1) * n_l * p_ep * opts.episode_windows <= 65536):
+                block.append(e)
+                continue
+            rows_x, rows_lat, rows_win, rows_group = [], [], [], []
+            for i, b in enumerate(block):
+                pick = by_episode[b][torch.randperm(len(by_episode[b]), generator=gen)[:opts.episode_windows]]
+                k = len(pick)
+                xe = mean.repeat(n_l * p_ep, 1)
+                xe[:, dims] += offsets[b].reshape(n_l * p_ep, -1)
+                rows_x.append(xe.repeat_interleave(k, 0))
+                rows_lat.append(lat_cands.repeat_interleave(p_ep * k))
+                rows_win.append(pick.repeat(n_l * p_ep))
+                rows_group.append((i * n_l * p_ep + torch.arange(n_l * p_ep)).repeat_interleave(k))
+            with torch.no_grad():
+                sq_block, _ = _evaluate(replay, torch.cat(rows_x), torch.cat(rows_lat), torch.cat(rows_win),
+                                        torch.cat(rows_group), len(block) * n_l * p_ep)
+            sq[block[0] * n_l * p_ep:(block[-1] + 1) * n_l * p_ep] = sq_block
+            block = [e]
         cost = cost_of(sq).view(n_ep, n_l, p_ep)
         e_mean, e_std, _ = _cem_update(offsets, cost, e_mean, e_std, n_elite_ep)
         best = float(cost.min(-1).values.min(-1).values.sum())

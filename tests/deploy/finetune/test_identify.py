@@ -66,9 +66,9 @@ def cli(args: list[str], capsys) -> tuple[int, str, str]:
 def test_identifies_known_mass_latency_thrust_and_weak_motor(tmp_path, monkeypatch, capsys):
     gap = {"domain_rand.mass_scale": [TRUE_MASS_SCALE] * 2, "domain_rand.thrust_scale": [TRUE_THRUST_SCALE] * 2,
            "domain_rand.latency_steps": [TRUE_LATENCY_STEPS] * 2}
-    session = record_session(tmp_path, "known", gap, 0.4, monkeypatch, motors=WEAK_MOTOR)
+    session = record_session(tmp_path, "known", gap, 0.3, monkeypatch, motors=WEAK_MOTOR)
     data = read_transitions(session.recordings_dir)
-    assert data[STATE_FIELD].shape == (2400, 13)  # the state is recorded: 40 s at 100 Hz
+    assert data[STATE_FIELD].shape == (1800, 13)  # the state is recorded: 18 s at 100 Hz
 
     code, out, err = cli(["finetune", "identify", "--session", str(session.path)], capsys)
     assert code == 0, err
