@@ -48,3 +48,38 @@ class RobotState:
     @property
     def num_envs(self) -> int:
         return self.base_pos_w.shape[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The robot's state estimate as a flat vector (what fine-tuning sessions record for system identification)
+
+#: Version of the :func:`state_estimate` layout. A recording names it in its field labels (``state.v1``); a reader
+#: refuses a version it does not know. Bump it whenever :func:`state_estimate_fields` changes.
+STATE_ESTIMATE_VERSION = 1
+
+
+def state_estimate_fields(num_joints: int = 0) -> list[tuple[str, int, str, str]]:
+    """The layout of :func:`state_estimate` (version :data:`STATE_ESTIMATE_VERSION`): ``(name, size, unit,
+    frame)`` in order. The base pose and twist (13 values), then, for a robot with ``num_joints`` > 0 joints, the
+    joint positions and velocities in policy order (``2 J`` values)."""
+    fields = [("base_pos_w", 3, "m", "world"), ("base_quat_w", 4, "unit quaternion (w, x, y, z)", "body to world"),
+              ("base_lin_vel_w", 3, "m/s", "world"), ("base_ang_vel_b", 3, "rad/s", "body")]
+    if num_joints:
+        fields += [("joint_pos", int(num_joints), "rad", "joint"), ("joint_vel", int(num_joints), "rad/s", "joint")]
+    return fields
+
+
+def state_estimate_dim(num_joints: int = 0) -> int:
+    """Width of :func:`state_estimate`: 13, plus ``2 J`` for a robot with joints."""
+    return 13 + 2 * int(num_joints)
+
+
+def state_estimate(state: RobotState) -> torch.Tensor:
+    """The state a robot's estimator gives, flattened: ``[N, 13 (+ 2 J)]`` float32 in the order of
+    :func:`state_estimate_fields` (base position [m] and orientation (w, x, y, z) body-to-world, linear velocity
+    [m/s] in the world frame, angular velocity [rad/s] in the body frame, then joint positions [rad] and velocities
+    [rad/s] in policy order when the state has them)."""
+    parts = [state.base_pos_w, state.base_quat_w, state.base_lin_vel_w, state.base_ang_vel_b]
+    if state.joint_pos is not None:
+        parts += [state.joint_pos, state.joint_vel]
+    return torch.cat([p.reshape(p.shape[0], -1).float() for p in parts], dim=-1)

@@ -12,7 +12,8 @@ Each control step (:meth:`EdgeActor.act`, then :meth:`EdgeActor.record`):
   version 0 is the zero residual;
 * the robot executes ``a = clip(a_base + residual_scale * r, -1, 1)``;
 * the control-step transition is appended to the session's MCAP recording (durable at every flush, see
-  :mod:`sim2real.deploy.recording`) with the version that chose it; each completed hold (``hold_steps`` steps or
+  :mod:`sim2real.deploy.recording`) with the version that chose it and the robot's state estimate before and after
+  the step (:data:`STATE_FIELD`, what system identification replays); each completed hold (``hold_steps`` steps or
   an episode end) becomes one learner transition (:func:`~sim2real.deploy.finetune.residual_sac.macro_transitions`),
   queued for the learner.
 
@@ -33,6 +34,7 @@ Each episode's line in ``metrics.jsonl`` carries ``acked``: every recorded seq b
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import numpy as np
@@ -40,6 +42,7 @@ import torch
 
 from sim2real.deploy.finetune.policy_package import PolicyRejected, read_header, verify_policy
 from sim2real.configs.durable import sha256_bytes
+from sim2real.tasks.state import STATE_ESTIMATE_VERSION
 from sim2real.deploy.finetune.residual_sac import (
     ResidualActor, ResidualSpec, actor_template, compose_action, macro_transitions, residual_input,
 )
@@ -48,9 +51,20 @@ log = logging.getLogger("sim2real.finetune.actor")
 
 #: Fields of one recorded transition besides the vectors sized by the policy (see :func:`transition_sizes`).
 SCALAR_FIELDS = ("episode", "step", "version", "reward", "terminated", "truncated", "intervention")
+#: The recorded robot state before / after each control step: :func:`~sim2real.tasks.state.state_estimate`, its
+#: layout version in the label (a reader refuses a version it does not know; see :func:`is_state_field`).
+STATE_FIELD = f"state.v{STATE_ESTIMATE_VERSION}"
+NEXT_STATE_FIELD = f"next_state.v{STATE_ESTIMATE_VERSION}"
+_STATE_FIELD_RE = re.compile(r"^(next_)?state\.v(\d+)$")
 
 
-def transition_sizes(spec: ResidualSpec) -> dict[str, int]:
+def is_state_field(name: str) -> bool:
+    """Whether ``name`` is a recorded state field (``state.v<N>`` / ``next_state.v<N>``, any layout version): data
+    for system identification, never a learner input."""
+    return _STATE_FIELD_RE.match(name) is not None
+
+
+def transition_sizes(spec: ResidualSpec, state_dim: int = 0) -> dict[str, int]:
     """Field name -> size of one recorded transition (the MCAP layout; ``seq`` is the MCAP sequence number).
 
     ``obs``/``next_obs`` ``[D]`` the policy observation before/after the step (units of the observation layout in
@@ -58,11 +72,37 @@ def transition_sizes(spec: ResidualSpec) -> dict[str, int]:
     ``residual`` ``[A]`` in [-1, 1]; ``action`` ``[A]`` the executed normalised action; ``reward`` the task's
     reward of the step; ``terminated`` (a true end: crash, safety stop), ``truncated`` (time limit),
     ``intervention`` (the action came from the operator) as 0/1; ``episode``, ``step``, ``version`` integers.
+
+    With ``state_dim`` > 0 also :data:`STATE_FIELD` / :data:`NEXT_STATE_FIELD` ``[S]``: the robot's state estimate
+    when the observation was taken and after the step (the state the step ended in, also at an episode end), in the
+    layout of :func:`~sim2real.tasks.state.state_estimate_fields` (base position [m], orientation (w, x, y, z),
+    linear velocity [m/s] world frame, angular velocity [rad/s] body frame, then joint positions [rad] and
+    velocities [rad/s]): what system identification (:mod:`sim2real.deploy.finetune.identify`) replays.
     """
     d, a = spec.obs_dim, spec.action_dim
-    return {"episode": 1, "step": 1, "version": 1, "obs": d, "next_obs": d, "base_action": a,
-            "next_base_action": a, "residual": a, "action": a, "reward": 1, "terminated": 1, "truncated": 1,
-            "intervention": 1}
+    sizes = {"episode": 1, "step": 1, "version": 1, "obs": d, "next_obs": d, "base_action": a,
+             "next_base_action": a, "residual": a, "action": a, "reward": 1, "terminated": 1, "truncated": 1,
+             "intervention": 1}
+    if state_dim > 0:
+        sizes |= {STATE_FIELD: int(state_dim), NEXT_STATE_FIELD: int(state_dim)}
+    return sizes
+
+
+def recording_layout(recordings_dir, spec: ResidualSpec, state_dim: int = 0):
+    """The :class:`~sim2real.deploy.recording.layout.TransitionLayout` a session's actor records with: the one its
+    recording already has (a resumed session keeps its layout; one recorded before the state was recorded goes on
+    without it, with a warning: identification needs a new session), else :func:`transition_sizes` with the state.
+    """
+    from sim2real.deploy.recording.layout import TransitionLayout
+    from sim2real.deploy.recording.transitions import recorded_layout
+
+    layout = recorded_layout(recordings_dir)
+    if layout is None:
+        return TransitionLayout.from_sizes(transition_sizes(spec, state_dim))
+    if state_dim > 0 and not any(is_state_field(n) for n in layout.names):
+        log.warning("this session's recording started without the robot state (an older version): it goes on "
+                    "without it; system identification needs a session recorded with the state")
+    return layout
 
 
 def expected_metadata(session, spec: ResidualSpec) -> dict:
@@ -156,8 +196,14 @@ class EdgeActor:
         return compose_action(base_action, r, self.spec.residual_scale), base_action, r
 
     def record(self, obs, base_action, residual, action, reward: float, next_obs, next_base_action, *,
-               terminated: bool, truncated: bool, intervention: bool = False) -> int | None:
-        """Record one transition (and queue it for the learner); returns its seq (None without a recorder)."""
+               terminated: bool, truncated: bool, intervention: bool = False, state=None,
+               next_state=None) -> int | None:
+        """Record one transition (and queue it for the learner); returns its seq (None without a recorder).
+
+        ``state`` / ``next_state`` ``[S]`` (or ``[1, S]``): the robot's state estimate when ``obs`` was taken and
+        after the step; recorded when the recording's layout has the state fields (a ValueError from the recorder
+        if they are missing then), ignored otherwise. Never sent to the learner.
+        """
         values = {"episode": float(self.episode), "step": float(self.step_in_episode), "version": float(self.version),
                   "obs": obs, "next_obs": next_obs, "base_action": base_action, "next_base_action": next_base_action,
                   "residual": residual, "action": action, "reward": float(reward),
@@ -165,7 +211,15 @@ class EdgeActor:
         values = {k: np.asarray(torch.as_tensor(v).detach().cpu(), dtype=np.float32).reshape(-1)
                   for k, v in values.items()}
         self.step_in_episode += 1
-        seq = self.recorder.append(values) if self.recorder is not None else None
+        seq = None
+        if self.recorder is not None:
+            row = values
+            if STATE_FIELD in getattr(getattr(self.recorder, "layout", None), "sizes", {}):
+                row = dict(values)
+                for name, given in ((STATE_FIELD, state), (NEXT_STATE_FIELD, next_state)):
+                    if given is not None:
+                        row[name] = np.asarray(torch.as_tensor(given).detach().cpu(), dtype=np.float32).reshape(-1)
+            seq = self.recorder.append(row)
         if self.link is None:
             return seq
         self._macro_rows.append(values)

@@ -1,5 +1,5 @@
-"""Arguments and entry point of ``sim2real finetune {run, create, learner, eval}`` (see
-:mod:`sim2real.deploy.finetune.runner`)."""
+"""Arguments and entry point of ``sim2real finetune {run, create, learner, eval, identify}`` (see
+:mod:`sim2real.deploy.finetune.runner` and :mod:`sim2real.deploy.finetune.identify`)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,14 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--episodes", type=int, help="held-out episodes per score (default: the config's eval.episodes)")
     e.add_argument("--output", help="also write the scores as JSON here")
 
+    i = sub.add_parser("identify", help="identify the robot's dynamics from the session's recordings (the task's DR "
+                       "parameters and each motor's thrust): print them and write identified.json into the session")
+    i.add_argument("--session", required=True)
+    i.add_argument("--max-latency", type=int, default=5,
+                   help="the largest latency searched [control steps] (default 5)")
+    i.add_argument("--seed", type=int, default=0, help="seeds the search (default 0)")
+    i.add_argument("--verbose", action="store_true", help="print the search's progress on stderr")
+
 
 #: What ``sim2real finetune`` imports from its extra: the learner's SAC, the actor-learner link, the recordings.
 FINETUNE_MODULES = ("stable_baselines3", "zmq", "mcap", "mcap_ros2")
@@ -129,6 +137,18 @@ def _finetune_command(args) -> int:
             from sim2real.configs.durable import atomic_write_json
 
             atomic_write_json(Path(args.output), scores)
+        return 0
+
+    if args.finetune_command == "identify":
+        from sim2real.deploy.finetune.identify import Options, identify, write_identified
+
+        session = FinetuneSession.open(args.session)
+        if args.max_latency < 0:
+            raise ConfigError(f"--max-latency must be >= 0, got {args.max_latency}")
+        log = (lambda text: print(text, file=sys.stderr)) if args.verbose else None
+        result = identify(session, Options(max_latency=args.max_latency, seed=args.seed), log=log)
+        print(result.table())
+        print(f"written {write_identified(session, result)}")
         return 0
 
     if args.resume and args.policy is not None:

@@ -115,11 +115,13 @@ def transitions_from_recording(session_dir, hold: int) -> dict[str, np.ndarray]:
     empty arrays."""
     from pathlib import Path
 
+    from sim2real.deploy.finetune.actor import is_state_field
     from sim2real.deploy.recording.transitions import read_transitions
     from sim2real.deploy.finetune.residual_sac import macro_transitions
 
     steps = read_transitions(Path(session_dir) / "recordings")
-    steps = {k: v for k, v in steps.items() if k not in ("seq", "time_ns")}
+    # the robot state (system identification's data) is no learner input
+    steps = {k: v for k, v in steps.items() if k not in ("seq", "time_ns") and not is_state_field(k)}
     if "reward" not in steps:  # nothing recorded
         return {}
     return macro_transitions(steps, int(hold))

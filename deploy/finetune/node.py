@@ -28,12 +28,13 @@ the odometry's ``header.frame_id``):
     ``learner_alive`` (0/1), ``acked`` (transitions durable on disk; float32, exact below 2**24).
 
 Recordings (``<session>/recordings``): every transition (``transitions-*.mcap``, the EdgeActor's recorder, flushed
-every ``actor.flush_every`` steps and at every episode end) and the robot's topics (``topics-*.mcap``, a
-:class:`~sim2real.deploy.recording.topics.TopicRecorder`): ``odom``, ``estop``, ``finetune/teleop``,
-``finetune/episode`` as received, and the command topic, ``finetune/goal``, ``finetune/status`` as published (fully
-qualified names, wall-clock log times), flushed at episode ends, every ``topic_flush_every`` messages and on
-shutdown. Each episode's outcome (end reason, return, goal, start, final position error, interventions) is a line
-of ``<session>/metrics.jsonl`` (written by :meth:`EdgeActor.end_episode`).
+every ``actor.flush_every`` steps and at every episode end; with the odometry the observation was built from and
+the next tick's, the ``state.v1`` / ``next_state.v1`` fields that system identification replays) and the robot's
+topics (``topics-*.mcap``, a :class:`~sim2real.deploy.recording.topics.TopicRecorder`): ``odom``, ``estop``,
+``finetune/teleop``, ``finetune/episode`` as received, and the command topic, ``finetune/goal``,
+``finetune/status`` as published (fully qualified names, wall-clock log times), flushed at episode ends, every
+``topic_flush_every`` messages and on shutdown. Each episode's outcome (end reason, return, goal, start, final
+position error, interventions) is a line of ``<session>/metrics.jsonl`` (written by :meth:`EdgeActor.end_episode`).
 
 Learner link: an :class:`~sim2real.deploy.finetune.policy_channel.ActorLink` to ``<session>/learner/endpoints.json``
 (written by ``sim2real finetune learner``), else to the session config's ``link`` host and ports, or to the given
@@ -171,12 +172,12 @@ class FinetuneNode(EpisodePhases, PolicyNode):
         return ret
 
     def _configure_finetune(self) -> None:
-        from sim2real.deploy.finetune.actor import EdgeActor, transition_sizes
+        from sim2real.deploy.finetune.actor import EdgeActor, recording_layout
         from sim2real.deploy.finetune.config import residual_spec
-        from sim2real.deploy.recording.layout import TransitionLayout
         from sim2real.deploy.recording.topics import TopicRecorder
         from sim2real.deploy.recording.transitions import TransitionRecorder
         from sim2real.tasks import complete_saved_config
+        from sim2real.tasks.state import state_estimate_dim
 
         opts, cfg = self.options, self.finetune_cfg
         # one actor per session (RuntimeError naming the other's pid): held until the node is cleaned up
@@ -192,8 +193,10 @@ class FinetuneNode(EpisodePhases, PolicyNode):
                                    else self.task_cfg["init"]["pos_radius"])
         self.spec = residual_spec(self.session, cfg)
         self.base = _LastCall(lambda obs: torch.from_numpy(self.policy(obs.numpy())))
+        # each transition with the odometry before and after it (state_estimate: 13 values): system identification
         self.transitions = TransitionRecorder(self.session.recordings_dir,
-                                              TransitionLayout.from_sizes(transition_sizes(self.spec)),
+                                              recording_layout(self.session.recordings_dir, self.spec,
+                                                               state_estimate_dim()),
                                               flush_every=int(cfg["actor"]["flush_every"]))
         self.topics = TopicRecorder(self.session.recordings_dir, flush_every=int(opts.topic_flush_every))
         self.link = self._given_link if self._given_link is not None else self._make_link()

@@ -72,6 +72,7 @@ import torch
 
 from sim2real.deploy.nodes.base import record_fault
 from sim2real.deploy.ros_conversions import robot_state
+from sim2real.tasks.state import state_estimate
 
 #: Phase codes of ``finetune/status``.
 PHASE_EPISODE, PHASE_RESET, PHASE_SAFE_STOP, PHASE_READY = 0, 1, 2, 3
@@ -88,6 +89,7 @@ class _Pending:
     action: torch.Tensor
     last_action: torch.Tensor
     intervention: bool
+    state: torch.Tensor  # [1, 13] the odometry the observation was built from (state_estimate layout)
 
 
 class EpisodePhases:
@@ -203,7 +205,8 @@ class EpisodePhases:
         if teleop is not None:  # intervention: the operator's action, and the residual that would have given it
             action = teleop
             residual = ((teleop - base_action) / self.spec.residual_scale).clamp(-1.0, 1.0)
-        self._pending = _Pending(obs, base_action, residual, action, self.last_action.clone(), teleop is not None)
+        self._pending = _Pending(obs, base_action, residual, action, self.last_action.clone(), teleop is not None,
+                                 state_estimate(robot_state(sample, action, torch.zeros(1, 3))))
         return action
 
     def _record_pending(self, p: _Pending, sample, obs: torch.Tensor, *, terminated: bool, truncated: bool) -> None:
@@ -212,7 +215,8 @@ class EpisodePhases:
         state = robot_state(sample, p.action, torch.as_tensor(self._goal, dtype=torch.float32))
         reward = self.reward_fn(state, self._goal, p.action, p.last_action, terminated)
         self.actor.record(p.obs, p.base_action, p.residual, p.action, reward, obs, self.base(obs),
-                          terminated=terminated, truncated=truncated, intervention=p.intervention)
+                          terminated=terminated, truncated=truncated, intervention=p.intervention, state=p.state,
+                          next_state=state_estimate(state))
         self._return += reward
         self._interventions += int(p.intervention)
 

@@ -189,9 +189,8 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
 
 
 def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop) -> dict:
-    from sim2real.deploy.finetune.actor import EdgeActor, transition_sizes
+    from sim2real.deploy.finetune.actor import EdgeActor, recording_layout
     from sim2real.deploy.finetune.policy_channel import ActorLink
-    from sim2real.deploy.recording.layout import TransitionLayout
     from sim2real.deploy.recording.transitions import TransitionRecorder
     from sim2real.hardware.standins.reality_gap import SimulatedRobot
 
@@ -202,7 +201,9 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
     # A resumed session continues with a different draw of starts and goals (the robot moved on).
     robot = SimulatedRobot(robot_cfg, seed=seed + 1000 * session.current_actor_version() + len(session.metrics()),
                            realtime=cfg["standin"]["realtime"] if realtime is None else realtime)
-    recorder = TransitionRecorder(session.recordings_dir, TransitionLayout.from_sizes(transition_sizes(spec)),
+    state = robot.state()  # the robot's state estimate, recorded with every transition (system identification)
+    recorder = TransitionRecorder(session.recordings_dir,
+                                  recording_layout(session.recordings_dir, spec, state.shape[-1]),
                                   flush_every=int(cfg["actor"]["flush_every"]))
     link = None
     if learner == "sync":
@@ -229,16 +230,16 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
             action, base_action, residual = actor.act(obs)
             next_obs, reward, terminated, truncated, new_obs = robot.step(action)
             actor.record(obs, base_action, residual, action, reward, next_obs, base(next_obs),
-                         terminated=terminated, truncated=truncated)
+                         terminated=terminated, truncated=truncated, state=state, next_state=robot.step_state)
             ep_return += reward
             if terminated or truncated:
                 actor.end_episode({"end": "terminated" if terminated else "time_limit", "return": ep_return,
                                    **(robot.last_outcome or {})})
                 returns.append(ep_return)
                 ep_return = 0.0
-                obs = new_obs
+                obs, state = new_obs, robot.state()
             else:
-                obs = next_obs
+                obs, state = next_obs, robot.step_state
             if progress is not None and step % 500 == 0:
                 progress(step, total_steps, actor, robot.control_dt)
     finally:

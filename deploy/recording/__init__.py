@@ -57,6 +57,7 @@ Modules
   constants and :class:`RecordingWarning`;
 * :mod:`~sim2real.deploy.recording.recovery`: :func:`recover_mcap` and :class:`RecoveryReport`;
 * :mod:`~sim2real.deploy.recording.writer`: segment files, session directories and the recorder base class;
-* :mod:`~sim2real.deploy.recording.transitions`: :class:`TransitionRecorder` and :func:`read_transitions`;
+* :mod:`~sim2real.deploy.recording.transitions`: :class:`TransitionRecorder`, :func:`read_transitions` and
+  :func:`recorded_layout`;
 * :mod:`~sim2real.deploy.recording.topics`: :class:`TopicRecorder` and the ROS 2 ``.msg`` schemas.
 """

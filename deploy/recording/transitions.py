@@ -1,5 +1,6 @@
 """Control-step transitions: :class:`TransitionRecorder` writes them, :func:`read_transitions` reads a session's
-back (see :mod:`sim2real.deploy.recording` for the message convention)."""
+back, :func:`recorded_layout` tells the layout a session was recorded with (see :mod:`sim2real.deploy.recording` for
+the message convention)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,19 @@ def read_transitions(directory: str | os.PathLike, layout: TransitionLayout | It
     out["seq"] = seqs
     out["time_ns"] = np.array([f[1] for f in found], dtype=np.int64)
     return out
+
+
+def recorded_layout(directory: str | os.PathLike, *, topic: str = DEFAULT_TOPIC) -> TransitionLayout | None:
+    """The layout of the first transition recorded in ``directory`` (its dim labels and sizes), or None when no
+    transition is recorded there yet (or the directory does not exist). A recorder resuming a session must keep this
+    layout: :func:`read_transitions` refuses a session whose messages have different dims. Files are never
+    modified; damage is not reported here (:func:`read_transitions` does)."""
+    directory = Path(directory)
+    for _, path in _list_segments(directory, TRANSITIONS_PREFIX):
+        messages, _ = recover_mcap(path, emit_warnings=False)
+        for schema, channel, message in messages:
+            if channel.topic == topic and schema is not None and schema.name in (
+                    FLOAT32_MULTI_ARRAY, "std_msgs/Float32MultiArray"):
+                dims, _ = _decode_float32_multi_array(schema, bytes(message.data))
+                return TransitionLayout([(label, size) for label, size, _ in dims])
+    return None

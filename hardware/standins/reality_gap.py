@@ -24,6 +24,7 @@ import time
 import torch
 
 from sim2real.tasks import make_env
+from sim2real.tasks.state import state_estimate
 
 #: Named reality gaps: dotted config overrides with values outside the training DR ranges. ``quadrotor`` and
 #: ``legged`` are each robot kind's default (the issue's shifts); ``quadrotor_mass_thrust`` is the quadrotor's
@@ -117,6 +118,8 @@ class SimulatedRobot:
         control_dt: control period [s]; ``steps``: control steps taken; ``robot_time_s``: ``steps * control_dt``.
         episode: index of the current episode; ``last_outcome``: dict of the last finished episode
         (``success``, ``crash``, ``pos_error``... as the task env reports them).
+        step_state: the robot's state estimate ``[1, S]`` (:func:`~sim2real.tasks.state.state_estimate`) the last
+        :meth:`step` ended in (at an episode end: the state it ended in, before the reset), None before any step.
     """
 
     def __init__(self, cfg: dict, seed: int = 0, realtime: bool = False):
@@ -131,8 +134,12 @@ class SimulatedRobot:
         # The env resets an ended episode inside step(); keep the observation of the state it ended in (the
         # transition's next state, which a time-out bootstraps from).
         self._terminal_obs: torch.Tensor | None = None
+        self._terminal_state: torch.Tensor | None = None
+        self.step_state: torch.Tensor | None = None
+
         def keep_terminal(ids):
             self._terminal_obs = self.env.get_observations()["policy"].clone()
+            self._terminal_state = self.state()
 
         self.env.add_reset_callback(keep_terminal)  # called before the env resets the ended envs
         self._next_tick = time.monotonic()
@@ -144,6 +151,12 @@ class SimulatedRobot:
     def observation(self) -> torch.Tensor:
         """The policy observation ``[1, D]`` of the current state (built by the task's ObservationBuilder)."""
         return self._obs
+
+    def state(self) -> torch.Tensor:
+        """The robot's current state estimate ``[1, S]`` (a copy; :func:`~sim2real.tasks.state.state_estimate`:
+        base pose and twist, and joints for a legged robot): the noise-free simulator state, what a real robot's
+        estimator approximates."""
+        return state_estimate(self.env.robot_state()).clone()
 
     def step(self, action: torch.Tensor):
         """Apply ``action`` ``[1, A]`` (normalised) for one control period.
@@ -166,9 +179,11 @@ class SimulatedRobot:
         if bool(done[0]):
             truncated = bool(extras["time_outs"][0])
             next_obs = self._terminal_obs
+            self.step_state = self._terminal_state
             self.last_outcome = {k: float(v[0]) for k, v in env.last_outcome.items()}
             self.episode += 1
             self._obs = obs
             return next_obs, float(reward[0]), not truncated, truncated, obs
         self._obs = obs
+        self.step_state = self.state()
         return obs, float(reward[0]), False, False, None
