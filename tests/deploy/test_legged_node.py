@@ -216,7 +216,7 @@ class Graph:
                                    context=ctx)
         self.joints: JointState | None = joint_msg(joints or DEFAULT)
         self.imu: Imu | None = imu_msg()
-        self.last_joint_pub = None
+        self.last_joint_pub = self.last_imu_pub = None
         self.feeds = 0
         joint_pub = self.probe.publisher(f"{namespace}/joint_states", JointState)
         imu_pub = self.probe.publisher(f"{namespace}/imu", Imu)
@@ -227,6 +227,7 @@ class Graph:
                 self.last_joint_pub = time.monotonic()
             if self.imu is not None:
                 imu_pub.publish(self.imu)
+                self.last_imu_pub = time.monotonic()
             self.feeds += 1
 
         self.probe.create_timer(0.005, feed)
@@ -345,12 +346,12 @@ def test_stale_input_gives_damping_then_a_new_ramp(start, legged_policy, stale):
     moved = dict(DEFAULT, FR_calf_joint=-1.5)
     g.joints = joint_msg(moved)
     assert wait_until(lambda: g.node._joints.pos[FR_CALF] == -1.5, 10.0)
-    t_stop = time.monotonic()
     setattr(g, "joints" if stale == "joint_states" else "imu", None)
     g.fed()  # the last one is out
+    t_last = g.last_joint_pub if stale == "joint_states" else g.last_imu_pub
     assert g.wait_for(is_damping)
-    t_damp = next(c[0] for c in g.commands(since=t_stop) if is_damping(*c[1:]))
-    assert 0.09 <= t_damp - t_stop, t_damp - t_stop  # seen from outside: never before the timeout
+    t_damp = next(c[0] for c in g.commands(since=t_last) if is_damping(*c[1:]))
+    assert 0.09 <= t_damp - t_last, t_damp - t_last  # seen from outside: never before the timeout
     assert g.node.fault == f"stale_{stale}"
     # In the node: the first damping tick is the first tick after the 0.1 s timeout (the one before was within it).
     last_input = g.node.monitor.last_time[stale]
