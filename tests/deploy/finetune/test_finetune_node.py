@@ -32,6 +32,7 @@ from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from ros_helpers import TopicRecorder, wait_until
 from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
+from sim2real.sim.rotations import quat_to_rotmat
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 ROBOT = load_robot("crazyflie2")
@@ -376,15 +377,24 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     assert node.phase == PHASE_READY and node.actor.step_in_episode == 0  # operator mode: waits for "start"
     assert node.transitions.next_seq == 0
 
-    # Episode 0: the operator starts it, then overrides it with a climb until the geofence's top (a steady climb of
-    # about 3 m/s^2: the base policy then catches the drone within a second, whatever the scheduling of the ticks).
+    # Episode 0: the operator starts it, then, once the base policy has the drone level and still, overrides it with
+    # a climb until the geofence's top (a steady climb of about 3 m/s^2, equal thrust on every motor: started while
+    # the drone still turned, it tipped over instead; the base policy then catches the drone within a second,
+    # whatever the scheduling of the ticks).
     f.episode_command("start")
     f.wait(lambda: node.phase == PHASE_EPISODE, what="the operator's start")
-    f.wait(lambda: node.actor.step_in_episode >= 30, what="30 steps of the base policy")
+
+    def steady() -> bool:
+        tilt_cos = float(quat_to_rotmat(f.sim.dyn.quat_w)[0, 2, 2])
+        return tilt_cos > math.cos(0.05) and float(torch.linalg.vector_norm(f.sim.dyn.ang_vel_b[0])) < 0.2
+
+    f.wait(lambda: node.actor.step_in_episode >= 30 and steady(), what="30 steps of the base policy, level and still")
+    assert node.phase == PHASE_EPISODE
     f.publish("finetune/teleop", Float32MultiArray, Float32MultiArray(data=[math.nan, 0.5, 0.5, 0.5]), times=1)
     f.teleop = [TELEOP_CLIMB] * 4
     f.wait(lambda: node.phase == PHASE_SAFE_STOP, what="the geofence breach")
     f.teleop = None
+    assert node.episodes_ended[-1]["end"] == "envelope:geofence", node.episodes_ended[-1]
     with node._lock:  # between two ticks
         t_stop, hold, faults = node.phase_since, node.target.copy(), dict(node.tick_faults)
         t_snap = node.tick_times[-1]
