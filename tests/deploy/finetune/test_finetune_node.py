@@ -373,7 +373,8 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     f = flight(options)
     node = f.node
     f.wait(lambda: node.phase == PHASE_READY, what="the first reset")
-    time.sleep(0.4)
+    ticks = len(node.tick_times)
+    f.wait(lambda: len(node.tick_times) >= ticks + 40, what="40 ticks")
     assert node.phase == PHASE_READY and node.actor.step_in_episode == 0  # operator mode: waits for "start"
     assert node.transitions.next_seq == 0
 
