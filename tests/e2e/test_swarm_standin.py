@@ -3,10 +3,10 @@ room of columns at density 0.2, the task's collision model) + ``sim2real deploy 
 
 * With the shipped trained swarm policy (skipped until ``policies/pretrained/quadrotor-swarm`` exists): every drone
   flies ~2.5 m from its start, past the columns, to its goal and holds it within 0.3 m for 1 s, with no collision
-  in the stand-in's report (how long it all takes is printed, not tested: a timing figure). The flight runs the one batched node (``--one-node``): with one node
-  per drone, four control callbacks a tick share 2 cores with the stand-in, and the scheduling jitter made the
-  middle drones brush their columns in about half of the runs on this machine (the layouts' mechanics are the next
-  test's).
+  in the stand-in's report (how long it all takes is printed, not tested: a timing figure). The flight runs the one
+  batched node (``--one-node``): with one node per drone, four control callbacks a tick share 2 cores with the
+  stand-in, and the scheduling jitter made the middle drones brush their columns in about half of the runs on this
+  machine (the layouts' mechanics are the next test's).
 * With a synthetic policy (the real swarm metadata, a constant near-hover action), for the mechanics: one node per
   drone, then one node for all (``--one-node``), each releases and commands every drone; stopping the deploy
   process idles every drone's motors; the stand-in writes its report.
