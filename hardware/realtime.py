@@ -44,6 +44,12 @@ class RealTimeStepper:
         self.steps_taken += n_take
         return n_take
 
+    def passed_multiple_of(self, every: int, n: int) -> bool:
+        """Whether the last ``n`` steps taken (one :meth:`due` answer) include a step whose number (counted from 1)
+        is a multiple of ``every``: a sensor sampled every ``every`` steps fell due during them, even when a late
+        call's catch-up ends between two of its samples."""
+        return n > 0 and self.steps_taken // every > (self.steps_taken - n) // every
+
     @property
     def sim_time(self) -> float:
         """Simulated time [s] of the steps taken so far."""

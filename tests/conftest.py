@@ -48,6 +48,28 @@ def tiny_overrides(num_envs: int = 64) -> list[str]:
             "env.episode_length_s=0.1"]
 
 
+@pytest.fixture(autouse=True)
+def _restore_thread_scheduling():
+    """A CLI command run in-process (``main(["standin", ...])``) raises the calling thread to ``SCHED_FIFO``, as it
+    does in its own process: the test thread gets its scheduling and nice value back afterwards, or the rest of the
+    session, and every process it starts (they inherit it), would run at real-time priority."""
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    import threading
+
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    yield
+    if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+        os.sched_setscheduler(0, policy, param)
+    if os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError:  # raising a priority back needs a privilege; lowering it never does
+            pass
+
+
 @pytest.fixture(scope="session")
 def shared_robots() -> Path:
     """``<shared>/robots``; skips the test when the real robot models are not on this machine."""

@@ -1,5 +1,6 @@
 """Test helpers for ROS 2 graphs: a node that records what arrives on topics (with the monotonic arrival time) and
-publishes on demand, a polling wait, and starting / stopping ``sim2real`` CLI processes.
+publishes on demand, a polling wait, an injected clock for a stand-in's physics timer, and starting / stopping
+``sim2real`` CLI processes.
 
 Imported as ``ros_helpers`` (``tests/conftest.py`` puts ``tests/`` on ``sys.path``, as ``--import-mode=importlib``
 does not)."""
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from typing import Callable
 
 from rclpy.node import Node
@@ -76,6 +78,51 @@ class TopicRecorder(Node):
         if topic not in self._pubs:
             self._pubs[topic] = self.create_publisher(msg_type, topic, QoSProfile(depth=10))
         return self._pubs[topic]
+
+
+class InjectedClock:
+    """Runs a stand-in's physics timer callback (``node._on_timer``) by hand on an injected clock, so that a test can
+    count what the stand-in publishes per simulated step whatever the machine's load.
+
+    Cancels the node's own timer and makes the stand-in module's ``time.monotonic`` read this clock (through
+    ``monkeypatch``, until the test ends); simulated time restarts at 0 with a fresh
+    :class:`~sim2real.hardware.realtime.RealTimeStepper`. Stop spinning the node (or never spin it) before: a timer
+    callback in flight in an executor would race with :meth:`run`."""
+
+    def __init__(self, node, monkeypatch):
+        import sys
+
+        from sim2real.hardware.realtime import RealTimeStepper
+
+        self.node = node
+        node.timer.cancel()
+        self.now = 0.0
+        monkeypatch.setattr(sys.modules[type(node).__module__], "time",
+                            types.SimpleNamespace(monotonic=lambda: self.now))
+        node.stepper = RealTimeStepper(node.dt, 0.0, node.stepper.max_catch_up_steps)
+        self._due = 0
+
+    def run(self, steps_per_callback) -> None:
+        """One timer callback per entry, the clock first advanced so that exactly that many physics steps are due
+        (1: a callback on time; more: a late one, which catches up)."""
+        for n in steps_per_callback:
+            self._due += int(n)
+            self.now = self._due * self.node.dt
+            self.node._on_timer()
+
+
+def count_calls(obj, name: str) -> list:
+    """Wrap method ``name`` of ``obj`` (an instance attribute shadows the class's) to count its calls; returns a
+    one-element list holding the count."""
+    count = [0]
+    method = getattr(obj, name)
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return method(*args, **kwargs)
+
+    setattr(obj, name, counted)
+    return count
 
 
 def spawn_cli(args: list[str], log_path) -> subprocess.Popen:

@@ -263,11 +263,11 @@ class SimLeggedNode(Node):
 
     def _on_timer(self) -> None:
         now = time.monotonic()
-        sensors = odom = False
-        for _ in range(self.stepper.due(now)):
+        n = self.stepper.due(now)
+        for _ in range(n):
             self.physics_step(now)
-            sensors |= self.stepper.steps_taken % self.sensor_every == 0
-            odom |= self.stepper.steps_taken % self.odom_every == 0
+        sensors = self.stepper.passed_multiple_of(self.sensor_every, n)
+        odom = self.stepper.passed_multiple_of(self.odom_every, n)
         if sensors or odom:
             mujoco.mj_forward(self.model, self.data)  # positions and velocities of the new state
         if sensors:

@@ -344,12 +344,11 @@ class SimSwarmNode(Node):
 
     def _on_timer(self) -> None:
         now = time.monotonic()
-        publish = False
         self._collisions_changed = False
-        for _ in range(self.stepper.due(now)):
+        n = self.stepper.due(now)
+        for _ in range(n):
             self.physics_step(now)
-            publish |= self.stepper.steps_taken % self.sensor_every == 0
-        if publish:
+        if self.stepper.passed_multiple_of(self.sensor_every, n):
             self.publish_odometry()
         if self._collisions_changed:
             self.publish_collisions()

@@ -8,7 +8,6 @@ The policies are linear with the real humanoid-footsteps metadata (tests/deploy/
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -82,9 +81,26 @@ def walk(first: int = LEFT, n: int = 6, stride: float = 0.2, width: float = 0.1)
     return np.array(out)
 
 
+class ManualClock:
+    """The legged node module's ``time`` while a test ticks a node by hand: ``monotonic()`` reads :attr:`now`, which
+    only the test moves, so inputs are exactly as fresh as the test says however slow the machine."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 @pytest.fixture
-def node_factory(ros_ctx, namespace, footstep_policy):
+def node_factory(ros_ctx, namespace, footstep_policy, monkeypatch):
+    """``node_factory(**node_kwargs) -> LeggedPolicyNode`` (configured, ticked by hand, on ``node_factory.clock``, a
+    :class:`ManualClock`)."""
+    from sim2real.deploy.nodes import legged
+
     nodes = []
+    clock = ManualClock()
+    monkeypatch.setattr(legged, "time", clock)
 
     def make(**kwargs) -> LeggedPolicyNode:
         node = LeggedPolicyNode(footstep_policy(), ROBOT, namespace=namespace, context=ros_ctx, **kwargs)
@@ -93,6 +109,7 @@ def node_factory(ros_ctx, namespace, footstep_policy):
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.configure_error
         return node
 
+    make.clock = clock
     yield make
     for node in nodes:
         node.destroy_node()
@@ -100,8 +117,7 @@ def node_factory(ros_ctx, namespace, footstep_policy):
 
 def in_policy(node: LeggedPolicyNode, pos=(0.0, 0.0, 0.8), quat=(1.0, 0.0, 0.0, 0.0)) -> None:
     """Activate with ramp_s = 0, fresh inputs, tick once: the policy takes over (stepping in place). The inputs
-    arrive after the activation, as a robot's streams keep arriving: activation (a full GC pass, then freezing it)
-    may outlast the state timeout on a loaded machine."""
+    arrive after the activation, as a robot's streams keep arriving."""
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     node._on_joint_states(joint_msg(DEFAULT))
     node._on_imu(imu_msg(quat))
@@ -254,7 +270,7 @@ def test_missing_stale_or_invalid_odometry_sends_the_damping_command(node_factor
     node._on_odom(odom_msg())
     node._on_tick()
     assert node.fault is None and node.phase == "policy" and np.all(node.last_published[1] > 0)
-    time.sleep(0.15)
+    node_factory.clock.now += 0.15
     node._on_joint_states(joint_msg(DEFAULT))
     node._on_imu(imu_msg())
     node._on_tick()

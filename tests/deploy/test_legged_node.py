@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rclpy.duration import Duration
 from rclpy.lifecycle import TransitionCallbackReturn
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, Float32MultiArray
@@ -24,7 +25,7 @@ from std_msgs.msg import Bool, Float32MultiArray
 from sim2real.configs import load_robot
 from sim2real.deploy.nodes.legged import LeggedPolicyNode
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from ros_helpers import TopicRecorder, wait_until
+from ros_helpers import TopicRecorder, count_calls, wait_until
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -215,7 +216,8 @@ class Graph:
                                    context=ctx)
         self.joints: JointState | None = joint_msg(joints or DEFAULT)
         self.imu: Imu | None = imu_msg()
-        self.last_joint_pub = None
+        self.last_joint_pub = self.last_imu_pub = None
+        self.feeds = 0
         joint_pub = self.probe.publisher(f"{namespace}/joint_states", JointState)
         imu_pub = self.probe.publisher(f"{namespace}/imu", Imu)
 
@@ -225,8 +227,20 @@ class Graph:
                 self.last_joint_pub = time.monotonic()
             if self.imu is not None:
                 imu_pub.publish(self.imu)
+                self.last_imu_pub = time.monotonic()
+            self.feeds += 1
 
         self.probe.create_timer(0.005, feed)
+
+    def fed(self, n: int = 2) -> None:
+        """Wait until the feeder has run ``n`` more times (so that a feed in progress has finished)."""
+        start = self.feeds
+        assert wait_until(lambda: self.feeds >= start + n, 10.0)
+
+    def commands_after(self, n: int, since: float) -> list:
+        """Wait for ``n`` commands received after ``since`` [s, monotonic]; returns them all."""
+        assert wait_until(lambda: len(self.commands(since=since)) >= n, 10.0), len(self.commands(since=since))
+        return self.commands(since=since)
 
     def commands(self, since=-math.inf) -> list[tuple[float, np.ndarray, np.ndarray, np.ndarray]]:
         """``[(arrival time, targets, kp, kd), ...]`` in policy order (by name), targets and gains paired."""
@@ -245,14 +259,17 @@ class Graph:
         c = self.commands(since=time.monotonic() - 0.2)
         return c[-1] if c else None
 
-    def wait_for(self, predicate, timeout=3.0) -> bool:
+    def wait_for(self, predicate, timeout=10.0) -> bool:
         return wait_until(lambda: (c := self.last()) is not None and predicate(*c[1:]), timeout)
 
     def publish(self, topic, msg_type, msg, times=5) -> None:
+        """Publish ``msg`` ``times`` times; returns once the node's subscription has them (acknowledged)."""
         pub = self.probe.publisher(f"{self.ns}/{topic}", msg_type)
+        assert wait_until(lambda: pub.get_subscription_count() > 0, 10.0)
         for _ in range(times):
             pub.publish(msg)
             time.sleep(0.01)
+        assert pub.wait_for_all_acked(Duration(seconds=10.0))
 
 
 def is_damping(targets, kp, kd) -> bool:
@@ -294,23 +311,32 @@ def test_activation_ramps_from_the_measured_pose_then_hands_over_with_zero_last_
     crouch = {n: DEFAULT[n] + (0.3 if n.endswith("calf_joint") else 0.0) for n in POLICY_ORDER}
     # The (fake) robot is crouched from the first message on and does not move: the ramp starts from there.
     g = start(legged_policy(bias, w), ramp_s=0.4, joints=crouch)
-    assert wait_until(lambda: g.node.phase == "policy" and len(g.commands()) > 5 + 0.4 / 0.02, 5.0)
-    time.sleep(0.1)
-    cmds = [c for c in g.commands() if not is_damping(*c[1:])]
+
+    def split():
+        cmds = [c for c in g.commands() if not is_damping(*c[1:])]
+        return cmds, [c for c in cmds if abs(c[1][FL_HIP]) < 1e-9], [c for c in cmds if abs(c[1][FL_HIP]) >= 1e-9]
+
+    assert wait_until(lambda: g.node.phase == "policy" and len(split()[2]) >= 3, 10.0)
+    cmds, ramp, after = split()
     measured = np.array([crouch[n] for n in POLICY_ORDER])
-    ramp = [c for c in cmds if abs(c[1][FL_HIP]) < 1e-9]
-    after = [c for c in cmds if abs(c[1][FL_HIP]) >= 1e-9]
     for _, targets, kp, kd in cmds:  # the policy's PD gains throughout
         np.testing.assert_allclose(kp, KP)
         np.testing.assert_allclose(kd, KD)
-    np.testing.assert_allclose(ramp[0][1], measured, atol=0.3 * 0.02 / 0.4 + 1e-6)  # starts at the measured pose
+    np.testing.assert_allclose(ramp[0][1], measured, atol=1e-9)  # starts at the measured pose
     np.testing.assert_allclose(ramp[-1][1], DEFAULT_VEC, atol=1e-6)  # ends at the default pose
-    alpha = [(measured - t)[2] / 0.3 for _, t, _, _ in ramp]  # linear in time, one tick (0.02 s) at a time
-    assert all(b >= a - 1e-9 for a, b in zip(alpha, alpha[1:])) and max(np.diff(alpha)) < 0.2
-    assert 0.3 <= ramp[-1][0] - ramp[0][0] <= 0.6, ramp[-1][0] - ramp[0][0]
+    # Linear in the node's time, one tick at a time: each ramp command is the pose of a ramp tick's time (the node's
+    # tick times: from the tick that started the ramp to the one that reached the default pose and handed over).
+    t0, t_end = g.node._ramp_t0, g.node.policy_since
+    ticks = [t for t in list(g.node.tick_times) if t0 <= t <= t_end]
+    assert len(ticks) == g.node.tick_phases["ramp"]
+    assert ticks[-1] - t0 >= 0.4 > ticks[-2] - t0  # handed over at the first tick at or after ramp_s
+    alpha_of_tick = [min(1.0, (t - t0) / 0.4) for t in ticks]
+    alpha = [(measured - t)[2] / 0.3 for _, t, _, _ in ramp]
+    assert all(min(abs(a - b) for b in alpha_of_tick) < 1e-6 for a in alpha), (alpha, alpha_of_tick)  # (float32 poses)
+    assert alpha == sorted(alpha) and alpha[0] == 0.0 and alpha[-1] == pytest.approx(1.0, abs=1e-6)
     expected_first = [ACTION_SCALE * a for a in (0.1, 0.15, 0.175)]
     np.testing.assert_allclose([c[1][FL_HIP] for c in after[:3]], expected_first, atol=1e-6)
-    assert g.node.fault is None and g.node.tick_phases["ramp"] >= 0.4 / 0.02 - 2
+    assert g.node.fault is None
 
 
 @pytest.mark.parametrize("stale", ["joint_states", "imu"])
@@ -319,16 +345,22 @@ def test_stale_input_gives_damping_then_a_new_ramp(start, legged_policy, stale):
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
     moved = dict(DEFAULT, FR_calf_joint=-1.5)
     g.joints = joint_msg(moved)
-    time.sleep(0.05)
+    assert wait_until(lambda: g.node._joints.pos[FR_CALF] == -1.5, 10.0)
     setattr(g, "joints" if stale == "joint_states" else "imu", None)
-    t_stop = time.monotonic()
-    assert g.wait_for(is_damping, timeout=1.0)
-    t_damp = next(c[0] for c in g.commands(since=t_stop) if is_damping(*c[1:]))
-    assert 0.09 <= t_damp - t_stop <= 0.1 + 0.02 + 0.1, t_damp - t_stop
+    g.fed()  # the last one is out
+    t_last = g.last_joint_pub if stale == "joint_states" else g.last_imu_pub
+    assert g.wait_for(is_damping)
+    t_damp = next(c[0] for c in g.commands(since=t_last) if is_damping(*c[1:]))
+    assert 0.09 <= t_damp - t_last, t_damp - t_last  # seen from outside: never before the timeout
     assert g.node.fault == f"stale_{stale}"
+    # In the node: the first damping tick is the first tick after the 0.1 s timeout (the one before was within it).
+    last_input = g.node.monitor.last_time[stale]
+    assert g.node.fault_since - last_input > 0.1
+    ticks = list(g.node.tick_times)
+    assert ticks[ticks.index(g.node.fault_since) - 1] - last_input <= 0.1
     np.testing.assert_allclose(g.last()[1], [moved[n] for n in POLICY_ORDER], atol=1e-6)  # holds where it is
     g.joints, g.imu = joint_msg(DEFAULT), imu_msg()
-    assert g.wait_for(lambda t, kp, kd: (kp == KP).all(), timeout=1.0)
+    assert g.wait_for(lambda t, kp, kd: (kp == KP).all())
     assert g.node.phase in ("ramp", "policy")
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
 
@@ -348,7 +380,7 @@ def test_invalid_input_gives_damping_until_valid_again(start, legged_policy, bad
         g.imu = imu_msg(gyro=(0.0, math.nan, 0.0))
     else:
         g.imu = imu_msg((0.0, 0.0, 0.0, 0.9))
-    assert g.wait_for(is_damping, timeout=0.5)
+    assert g.wait_for(is_damping)
     assert g.node.fault == fault
     g.joints, g.imu = joint_msg(DEFAULT), imu_msg()
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
@@ -366,12 +398,11 @@ def test_estop_is_latched_until_restart(start, legged_policy):
     g = start(legged_policy(THIGH_BIAS))
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
     g.publish("estop", Bool, Bool(data=True))
-    assert g.wait_for(is_damping, timeout=0.5)
+    assert g.wait_for(is_damping)
     g.publish("estop", Bool, Bool(data=False))
     t0 = time.monotonic()
-    time.sleep(0.3)  # fresh joint states and IMU keep arriving
-    after = g.commands(since=t0)
-    assert len(after) >= 10 and all(is_damping(*c[1:]) for c in after)
+    after = g.commands_after(10, t0)  # the next 10 commands, while fresh joint states and IMU keep arriving
+    assert all(is_damping(*c[1:]) for c in after)
     np.testing.assert_allclose(after[-1][1], DEFAULT_VEC, atol=1e-6)  # damping holds the measured positions
     assert g.node.fault == "estop"
 
@@ -380,31 +411,39 @@ def test_a_fall_gives_damping_latched_until_the_next_activation(start, legged_po
     g = start(legged_policy(THIGH_BIAS), max_tilt_rad=1.0)
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
     g.imu = imu_msg((0.0, math.sin(0.45), 0.0, math.cos(0.45)))       # pitched 0.9 rad: still up
-    time.sleep(0.1)
+    assert wait_until(lambda: abs(g.node.tilt() - 0.9) < 1e-6, 10.0)
+    t0 = time.monotonic()
+    assert not any(is_damping(*c[1:]) for c in g.commands_after(5, t0))
     assert g.node.fault is None and g.node.phase == "policy"
     g.imu = imu_msg((0.0, math.sin(0.6), 0.0, math.cos(0.6)))         # pitched 1.2 rad: fallen
-    assert g.wait_for(is_damping, timeout=0.5)
+    assert g.wait_for(is_damping)
     assert g.node.fault == "fallen" and g.node.fallen
     g.imu = imu_msg()                                                 # upright again (picked up): still damping
+    assert wait_until(lambda: g.node.tilt() == 0.0, 10.0)
     t0 = time.monotonic()
-    time.sleep(0.2)
-    assert all(is_damping(*c[1:]) for c in g.commands(since=t0)) and g.node.fault == "fallen"
+    assert all(is_damping(*c[1:]) for c in g.commands_after(10, t0)) and g.node.fault == "fallen"
     assert g.node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
     assert g.node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6), timeout=3.0)
 
 
-def test_deactivate_publishes_an_acknowledged_damping_command_then_silence(start, legged_policy):
+def test_deactivate_publishes_an_acknowledged_damping_command_then_silence(start, legged_policy, monkeypatch):
+    from sim2real.deploy.nodes import base
+
+    acked = []
+    monkeypatch.setattr(base, "wait_for_acks", lambda pubs, wait=base.wait_for_acks: acked.append(wait(pubs)) or
+                        acked[-1])
     g = start(legged_policy(THIGH_BIAS))
     assert g.wait_for(lambda t, kp, kd: np.allclose(t, policy_targets(THIGH_BIAS), atol=1e-6))
     t0 = time.monotonic()
-    assert g.node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS  # waits for the acknowledgement
-    assert time.monotonic() - t0 < 0.5 + 0.2
-    assert wait_until(lambda: g.commands(since=t0) and is_damping(*g.commands(since=t0)[-1][1:]), 0.5)
+    assert g.node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    assert acked == [True]  # it waited for the probe's acknowledgement of the damping command
+    assert wait_until(lambda: g.commands(since=t0) and is_damping(*g.commands(since=t0)[-1][1:]), 10.0)
     assert g.node.phase == "inactive" and not g.node.active
     n = g.probe.count(g.targets_topic)
-    time.sleep(0.2)
-    assert g.probe.count(g.targets_topic) == n
+    inputs = count_calls(g.node.monitor, "on_input")
+    assert wait_until(lambda: inputs[0] >= 20, 10.0)  # joint states and IMU keep arriving ...
+    assert g.probe.count(g.targets_topic) == n  # ... and no command goes out
 
 
 def test_jump_command_sets_the_command_and_restarts_its_clock(start, legged_policy):
@@ -419,17 +458,19 @@ def test_jump_command_sets_the_command_and_restarts_its_clock(start, legged_poli
     assert g.wait_for(waiting)
     assert g.node.phase == "policy"
     g.publish("jump_command", Float32MultiArray, Float32MultiArray(data=[0.4, 0.0, 0.0]), times=1)  # malformed
-    time.sleep(0.1)
-    assert waiting(*g.last()[1:])
+    assert all(waiting(*c[1:]) for c in g.commands_after(5, time.monotonic()))
     t_cmd = time.monotonic()
     g.publish("jump_command", Float32MultiArray, jump, times=1)
-    assert g.wait_for(lambda t, kp, kd: abs(t[FR_HIP] - ACTION_SCALE * 0.4) < 1e-6, timeout=1.0)
-    time.sleep(0.3)
+    assert g.wait_for(lambda t, kp, kd: abs(t[FR_HIP] - ACTION_SCALE * 0.4) < 1e-6)
+    # The command clock (command_time seen by the policy) runs from the command's arrival: never more than the time
+    # since it was sent.
+    assert g.wait_for(lambda t, kp, kd: t[FL_HIP] / ACTION_SCALE >= 0.15)
     _, targets, _, _ = g.last()
-    elapsed = targets[FL_HIP] / ACTION_SCALE  # command_time seen by the policy
-    assert 0.15 <= elapsed <= time.monotonic() - t_cmd + 0.01, elapsed
+    elapsed = targets[FL_HIP] / ACTION_SCALE
+    assert elapsed <= time.monotonic() - t_cmd + 0.01, elapsed
+    t_again = time.monotonic()
     g.publish("jump_command", Float32MultiArray, jump, times=1)  # a new command restarts the clock
-    assert g.wait_for(lambda t, kp, kd: t[FL_HIP] / ACTION_SCALE < 0.1, timeout=1.0)
+    assert g.wait_for(lambda t, kp, kd: t[FL_HIP] / ACTION_SCALE <= time.monotonic() - t_again + 0.01)
 
 
 def test_cli_refuses_a_mismatched_policy_and_quadrotor_flags(legged_policy, capsys):

@@ -16,6 +16,7 @@ import pytest
 import torch
 from geometry_msgs.msg import PoseArray
 from nav_msgs.msg import Odometry
+from rclpy.duration import Duration
 from rclpy.lifecycle import TransitionCallbackReturn
 from std_msgs.msg import Bool, Float32MultiArray
 
@@ -124,10 +125,15 @@ class Feeder:
             pub.publish(msg)
 
     def publish(self, topic: str, msg_type, msg, times: int = 3) -> None:
+        """Publish ``msg`` ``times`` times on every namespace; returns once the nodes' subscriptions have them
+        (acknowledged)."""
+        pubs = [self.probe.publisher(f"{ns}/{topic}", msg_type) for ns in self.namespaces]
+        assert wait_until(lambda: all(p.get_subscription_count() > 0 for p in pubs), 10.0)
         for _ in range(times):
-            for ns in self.namespaces:
-                self.probe.publisher(f"{ns}/{topic}", msg_type).publish(msg)
+            for pub in pubs:
+                pub.publish(msg)
             time.sleep(0.01)
+        assert all(p.wait_for_all_acked(Duration(seconds=10.0)) for p in pubs)
 
     def command(self, ns: str, drone: str, since: float = -math.inf) -> np.ndarray | None:
         msgs = self.probe.messages(f"{ns}/{drone}/cmd/ctbr", since)
@@ -146,11 +152,11 @@ def test_observation_equals_the_task_builder_on_the_published_states_with_a_stal
             probe.create_publisher(PoseArray, f"{namespace}/obstacles", latched_qos()).publish(
                 obstacles_to_message(COLUMNS))
             probe.publisher(f"{namespace}/cf3/odom", Odometry).publish(odom(states, 3))
-            assert wait_until(lambda: "cf3" in node.peer_times, 3.0)
+            assert wait_until(lambda: "cf3" in node.peer_times, 10.0)
             time.sleep(0.6)  # cf3 falls silent: older than the 0.5 s peer timeout below
             for i, name in enumerate(NAMES):
                 probe.publisher(f"{namespace}/{name}/odom", Odometry).publish(odom(states, i))
-            assert wait_until(lambda: all(n in node.peer_times for n in NAMES) and node.centers is not None, 3.0)
+            assert wait_until(lambda: all(n in node.peer_times for n in NAMES) and node.centers is not None, 10.0)
     finally:
         probe.destroy_node()
     now = max(node.peer_times[n] for n in NAMES)
@@ -213,13 +219,13 @@ def test_one_node_per_drone_and_one_node_for_all_publish_the_same_commands(ros_c
             feeder.latched("obstacles", PoseArray, obstacles_to_message(COLUMNS))
             for node in (*per_drone, one):
                 assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
-            assert wait_until(lambda: all(n.fault is None for n in (*per_drone, one)), 5.0), \
+            assert wait_until(lambda: all(n.fault is None for n in (*per_drone, one)), 10.0), \
                 [n.fault for n in (*per_drone, one)]
-            t0 = time.monotonic()
-            time.sleep(0.2)
+            t0 = time.monotonic()  # commands of policy ticks from here on, of every drone in both layouts
+            assert wait_until(lambda: all(feeder.command(ns, n, since=t0) is not None
+                                          for ns in (ns_a, ns_b) for n in NAMES), 10.0)
             a = [feeder.command(ns_a, n, since=t0) for n in NAMES]
             b = [feeder.command(ns_b, n, since=t0) for n in NAMES]
-            ticks = {n: one.drones[n].tick_faults["ok"] for n in NAMES}
     finally:
         feeder.probe.destroy_node()
     expected = expected_commands(expected_observation(metadata(policy), states, [True] * 3, [True] * 3,
@@ -227,7 +233,6 @@ def test_one_node_per_drone_and_one_node_for_all_publish_the_same_commands(ros_c
     np.testing.assert_allclose(np.stack(a), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.stack(b), np.stack(a), rtol=1e-5, atol=1e-5)
     assert np.abs(expected[:, 1:]).max() > 0.1  # the commands depend on the observation
-    assert all(v >= 5 for v in ticks.values()), ticks  # 50 Hz
 
 
 def test_safety_paths_per_drone(ros_ctx, namespace, nodes, swarm_policy):
@@ -239,7 +244,7 @@ def test_safety_paths_per_drone(ros_ctx, namespace, nodes, swarm_policy):
     states = random_states(2, seed=3)
     feeder = Feeder(ros_ctx, [namespace], ["cf0", "cf1"], states, ["cf0", "cf1"])
 
-    def settles(c0, c1, f0, f1, timeout=2.0) -> bool:
+    def settles(c0, c1, f0, f1, timeout=10.0) -> bool:
         def ok():
             got = [feeder.command(namespace, d) for d in ("cf0", "cf1")]
             return (all(g is not None for g in got) and np.allclose(got[0], c0, atol=1e-6)
@@ -267,14 +272,17 @@ def test_safety_paths_per_drone(ros_ctx, namespace, nodes, swarm_policy):
             # cf1 silent: its own odometry is stale, and cf0 no longer counts it as a neighbour.
             feeder.silent.add("cf1")
             assert settles(flying, zero, None, "stale_state")
-            assert wait_until(lambda: node.stale_peer_ticks["cf1"] > 0, 1.0)
+            assert wait_until(lambda: node.stale_peer_ticks["cf1"] > 0, 10.0)
             feeder.silent.clear()
             assert settles(flying, flying, None, None)
             # cf0's e-stop stops cf0 only, latched; the swarm's stops both.
             feeder.publish("cf0/estop", Bool, Bool(data=True))
             assert settles(zero, flying, "estop", None)
             feeder.publish("cf0/estop", Bool, Bool(data=False))
-            time.sleep(0.1)
+            t_release = time.monotonic()  # the next 5 commands of cf0: still idle
+            assert wait_until(lambda: len(feeder.probe.messages(f"{namespace}/cf0/cmd/ctbr", t_release)) >= 5, 10.0)
+            assert all(np.array_equal(m.data, zero) for _, m in
+                       feeder.probe.messages(f"{namespace}/cf0/cmd/ctbr", t_release))
             assert settles(zero, flying, "estop", None)
             feeder.publish("estop", Bool, Bool(data=True))
             assert settles(zero, zero, "estop", "estop")

@@ -46,6 +46,19 @@ def test_suspension_beyond_the_catch_up_limit_drops_steps():
         RealTimeStepper(0.0, start=0.0)
 
 
+def test_a_sample_due_within_a_catch_up_is_found_whichever_step_the_call_ends_on():
+    """A sensor sampled every 10 steps: due after the calls whose steps include a multiple of 10 (steps counted from
+    1), also when a late call's catch-up ends between two samples."""
+    s = RealTimeStepper(0.002, start=0.0)
+    found = []
+    for k in (1, 8, 1, 3, 25, 2, 10, 0):  # ends on steps 1, 9, 10, 13, 38, 40, 50, 50
+        n = s.due(s.start + (s.steps_due_total + k) * s.dt)
+        assert n == k
+        found.append(s.passed_multiple_of(10, n))
+    assert found == [False, False, True, False, True, True, True, False]
+    assert [s.passed_multiple_of(1, n) for n in (0, 1, 25)] == [False, True, True]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("priority, policy", [("30", "SCHED_FIFO"), ("0", "SCHED_OTHER")])
 def test_standin_physics_runs_at_the_requested_real_time_priority(priority, policy, tmp_path):

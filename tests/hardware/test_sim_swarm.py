@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from sim2real.cli import main
 from sim2real.configs import load_robot
 from sim2real.deploy.ros_conversions import command_to_message, obstacles_from_message, odometry_to_sample
 from sim2real.deploy.ros_runtime import BackgroundSpin, latched_qos
-from ros_helpers import TopicRecorder, wait_until
+from ros_helpers import InjectedClock, TopicRecorder, count_calls, wait_until
 from sim2real.hardware.standins.swarm import CONTACT_KINDS, SimSwarmNode, SwarmWorld, column_grid
 from sim2real.sim.rotations import quat_from_yaw, quat_to_rotmat
 
@@ -55,13 +54,16 @@ def swarm(ros_ctx, namespace):
         yield make
 
 
-def fly(node: SimSwarmNode, pitch_of, steps: int, gain: float = 8.0) -> list[torch.Tensor]:
-    """Step ``node`` by hand for ``steps`` physics steps, each drone's ctbr command from a small attitude loop in
-    this test: pitch (about world y, toward +x) to ``pitch_of(step)[i]`` rad, level roll, altitude-holding thrust.
+def fly(node: SimSwarmNode, monkeypatch, pitch_of, steps: int, gain: float = 8.0) -> list[torch.Tensor]:
+    """Step ``node`` by hand for ``steps`` physics steps on an injected clock (each command arrives at the time of
+    the step it is for, however slow the machine), each drone's ctbr command from a small attitude loop in this
+    test: pitch (about world y, toward +x) to ``pitch_of(step)[i]`` rad, level roll, altitude-holding thrust.
     Returns the positions after each step."""
+    clock = InjectedClock(node, monkeypatch)
     out = []
     m, g = float(ROBOT["mass"]), float(ROBOT["gravity"])
     for k in range(steps):
+        clock.now = k * node.dt
         rot = quat_to_rotmat(node.dyn.quat_w)
         pitch, roll = torch.asin(rot[:, 0, 2].clamp(-1, 1)), torch.asin(rot[:, 2, 1].clamp(-1, 1))
         target = torch.as_tensor(pitch_of(k), dtype=torch.float32)
@@ -70,15 +72,15 @@ def fly(node: SimSwarmNode, pitch_of, steps: int, gain: float = 8.0) -> list[tor
         for i in range(len(node.names)):
             cmd = [float(thrust[i]), -gain * float(roll[i]), gain * float(target[i] - pitch[i]), 0.0]
             node._on_command(command_to_message(cmd, ["t", "p", "q", "r"]), i, "ctbr")
-        node.physics_step(time.monotonic())
+        node.physics_step(clock.now)
         out.append(node.positions())
     return out
 
 
-def test_two_drones_flown_at_each_other_collide_once_and_bounce(swarm):
+def test_two_drones_flown_at_each_other_collide_once_and_bounce(swarm, monkeypatch):
     node = swarm([[-0.6, 0.0, 1.5], [0.6, 0.0, 1.5]])
     # Tilt toward each other for 0.4 s, then level and coast into each other.
-    track = fly(node, lambda k: [0.25, -0.25] if k < 40 else [0.0, 0.0], 250)
+    track = fly(node, monkeypatch, lambda k: [0.25, -0.25] if k < 40 else [0.0, 0.0], 250)
     gaps = [float(p[1, 0] - p[0, 0]) for p in track]
     k_hit = next(k for k, gap in enumerate(gaps) if gap <= 2 * ROOM.drone_radius + 1e-5)
     assert node.contact_counts[:, DRONE].tolist() == [1, 1]  # one contact: one event each
@@ -91,10 +93,10 @@ def test_two_drones_flown_at_each_other_collide_once_and_bounce(swarm):
     assert report["total_collisions"] == 2
 
 
-def test_a_drone_flown_into_a_column_bounces_and_is_counted(swarm):
+def test_a_drone_flown_into_a_column_bounces_and_is_counted(swarm, monkeypatch):
     column = (0.5, 0.5)
     node = swarm([[-0.6, 0.5, 1.2], [-0.6, -2.5, 1.2]], occupied=grid(column))
-    track = fly(node, lambda k: [0.3, 0.0] if k < 40 else [0.0, 0.0], 250)
+    track = fly(node, monkeypatch, lambda k: [0.3, 0.0] if k < 40 else [0.0, 0.0], 250)
     xs = [float(p[0, 0]) for p in track]
     surface = column[0] - ROOM.obstacle_radius - ROOM.drone_radius
     assert max(xs) <= surface + 1e-5  # never inside the column
@@ -103,14 +105,14 @@ def test_a_drone_flown_into_a_column_bounces_and_is_counted(swarm):
     assert node.contact_counts[1].tolist() == [0, 0, 0, 0]  # the drone hovering elsewhere touched nothing
 
 
-def test_a_drone_under_another_sinks_in_its_downwash_as_in_training(swarm):
+def test_a_drone_under_another_sinks_in_its_downwash_as_in_training(swarm, monkeypatch):
     import dataclasses
 
     # Three drones holding altitude with the same loop: one 0.3 m under the first, one beside them.
     for downwash in (True, False):
         world = dataclasses.replace(WORLD, downwash=downwash)
         node = swarm([[0.0, 0.0, 1.5], [0.0, 0.0, 1.2], [1.0, 0.0, 1.2]], world=world)
-        track = fly(node, lambda k: [0.0, 0.0, 0.0], 30)
+        track = fly(node, monkeypatch, lambda k: [0.0, 0.0, 0.0], 30)
         dz = track[-1][:, 2] - torch.tensor([1.5, 1.2, 1.2])
         if downwash:  # ~0.23 g down on the lower drone for 0.3 s: about 10 cm, less its loop's small correction
             assert float(dz[1]) < -0.05 and abs(float(dz[2])) < 0.01 and abs(float(dz[0])) < 0.01
@@ -118,12 +120,13 @@ def test_a_drone_under_another_sinks_in_its_downwash_as_in_training(swarm):
             assert abs(float(dz[1])) < 0.01
 
 
-def test_drones_are_held_until_their_own_first_command_and_idle_without_commands(swarm):
+def test_drones_are_held_until_their_own_first_command_and_idle_without_commands(swarm, monkeypatch):
     start = [[0.0, -4.0, 1.0], [1.0, -4.0, 1.0]]
     node = swarm(start, command_timeout_s=0.2)
+    clock = InjectedClock(node, monkeypatch)  # the command arrives at t0 = 0
     hover = float(ROBOT["mass"]) * float(ROBOT["gravity"])
     node._on_command(command_to_message([hover, 0.0, 0.0, 0.0], ["t", "p", "q", "r"]), 0, "ctbr")
-    t0 = time.monotonic()
+    t0 = clock.now
     for _ in range(20):
         node.physics_step(t0)
     assert node.released.tolist() == [True, False]
@@ -153,23 +156,35 @@ def test_odometry_pose_in_world_twist_in_body_frame(swarm):
     np.testing.assert_allclose(back.pos_w, [0.0, -4.0, 1.0], atol=1e-6)
 
 
-def test_topics_odometry_per_drone_latched_world_and_collisions(ros_ctx, namespace, swarm):
+def test_topics_odometry_per_drone_latched_world_and_collisions(ros_ctx, namespace, swarm, monkeypatch):
+    """Every drone's odometry at the sensor rate (100 Hz: every 10 ms physics step, counted per simulated step on
+    an injected clock; a late timer callback catches up and publishes the latest state once), the held drones at
+    their starts; the obstacle map, the world and the collision counts latched (received by a late joiner)."""
     node = swarm([[0.0, -4.0, 1.0], [1.0, -4.0, 1.5], [-1.0, -4.0, 2.0]], occupied=grid((0.5, 0.5), (-1.5, 2.5)))
     names = node.names
-    probe = TopicRecorder("probe", {f"{namespace}/{n}/odom": Odometry for n in names}, context=ros_ctx)
+    odom_topics = [f"{namespace}/{n}/odom" for n in names]
+    probe = TopicRecorder("probe", {t: Odometry for t in odom_topics}, context=ros_ctx)
     late: dict[str, list] = {"obstacles": [], "world": [], "collisions": []}
     for topic, kind in (("obstacles", PoseArray), ("world", Float32MultiArray), ("collisions", Int32MultiArray)):
         probe.create_subscription(kind, f"{namespace}/{topic}", lambda m, t=topic: late[t].append(m), latched_qos())
     try:
-        with BackgroundSpin(ros_ctx, node, probe):
-            t0 = time.monotonic()
-            time.sleep(1.0)
-            counts = [len(probe.messages(f"{namespace}/{n}/odom", since=t0 + 0.1)) for n in names]
-            assert all(70 <= c <= 100 for c in counts), counts  # 100 Hz each
-            for i, n in enumerate(names):
-                p = probe.last(f"{namespace}/{n}/odom")[1].pose.pose.position
+        with BackgroundSpin(ros_ctx, node, probe):  # on the node's own timer, every drone's odometry flows
+            assert wait_until(lambda: all(probe.count(t) > 0 for t in odom_topics), 10.0)
+            assert wait_until(lambda: all(late.values()), 10.0)  # transient-local: received by a late joiner
+        assert node.dt == 0.01 and node.sensor_every == 1
+        published = count_calls(node, "publish_odometry")
+        clock = InjectedClock(node, monkeypatch)
+        received = [probe.count(t) for t in odom_topics]
+        with BackgroundSpin(ros_ctx, probe):
+            clock.run([1] * 100)  # 1 s of simulated time, every callback on time
+            assert published[0] == 100
+            clock.run([5] * 4)  # late callbacks, 5 steps each
+            assert published[0] == 104 and node.stepper.steps_taken == 120
+            assert wait_until(lambda: all(probe.count(t) > n for t, n in zip(odom_topics, received)), 10.0)
+        for i, t in enumerate(odom_topics):
+            for _, m in probe.messages(t):
+                p = m.pose.pose.position
                 assert (p.x, p.y, p.z) == pytest.approx(tuple(node.start_positions[i].tolist()))
-            assert wait_until(lambda: all(late.values()), 2.0)  # transient-local: received by a late joiner
     finally:
         probe.destroy_node()
     obstacles = obstacles_from_message(late["obstacles"][-1])

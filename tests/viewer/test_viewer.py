@@ -262,11 +262,13 @@ def test_the_server_plays_pauses_seeks_and_switches_envs():
     assert np.allclose(look_at, [0.995, 0.0, 1.0], atol=1e-3) and np.linalg.norm(position - look_at) < 1.0
     with SceneViewer(trace, port=0, playing=True) as viewer:
         assert viewer.url.startswith("http://127.0.0.1:") and viewer.clients() == 0
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10.0
+        while viewer._frame == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         viewer.show(playing=False)
         frame = viewer._frame
         assert frame > 0  # it played
-        time.sleep(0.2)
+        time.sleep(0.2)  # (nothing to wait for: the playback thread would advance the frame within a period)
         assert viewer._frame == frame  # and paused
         viewer.show(env=1, frame=42)
         assert (viewer._env, viewer._frame, viewer._gui_frame.value, viewer._gui_env.value) == (1, 42, 42, "b")

@@ -360,11 +360,11 @@ def test_learner_disconnect_keeps_the_last_good_policy_and_recording(parts, link
     assert actor.version == 1 and session.current_actor_version() == 1 and not actor.rejections
     assert recorder.acked == acked_before + sum(lengths)  # every episode end flushed
     assert link.sent_batches + link.dropped_batches > sent_before  # it kept sending (dropped: nobody listens)
-    # a blocked send or flush would take seconds (the heartbeat timeout is 0.3 s here); a control step is ~1 ms
-    # (fsync at flushes: ~10-20 ms; one step of 0.1 s was seen on a loaded 2-core machine: a scheduler stall)
+    # No control step waits for the gone learner: a step is ~1 ms, a wait would last at least the 0.3 s heartbeat
+    # timeout, a reconnect seconds (a loaded 2-core machine stalled one step for 0.1 s). How fast a step is (the
+    # old p95 < 20 ms line) is a timing figure, not tested here.
     step_times = np.array(step_times)
-    assert step_times.max() < 0.5 and np.percentile(step_times, 95) < 0.02, (
-        f"max {step_times.max() * 1e3:.1f} ms, p95 {np.percentile(step_times, 95) * 1e3:.1f} ms")
+    assert step_times.max() < 0.5, f"max {step_times.max() * 1e3:.1f} ms"
     actor.close()
 
     data = read_transitions(session.recordings_dir)
