@@ -179,8 +179,9 @@ def _finetune_command(args) -> int:
             raise ConfigError(f"--margin must be in [0, 1), got {args.margin}")
         log = (lambda text: print(text, file=sys.stderr)) if args.verbose else None
         with session.exclusive("learner"):  # one writer of the session's versions at a time
-            record = improve(session, args.minutes, SimOptions(num_envs=args.envs, max_iterations=args.iterations, margin=args.margin,
-                                                               spread=not args.no_spread, seed=args.seed), log=log)
+            opts = SimOptions(num_envs=args.envs, max_iterations=args.iterations, margin=args.margin,
+                              spread=not args.no_spread, seed=args.seed)
+            record = improve(session, args.minutes, opts, log=log)
         g, t = record["gate"], record["train"]
         print(f"trained {t['iterations']} PPO iterations, {t['control_steps']} simulated control steps in "
               f"{t['wall_s']:.0f} s")

@@ -146,10 +146,10 @@ def test_gate_refuses_a_worse_version(hover):
 
 @pytest.mark.slow
 def test_improve_lowers_the_standin_gap_and_the_actor_takes_it(tmp_path, capsys):
-    """End to end (~40 s): 18 s recorded on the stand-in with the issue's hover gap, ``finetune improve`` (identify, PPO on
-    512 identified robots for 20 iterations, gate, publish), scored on the stand-in's held-out set; then the edge
-    actor of the resumed session takes the gated version. Measured: 0.449 -> 0.121 m (nominal 0.010): 0.75 of the
-    gap recovered."""
+    """End to end (~40 s): 18 s recorded on the stand-in with the issue's hover gap, ``finetune improve``
+    (identify, PPO on 512 identified robots for 20 iterations, gate, publish), scored on the stand-in's held-out set;
+    then the edge actor of the resumed session takes the gated version. Measured: 0.449 -> 0.121 m (nominal
+    0.010): 0.75 of the gap recovered."""
     from sim2real.cli import main
 
     torch.set_num_threads(1)
