@@ -14,11 +14,10 @@ import torch
 
 import sim2real
 from sim2real.deploy.finetune import runner as ft
-from sim2real.deploy.finetune.config import base_policy, residual_spec
 from sim2real.deploy.finetune.improve import (
     IMPROVE_FILE, ImproveError, ResidualEnv, export_residual, gate, identified_task_config, improved_versions,
 )
-from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, residual_input
+from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec
 from sim2real.tasks import make_env
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
