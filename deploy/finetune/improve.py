@@ -27,8 +27,8 @@ The residual, trained with PPO (:func:`train_residual`)
 
 The gate (:func:`gate`)
     Before a version is pushed it is scored on the held-out set (``eval.seed``, ``eval.episodes``) in the identified
-    simulator beside the version the robot runs now, on the task's gap metric; a version that is not better (by more
-    than ``min_improvement``, relative) is not pushed. The same episodes score both (common random numbers).
+    simulator beside the version the robot runs now (or the newer gated one it takes at its next start), on the
+    task's gap metric; a version that is not better (by more than ``min_improvement``, relative) is not pushed. The same episodes score both (common random numbers).
 
 :func:`improve` runs it all for a session (identify when ``identified.json`` is missing or older than the
 recordings, train, gate, publish as the session's next signed version) and appends its record to
@@ -391,7 +391,9 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
     session's next signed version when it passes. Appends the record to ``<session>/improve.jsonl``.
 
     Returns:
-        the record: ``version`` (published, or None), ``running_version``, ``gate`` (scores, decision), ``train``
+        the record: ``version`` (published, or None), ``running_version`` (the version it had to beat: the one the
+        actor last accepted, or a newer one this function published, which the actor takes at its next start),
+        ``gate`` (scores, decision), ``train``
         (iterations, control steps, wall time), ``identified`` (the model's values), ``options``.
 
     Raises:
@@ -420,9 +422,12 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
     sim_cfg = identified_task_config(task_cfg, identified, spread=opts.spread, margin=opts.margin)
     hold = int(cfg["hold_steps"])
     gap = task_finetune(task_cfg["task"])
-    running_version = session.current_actor_version()
+    # the version to beat: the one the robot runs, or the gated one it takes at its next start (offer_improved)
+    running_version = max([session.current_actor_version(), *[v for v in improved_versions(session)
+                                                               if session.version_record(v) is not None]])
     running = version_state(session, spec, running_version)
-    say(f"training the residual with PPO on {opts.num_envs} identified robots for {opts.minutes:g} min")
+    say(f"training the residual with PPO on {opts.num_envs} identified robots for {opts.minutes:g} min"
+        + (f" or {opts.max_iterations} iterations" if opts.max_iterations else ""))
     state, stats = train_residual(sim_cfg, base, spec, hold, opts, log=say)
     episodes = int(opts.eval_episodes or cfg["eval"]["episodes"])
     verdict = gate(sim_cfg, base, spec, hold, state, running, metric=gap.gap_metric,

@@ -166,6 +166,12 @@ def test_improve_lowers_the_standin_gap_and_the_actor_takes_it(tmp_path, capsys)
     scores = ft.score_session(session, cfg, version=1)
     before, after = scores["before"]["pos_error_mean"], scores["after"]["pos_error_mean"]
     assert scores["recovered"] > 0.5, (before, after, scores["nominal"]["pos_error_mean"])
+    # a second, barely trained candidate must beat version 1 (which the actor takes at its next start), not the base
+    code = main(["finetune", "improve", "--session", str(session.path), "--iterations", "1", "--envs", "64"])
+    out, err = capsys.readouterr()
+    record = json.loads((Path(session.path) / IMPROVE_FILE).read_text().splitlines()[-1])
+    assert code == 0 and record["running_version"] == 1 and record["version"] is None, out
+    assert "not published" in out and improved_versions(session) == [1]
     # the actor of the resumed session starts on the gated version (and records its decision)
     session, cfg = ft.open_session(tmp_path / "s", None, resume=True)
     ft.run_actor(session, cfg, minutes=0.01, learner=False)
