@@ -149,9 +149,17 @@ def test_improve_lowers_the_standin_gap_and_the_actor_takes_it(tmp_path, capsys)
     (identify, PPO on 512 identified robots for 20 iterations, gate, publish), scored on the stand-in's held-out set;
     then the edge actor of the resumed session takes the gated version. Measured: 0.449 -> 0.121 m (nominal
     0.010): 0.75 of the gap recovered."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # deterministic for the seed
+    try:
+        _improve_end_to_end(tmp_path, capsys)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _improve_end_to_end(tmp_path, capsys):
     from sim2real.cli import main
 
-    torch.set_num_threads(1)
     session, cfg = ft.open_session(tmp_path / "s", PRETRAINED, resume=False,
                                    overrides=["standin.gap=quadrotor_weak_motor", "standin.realtime=false",
                                               "eval.episodes=128", "seed=3"])
