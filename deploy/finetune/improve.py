@@ -32,7 +32,8 @@ The gate (:func:`gate`)
 
 :func:`improve` runs it all for a session (identify when ``identified.json`` is missing or older than the
 recordings, train, gate, publish as the session's next signed version) and appends its record to
-``<session>/improve.jsonl``. The edge actor on the stand-in takes the newest gated version when it starts
+``<session>/improve.jsonl``; PPO's state behind a published version is kept (``learner/improve.pt``), and the next
+run continues from it while that version is the one to beat (budgets add up, e.g. in a learner's loop). The edge actor on the stand-in takes the newest gated version when it starts
 (:func:`offer_improved`), and a running learner's loop could call :func:`improve` beside SAC (the ``sim`` learner
 method, not wired yet).
 
@@ -56,6 +57,9 @@ from sim2real.deploy.finetune.residual_sac import ResidualSpec, actor_template, 
 
 #: ``<session>/`` file: one line per ``finetune improve`` (scores, decision, cost).
 IMPROVE_FILE = "improve.jsonl"
+#: ``<session>/learner/`` file: PPO's state behind the last version ``finetune improve`` published (the next run
+#: continues from it while that version is the one to beat).
+IMPROVE_STATE = "improve.pt"
 #: The DR keys identified as scales (widened by the relative margin) and the time constant.
 _SCALED_KEYS = ("mass_scale", "thrust_scale", "inertia_scale", "motor_time_constant")
 
@@ -285,14 +289,18 @@ def _ppo_cfg(spec: ResidualSpec, opts: SimOptions, hold: int) -> dict:
 
 
 def train_residual(sim_cfg: dict, base, spec: ResidualSpec, hold: int, opts: SimOptions | None = None, *,
-                   log=None) -> tuple[dict[str, torch.Tensor], dict]:
+                   resume: dict | None = None, log=None) -> tuple[dict[str, torch.Tensor], dict, dict]:
     """Train a residual with PPO (rsl-rl-lib) on ``opts.num_envs`` robots of ``sim_cfg`` (e.g.
-    :func:`identified_task_config`) on top of ``base``, starting from the zero residual (the base policy).
+    :func:`identified_task_config`) on top of ``base``, starting from the zero residual (the base policy), or with
+    ``resume`` from PPO's state after an earlier run (actor, critic, normalisers, optimiser: ``PPO.save()``).
 
     Returns:
-        ``(state, stats)``: the residual's :class:`ResidualActor` state dict and ``{"iterations", "control_steps"
+        ``(state, stats, ppo)``: the residual's :class:`ResidualActor` state dict, ``{"iterations", "control_steps"
         (all envs), "wall_s", "reward_per_hold" (the task's reward summed over a hold, mean of the last
-        iteration)}``.
+        iteration)}`` and PPO's state (to resume from).
+
+    Raises:
+        RuntimeError / KeyError: ``resume`` does not fit these networks.
     """
     from rsl_rl.runners import OnPolicyRunner
 
@@ -309,10 +317,13 @@ def train_residual(sim_cfg: dict, base, spec: ResidualSpec, hold: int, opts: Sim
         with contextlib.redirect_stdout(io.StringIO()):
             runner = OnPolicyRunner(env, _ppo_cfg(spec, opts, hold), None, "cpu")
         actor = runner.alg.actor
-        with torch.no_grad():  # the zero residual at the start: the robots fly the base policy
-            last = [m for m in actor.mlp.modules() if isinstance(m, torch.nn.Linear)][-1]
-            last.weight.zero_()
-            last.bias.zero_()
+        if resume is not None:
+            runner.alg.load(resume, None, True)
+        else:
+            with torch.no_grad():  # the zero residual at the start: the robots fly the base policy
+                last = [m for m in actor.mlp.modules() if isinstance(m, torch.nn.Linear)][-1]
+                last.weight.zero_()
+                last.bias.zero_()
         it, reward = 0, 0.0
         while (opts.max_iterations is None or it < opts.max_iterations) \
                 and (it == 0 or time.monotonic() - t0 < 60.0 * opts.minutes):
@@ -324,10 +335,11 @@ def train_residual(sim_cfg: dict, base, spec: ResidualSpec, hold: int, opts: Sim
             say(f"iteration {it}: {env.control_steps} control steps, reward per hold {reward:.4f}, "
                 f"{time.monotonic() - t0:.0f} s")
         state = export_residual(runner.alg.actor, spec)
+        ppo = copy.deepcopy(runner.alg.save())
     finally:
         torch.set_num_threads(threads)
     return state, {"iterations": it, "control_steps": int(env.control_steps), "wall_s": time.monotonic() - t0,
-                   "reward_per_hold": reward}
+                   "reward_per_hold": reward}, ppo
 
 
 # --- the gate -------------------------------------------------------------------------------------------------------
@@ -428,7 +440,13 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
     running = version_state(session, spec, running_version)
     say(f"training the residual with PPO on {opts.num_envs} identified robots for {opts.minutes:g} min"
         + (f" or {opts.max_iterations} iterations" if opts.max_iterations else ""))
-    state, stats = train_residual(sim_cfg, base, spec, hold, opts, log=say)
+    resume = _resume_state(session, running_version, say)
+    try:
+        state, stats, ppo = train_residual(sim_cfg, base, spec, hold, opts, resume=resume, log=say)
+    except (RuntimeError, KeyError) as exc:  # an earlier run's networks that do not fit: start afresh
+        say(f"PPO state of the last improve does not fit ({type(exc).__name__}): training from the zero residual")
+        resume = None
+        state, stats, ppo = train_residual(sim_cfg, base, spec, hold, opts, log=say)
     episodes = int(opts.eval_episodes or cfg["eval"]["episodes"])
     verdict = gate(sim_cfg, base, spec, hold, state, running, metric=gap.gap_metric,
                    higher_is_better=gap.higher_is_better, episodes=episodes, seed=int(cfg["eval"]["seed"]),
@@ -442,13 +460,34 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
         session.publish_version(blob, version=version, sha256=sha256_bytes(blob),
                                 learner_step=int(stats["control_steps"]))
         say(f"published version {version}")
+        from sim2real.configs.durable import atomic_torch_save
+
+        atomic_torch_save({"version": version, "ppo": ppo}, session.learner_dir / IMPROVE_STATE)
     record = {"event": "improve", "version": version, "running_version": running_version,
+              "resumed": resume is not None,
               "gate": {k: v for k, v in verdict.items() if not k.endswith("_metrics")},
               "gate_metrics": {"candidate": verdict["candidate_metrics"], "running": verdict["running_metrics"]},
               "train": stats, "identified": {k: identified["params"][k] for k in identified["params"]},
               "options": asdict(opts), "wall_s": time.monotonic() - t0, "time_s": time.time()}
     append_jsonl(Path(session.path) / IMPROVE_FILE, record)
     return record
+
+
+def _resume_state(session, running_version: int, say) -> dict | None:
+    """PPO's state behind ``running_version`` when the last improve published it (``learner/improve.pt``), else
+    None (a damaged file gives a note and None)."""
+    path = Path(session.learner_dir) / IMPROVE_STATE
+    if running_version <= 0 or not path.is_file():
+        return None
+    try:
+        saved = torch.load(path, weights_only=True)
+    except Exception as exc:  # damaged: train from the zero residual
+        say(f"{path} cannot be read ({type(exc).__name__}): training from the zero residual")
+        return None
+    if int(saved.get("version") or 0) != int(running_version):
+        return None
+    say(f"continuing PPO from version {running_version}")
+    return saved["ppo"]
 
 
 def improved_versions(session) -> list[int]:

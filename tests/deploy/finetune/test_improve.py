@@ -15,7 +15,8 @@ import torch
 import sim2real
 from sim2real.deploy.finetune import runner as ft
 from sim2real.deploy.finetune.improve import (
-    IMPROVE_FILE, ImproveError, ResidualEnv, export_residual, gate, identified_task_config, improved_versions,
+    IMPROVE_FILE, IMPROVE_STATE, ImproveError, ResidualEnv, export_residual, gate, identified_task_config,
+    improved_versions,
 )
 from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec
 from sim2real.tasks import make_env
@@ -174,11 +175,17 @@ def _improve_end_to_end(tmp_path, capsys):
     scores = ft.score_session(session, cfg, version=1)
     before, after = scores["before"]["pos_error_mean"], scores["after"]["pos_error_mean"]
     assert scores["recovered"] > 0.5, (before, after, scores["nominal"]["pos_error_mean"])
-    # a second, barely trained candidate must beat version 1 (which the actor takes at its next start), not the base
+    # PPO's state behind version 1 is kept: the next improve continues from it while version 1 is the one to beat
+    saved = torch.load(Path(session.learner_dir) / IMPROVE_STATE, weights_only=True)
+    assert saved["version"] == 1 and "actor_state_dict" in saved["ppo"]
+    # a second, barely trained candidate (from the zero residual) must beat version 1, which the actor takes at its
+    # next start, not the base policy
+    (Path(session.learner_dir) / IMPROVE_STATE).unlink()
     code = main(["finetune", "improve", "--session", str(session.path), "--iterations", "1", "--envs", "64"])
     out, err = capsys.readouterr()
     record = json.loads((Path(session.path) / IMPROVE_FILE).read_text().splitlines()[-1])
     assert code == 0 and record["running_version"] == 1 and record["version"] is None, out
+    assert not record["resumed"]
     assert "not published" in out and improved_versions(session) == [1]
     # the actor of the resumed session starts on the gated version (and records its decision)
     session, cfg = ft.open_session(tmp_path / "s", None, resume=True)
