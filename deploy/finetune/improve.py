@@ -405,19 +405,20 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
     Returns:
         the record: ``version`` (published, or None), ``running_version`` (the version it had to beat: the one the
         actor last accepted, or a newer one this function published, which the actor takes at its next start),
-        ``gate`` (scores, decision), ``train``
-        (iterations, control steps, wall time), ``identified`` (the model's values), ``options``.
+        ``resumed`` (PPO continued from that version's state), ``gate`` (scores, decision), ``gate_metrics`` (every
+        held-out metric of both), ``train`` (iterations, control steps, wall time), ``identified`` (the model's
+        values), ``options``, ``wall_s``. A version published by a run killed before its record was appended is
+        never offered to the actor (only recorded ones are).
 
     Raises:
         ImproveError: not a quadrotor session, or no usable identified model.
         IdentificationError: the recordings cannot be identified (no state, too short).
     """
-    from sim2real.configs.durable import append_jsonl
+    from sim2real.configs.durable import append_jsonl, atomic_torch_save, sha256_bytes
     from sim2real.deploy.finetune.actor import expected_metadata
     from sim2real.deploy.finetune.config import base_policy, residual_spec, session_config, task_finetune
     from sim2real.deploy.finetune.policy_package import pack_policy
     from sim2real.deploy.finetune.runner import version_state
-    from sim2real.configs.durable import sha256_bytes
 
     opts = copy.deepcopy(options) if options is not None else SimOptions()
     if minutes is not None:
@@ -460,8 +461,6 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
         session.publish_version(blob, version=version, sha256=sha256_bytes(blob),
                                 learner_step=int(stats["control_steps"]))
         say(f"published version {version}")
-        from sim2real.configs.durable import atomic_torch_save
-
         atomic_torch_save({"version": version, "ppo": ppo}, session.learner_dir / IMPROVE_STATE)
     record = {"event": "improve", "version": version, "running_version": running_version,
               "resumed": resume is not None,
@@ -469,8 +468,20 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
               "gate_metrics": {"candidate": verdict["candidate_metrics"], "running": verdict["running_metrics"]},
               "train": stats, "identified": {k: identified["params"][k] for k in identified["params"]},
               "options": asdict(opts), "wall_s": time.monotonic() - t0, "time_s": time.time()}
+    record = _json_safe(record)
     append_jsonl(Path(session.path) / IMPROVE_FILE, record)
     return record
+
+
+def _json_safe(value):
+    """``value`` with every non-finite float (a metric of no episode) as None, for a JSON line."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _resume_state(session, running_version: int, say) -> dict | None:
