@@ -38,6 +38,11 @@ class QuadrotorAction:
         self.max_body_rate = torch.tensor(robot["max_body_rate"], dtype=torch.float32)
         self.rate_gain = torch.tensor(robot["rate_gain"], dtype=torch.float32)
         self.motor_names = list(robot["motor_names"])
+        #: ``[4]`` each rotor's thrust as a fraction of what :meth:`apply` commands it (None: all 1, the nominal
+        #: robot). Set from ``domain_rand.motor_thrust_scale`` by the quadrotor tasks: a robot's weak motor, the
+        #: per-motor correction of an identified robot (``finetune identify``), which the other DR keys cannot
+        #: represent.
+        self.motor_gain: torch.Tensor | None = None
 
     num_actions = 4
     clip = (-1.0, 1.0)
@@ -95,14 +100,17 @@ class QuadrotorAction:
         return lo, hi
 
     def apply(self, command: torch.Tensor, dyn: QuadrotorDynamics) -> torch.Tensor:
-        """Command ``[N, 4]`` -> rotor thrusts ``[N, 4]`` N for ``dyn`` (its own, possibly randomised, parameters)."""
+        """Command ``[N, 4]`` -> rotor thrusts ``[N, 4]`` N for ``dyn`` (its own, possibly randomised, parameters),
+        each scaled by its :attr:`motor_gain` when set (the thrust the rotor really gives for its command)."""
         p = dyn.params
         if self.interface == "motor_thrust":
-            return command.clamp(0.0, 1.0) * p.max_motor_thrust.unsqueeze(-1)
-        w = dyn.ang_vel_b
-        gain = self.rate_gain.to(command.device)
-        torque = p.inertia * gain * (command[:, 1:] - w) + torch.cross(w, p.inertia * w, dim=-1)
-        return dyn.motor_thrust_from_wrench(command[:, 0], torque)
+            thrust = command.clamp(0.0, 1.0) * p.max_motor_thrust.unsqueeze(-1)
+        else:
+            w = dyn.ang_vel_b
+            gain = self.rate_gain.to(command.device)
+            torque = p.inertia * gain * (command[:, 1:] - w) + torch.cross(w, p.inertia * w, dim=-1)
+            thrust = dyn.motor_thrust_from_wrench(command[:, 0], torque)
+        return thrust if self.motor_gain is None else thrust * self.motor_gain.to(thrust.device)
 
 
 class JointPositionAction:

@@ -49,6 +49,10 @@ def check_quadrotor_dr(dr: dict) -> None:
     require(dr["mass_scale"][0] > 0 and dr["thrust_scale"][0] > 0 and dr["inertia_scale"][0] > 0
             and dr["motor_time_constant"][0] > 0, "domain_rand", "scales and time constants must be positive")
     require(dr["ext_force"] >= 0, "domain_rand.ext_force", f"must be >= 0, got {dr['ext_force']}")
+    gains = dr.get("motor_thrust_scale", [1.0] * 4)
+    require(isinstance(gains, (list, tuple)) and len(gains) == 4
+            and all(isinstance(g, (int, float)) and 0 < g <= 2 for g in gains), "domain_rand.motor_thrust_scale",
+            f"must be 4 per-motor thrust fractions in (0, 2], got {gains}")
     if "adr" in dr:
         a = dr["adr"]
         for key, value in (a["nominal"].items() if a["enabled"] else ()):  # (ranges may be pinned when off)

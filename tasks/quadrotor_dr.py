@@ -4,7 +4,9 @@ delayed actions, domain randomisation and privileged state (each drone is one ro
 
 Randomised per episode (config section ``domain_rand``): mass, principal inertia and maximum motor thrust as
 scales of nominal, motor time constant [s], action latency [control steps], and a constant external world-frame
-force [N] (the disturbance model of Eschmann et al. 2024, "Learning to Fly in Seconds").
+force [N] (the disturbance model of Eschmann et al. 2024, "Learning to Fly in Seconds"). Fixed, not drawn:
+``motor_thrust_scale`` ``[4]``, each rotor's thrust as a fraction of its command (default all 1; a weak motor, or
+the per-motor correction of a robot identified by ``sim2real finetune identify``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class QuadrotorDrones:
 
     def __init__(self, robot: dict, interface: str, num: int, sim_dt: float, dr: dict, device: str):
         self.action_term = QuadrotorAction(robot, interface)
+        gains = dr.get("motor_thrust_scale") if dr["enabled"] else None
+        if gains is not None and any(float(g) != 1.0 for g in gains):
+            self.action_term.motor_gain = torch.tensor([float(g) for g in gains], device=device)
         self.nominal = QuadrotorParams.from_robot(robot, num, device)
         self.dyn = QuadrotorDynamics(QuadrotorParams.from_robot(robot, num, device), sim_dt)
         self.max_latency = int(dr["latency_steps"][1]) if dr["enabled"] else 0

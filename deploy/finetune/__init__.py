@@ -22,6 +22,8 @@ Modules, from the bottom up:
   process, actor loop, held-out scores and the gap recovered);
 * :mod:`~sim2real.deploy.finetune.identify`: system identification from a session's recorded states and commands
   (``finetune identify``: the task's DR parameters and each motor's thrust, by batched replay in the simulator);
+* :mod:`~sim2real.deploy.finetune.improve`: the residual trained with PPO on thousands of simulated robots of the
+  identified kind, gated against the running version there before it is published (``finetune improve``);
 * :mod:`~sim2real.deploy.finetune.node_options`, :mod:`~sim2real.deploy.finetune.node_episodes`,
   :mod:`~sim2real.deploy.finetune.node`: the ROS 2 edge actor (``deploy --finetune``): options and safety
   envelope, the control tick's phases and episodes, the lifecycle node and its command;

@@ -1,5 +1,6 @@
-"""Arguments and entry point of ``sim2real finetune {run, create, learner, eval, identify}`` (see
-:mod:`sim2real.deploy.finetune.runner` and :mod:`sim2real.deploy.finetune.identify`)."""
+"""Arguments and entry point of ``sim2real finetune {run, create, learner, eval, identify, improve}`` (see
+:mod:`sim2real.deploy.finetune.runner`, :mod:`sim2real.deploy.finetune.identify` and
+:mod:`sim2real.deploy.finetune.improve`)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,21 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     i.add_argument("--seed", type=int, default=0, help="seeds the search (default 0)")
     i.add_argument("--verbose", action="store_true", help="print the search's progress on stderr")
 
+    m = sub.add_parser("improve", help="train the session's residual with PPO in the identified simulator (identify "
+                       "first when identified.json is missing or stale), score it there against the running version "
+                       "and publish it as the next signed version only if it is better")
+    m.add_argument("--session", required=True)
+    m.add_argument("--minutes", type=_positive_float, default=5.0, help="training wall time [min] (default 5)")
+    m.add_argument("--iterations", type=int, help="stop after this many PPO iterations (default: the time budget "
+                   "alone)")
+    m.add_argument("--envs", type=int, default=2048, help="simulated robots (default 2048)")
+    m.add_argument("--margin", type=float, default=0.02, help="randomisation kept around the identified values, a "
+                   "fraction of each on each side (default 0.02)")
+    m.add_argument("--no-spread", action="store_true", help="pin the identified medians instead of the per-episode "
+                   "ranges")
+    m.add_argument("--seed", type=int, default=0, help="seeds the training (default 0)")
+    m.add_argument("--verbose", action="store_true", help="print the training's progress on stderr")
+
 
 #: What ``sim2real finetune`` imports from its extra: the learner's SAC, the actor-learner link, the recordings.
 FINETUNE_MODULES = ("stable_baselines3", "zmq", "mcap", "mcap_ros2")
@@ -149,6 +165,29 @@ def _finetune_command(args) -> int:
         result = identify(session, Options(max_latency=args.max_latency, seed=args.seed), log=log)
         print(result.table())
         print(f"written {write_identified(session, result)}")
+        return 0
+
+    if args.finetune_command == "improve":
+        from sim2real.deploy.finetune.improve import SimOptions, improve
+
+        session = FinetuneSession.open(args.session)
+        if args.iterations is not None and args.iterations < 1:
+            raise ConfigError(f"--iterations must be >= 1, got {args.iterations}")
+        if args.envs < 1:
+            raise ConfigError(f"--envs must be >= 1, got {args.envs}")
+        if not 0.0 <= args.margin < 1.0:
+            raise ConfigError(f"--margin must be in [0, 1), got {args.margin}")
+        log = (lambda text: print(text, file=sys.stderr)) if args.verbose else None
+        with session.exclusive("learner"):  # one writer of the session's versions at a time
+            opts = SimOptions(num_envs=args.envs, max_iterations=args.iterations, margin=args.margin,
+                              spread=not args.no_spread, seed=args.seed)
+            record = improve(session, args.minutes, opts, log=log)
+        g, t = record["gate"], record["train"]
+        print(f"trained {t['iterations']} PPO iterations, {t['control_steps']} simulated control steps in "
+              f"{t['wall_s']:.0f} s")
+        print(f"identified simulator, held-out {g['metric']}: candidate {g['candidate']:.4f}, running version "
+              f"{record['running_version']} {g['running']:.4f}")
+        print(f"published version {record['version']}" if record["version"] else "not published: " + g["reason"])
         return 0
 
     if args.resume and args.policy is not None:

@@ -218,6 +218,9 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
     actor = EdgeActor(session, base, spec, recorder=recorder, link=link, explore=bool(cfg["actor"]["explore"]),
                       hold_steps=int(cfg["hold_steps"]), send_every=int(cfg["actor"]["send_every"]), seed=seed,
                       init_log_std=float(cfg["learner"]["init_log_std"]), swap_at=cfg["actor"]["swap_at"])
+    from sim2real.deploy.finetune.improve import offer_improved
+
+    offer_improved(actor, session)  # a version that ``finetune improve`` gated and published since the last run
     total_steps = int(round(minutes * 60.0 / robot.control_dt))
     returns, ep_return = [], 0.0
     try:
