@@ -9,43 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
 
+from sim2real.configs.argtypes import dds_domain_id, positive_int, positive_steps  # noqa: F401
+
 EXIT_USER_ERROR = 2
-
-
-def positive_steps(text: str) -> int:
-    """argparse type: a number of steps >= 1, written as an integer or like 5e6."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 1:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 1, got {text!r}")
-    return int(value)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
 
 
 #: ``--task`` of eval, play and view.
 TASK_HELP = ("the task (default: the exported policy's, or the checkpoint file's or run folder's own; needed with "
              "--checkpoint latest|best, which look in the task's runs)")
-
-#: DDS domain ids: 0-232 (the DDS spec's UDP port mapping; CycloneDDS and Fast DDS refuse larger ones).
-DDS_DOMAIN_ID_MAX = 232
-
 
 def _video_size(text: str) -> tuple[int, int]:
     """argparse type: ``WxH`` video frame size (:func:`~sim2real.sim.video.parse_size`)."""
@@ -57,16 +32,6 @@ def _video_size(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def dds_domain_id(text: str) -> int:
-    """argparse type: a DDS domain id, an integer in 0-232 (so a bad one is refused here, not blamed on the
-    network interface when the DDS domain fails to open)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= value <= DDS_DOMAIN_ID_MAX:
-        raise argparse.ArgumentTypeError(f"a DDS domain id is 0-{DDS_DOMAIN_ID_MAX}, got {text!r}")
-    return value
 
 
 class _SimBackendAction(argparse.Action):

@@ -54,9 +54,9 @@ from pathlib import Path
 import torch
 
 from sim2real.deploy.finetune.residual_sac import ResidualSpec, actor_template, compose_action
+from sim2real.deploy.finetune.runner import IMPROVE_FILE, improved_versions, offer_improved  # noqa: F401 (re-exported)
 
 #: ``<session>/`` file: one line per ``finetune improve`` (scores, decision, cost).
-IMPROVE_FILE = "improve.jsonl"
 #: ``<session>/learner/`` file: PPO's state behind the last version ``finetune improve`` published (the next run
 #: continues from it while that version is the one to beat).
 IMPROVE_STATE = "improve.pt"
@@ -501,19 +501,4 @@ def _resume_state(session, running_version: int, say) -> dict | None:
     return saved["ppo"]
 
 
-def improved_versions(session) -> list[int]:
-    """The versions ``finetune improve`` published after its gate (``improve.jsonl``), in order."""
-    from sim2real.configs.durable import read_jsonl
-
-    path = Path(session.path) / IMPROVE_FILE
-    return [int(r["version"]) for r in read_jsonl(path) if r.get("version")]
-
-
-def offer_improved(actor, session) -> bool:
-    """Offer the edge ``actor`` the newest gated version newer than the one it runs (verified by the actor, which
-    records its decision). Returns whether it swapped."""
-    newer = [v for v in improved_versions(session) if v > actor.version and session.version_record(v) is not None]
-    if not newer:
-        return False
-    return actor.offer([session.read_version(max(newer))])
 

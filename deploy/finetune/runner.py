@@ -218,8 +218,6 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
     actor = EdgeActor(session, base, spec, recorder=recorder, link=link, explore=bool(cfg["actor"]["explore"]),
                       hold_steps=int(cfg["hold_steps"]), send_every=int(cfg["actor"]["send_every"]), seed=seed,
                       init_log_std=float(cfg["learner"]["init_log_std"]), swap_at=cfg["actor"]["swap_at"])
-    from sim2real.deploy.finetune.improve import offer_improved
-
     offer_improved(actor, session)  # a version that ``finetune improve`` gated and published since the last run
     total_steps = int(round(minutes * 60.0 / robot.control_dt))
     returns, ep_return = [], 0.0
@@ -328,3 +326,24 @@ def gap_recovered(scores: dict, key: str, higher_is_better: bool) -> float:
     sign = -1.0 if higher_is_better else 1.0
     before, after, nominal = (float(scores[k][key]) * sign for k in ("before", "after", "nominal"))
     return (before - after) / (before - nominal) if before - nominal > 1e-9 else float("nan")
+
+
+#: What ``finetune improve`` (:mod:`~sim2real.deploy.finetune.improve`) appends per run into the session folder.
+IMPROVE_FILE = "improve.jsonl"
+
+
+def improved_versions(session) -> list[int]:
+    """The versions ``finetune improve`` published after its gate (``improve.jsonl``), in order."""
+    from sim2real.configs.durable import read_jsonl
+
+    path = Path(session.path) / IMPROVE_FILE
+    return [int(r["version"]) for r in read_jsonl(path) if r.get("version")]
+
+
+def offer_improved(actor, session) -> bool:
+    """Offer the edge ``actor`` the newest gated version newer than the one it runs (verified by the actor, which
+    records its decision). Returns whether it swapped."""
+    newer = [v for v in improved_versions(session) if v > actor.version and session.version_record(v) is not None]
+    if not newer:
+        return False
+    return actor.offer([session.read_version(max(newer))])
