@@ -117,3 +117,13 @@ def ros_ctx():
 def namespace(request):
     """A namespace of its own for each test, so no message of a previous test's nodes is seen."""
     return f"/{request.module.__name__.rsplit('.', 1)[-1]}_{next(_namespaces)}"
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch intra-op thread for the test, restored afterwards: small batches (a room of drones, a few envs)
+    only contend for threads, 10-50x slower on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -13,12 +13,8 @@ from sim2real.sim.render import clips_seconds, limit_clips
 from sim2real.tasks import task_config
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Small batches: intra-op threads only contend (10-50x slower on a busy machine).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _flailing(actions: int, scale: float = 10.0):

@@ -14,13 +14,8 @@ from sim2real.tasks.actions import QuadrotorAction
 SMALL = ["eval.num_drones=4", "env.episode_length_s=1.0", "env.success_hold_s=0.5"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One room of 4 drones is a tiny batch: intra-op threads only contend (10-50x slower on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Small batches: intra-op threads only contend (10-50x slower on a busy machine).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _hover_policy(cfg):

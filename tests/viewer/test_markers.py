@@ -26,12 +26,8 @@ OVERRIDES = {"quadrotor-swarm": ["eval.num_drones=4", "env.episode_length_s=1.0"
 VIDEO_ONLY = ("trail/",)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Small batches: intra-op threads only contend (10-50x slower on a busy machine).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture
