@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from sim2real.configs.argtypes import dds_domain_id, positive_int, positive_steps  # noqa: F401
+from sim2real.configs.argtypes import dds_domain_id, non_negative_int, positive_int, positive_steps  # noqa: F401
 
 EXIT_USER_ERROR = 2
 
@@ -119,7 +119,8 @@ def cmd_train(args) -> int:
     train(args.task, overrides=list(args.overrides), config_file=args.config, num_envs=args.num_envs, seed=args.seed,
           device=args.device, resume=args.resume, runs_root=args.runs_root, run_name=args.run_name,
           max_iterations=args.max_iterations, export=args.export, distributed=getattr(args, "distributed", False),
-          progress=not args.no_progress, argv=sys.argv, logger=args.logger, video=video)
+          progress=not args.no_progress, argv=sys.argv, logger=args.logger, video=video, init_from=args.init_from,
+          critic_warmup=args.critic_warmup)
     return 0
 
 
@@ -344,6 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "its end, e.g. by Ctrl-C, the iterations it had left)")
     p.add_argument("--headless", action="store_true", help="accepted for familiarity; training never opens a window")
     p.add_argument("--resume", nargs="?", const="latest", help="continue from PATH|latest|best (default latest)")
+    p.add_argument("--init-from", metavar="POLICY_DIR",
+                   help="start a new run's actor (weights, observation normaliser) from an exported policy, e.g. a "
+                        "shipped one; the critic starts fresh and trains alone for --critic-warmup iterations")
+    p.add_argument("--critic-warmup", type=non_negative_int, default=50, metavar="N",
+                   help="with --init-from: iterations that train the critic alone (default 50)")
     p.add_argument("--run-name", help="suffix of the run directory name")
     p.add_argument("--runs-root", type=Path, help="folder of run directories (default ./runs or $SIM2REAL_RUNS)")
     p.add_argument("--export", action="store_true", help="export best.pt to <run>/policy when training ends")
@@ -475,7 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
     from sim2real.deploy.finetune.cli import add_finetune_arguments
 
     p = sub.add_parser("finetune", help="on-robot fine-tuning sessions: an edge actor and a learner (residual SAC, "
-                                        "RLPD)")
+                                        "RLPD); identify the robot's dynamics from the recordings and improve the "
+                                        "policy in the identified simulator")
     add_finetune_arguments(p)
     p.set_defaults(func=cmd_finetune)
 
@@ -563,6 +570,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read once, when mujoco is first imported
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # a bare `sim2real`: every command with what it does, not only argparse's "command is required"
+        print(build_parser().format_help())
+        return EXIT_USER_ERROR
     try:
         args = build_parser().parse_args(argv)
     except UnknownCommandError as exc:

@@ -14,6 +14,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable or does not belong to the task."""
 
 
+class WarmStartError(CheckpointError):
+    """``train --init-from``: the exported policy cannot start this run (task, observation layout, action or network
+    shapes differ)."""
+
+
 class ExportError(RuntimeError):
     """The exported ONNX graph does not reproduce the torch policy, or the output folder is unusable."""
 

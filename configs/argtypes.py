@@ -32,6 +32,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text!r}")
+    return value
+
+
 def dds_domain_id(text: str) -> int:
     """argparse type: a DDS domain id, an integer in 0-232 (so a bad one is refused here, not blamed on the
     network interface when the DDS domain fails to open)."""

@@ -146,6 +146,8 @@ class Sim2RealRunner(OnPolicyRunner):
         self.end_iteration: int | None = None
         self._progress = progress
         self._bar = None
+        #: (iteration at which the actor trains again, its parameters' requires_grad flags) while frozen.
+        self._actor_frozen: tuple[int, list[bool]] | None = None
         self._rsl_log = self.logger.log
         self.logger.log = self._log_iteration  # rsl-rl's learn() calls this once per iteration
         # Record this project's git state in the run (rsl-rl records its own package's by default).
@@ -154,6 +156,8 @@ class Sim2RealRunner(OnPolicyRunner):
     # --- per-iteration hook --------------------------------------------------------------------------------
     def _log_iteration(self, it: int, start_it: int, total_it: int, **kwargs) -> None:
         self._curriculum_hooks(it, total_it)
+        if self._actor_frozen is not None and it + 1 >= self._actor_frozen[0]:
+            self._unfreeze_actor()
         if (self.video is not None and self.run_dir is not None
                 and ((it + 1) % self.video.interval == 0 or it + 1 == total_it)):
             # This update has completed: an interrupt while its clip renders (seconds) saves it, not the one before
@@ -189,6 +193,26 @@ class Sim2RealRunner(OnPolicyRunner):
             if it + 1 == total_it:
                 self._bar.close()
                 self._bar = None
+
+    def freeze_actor(self, iterations: int) -> None:
+        """Train only the critic for the next ``iterations`` updates (``train --init-from``'s critic warm-up: PPO's
+        surrogate and entropy terms then move nothing); afterwards the actor trains again, with the learning rate
+        reset to ``train.learning_rate`` (the adaptive schedule cannot see a KL while the actor is frozen)."""
+        if iterations <= 0:
+            return
+        params = list(self.alg.actor.parameters())
+        self._actor_frozen = (self.current_learning_iteration + int(iterations), [p.requires_grad for p in params])
+        for p in params:
+            p.requires_grad_(False)
+
+    def _unfreeze_actor(self) -> None:
+        _, flags = self._actor_frozen
+        for p, flag in zip(self.alg.actor.parameters(), flags):
+            p.requires_grad_(flag)
+        self._actor_frozen = None
+        self.alg.learning_rate = float(self.task_cfg["train"]["learning_rate"])
+        for group in self.alg.optimizer.param_groups:
+            group["lr"] = self.alg.learning_rate
 
     def _curriculum_hooks(self, it: int, total_it: int) -> None:
         """After each PPO update: give the env's teacher this rollout's absolute advantages (the learning signal of
@@ -294,6 +318,8 @@ class Sim2RealRunner(OnPolicyRunner):
         }
         if self.end_iteration is not None:
             saved["infos"]["end_iteration"] = int(self.end_iteration)
+        if self._actor_frozen is not None:  # a resume inside the critic warm-up keeps the actor frozen to its end
+            saved["infos"]["actor_frozen_until"] = int(self._actor_frozen[0])
         return saved
 
     def save_interrupted(self) -> Path | None:
@@ -328,4 +354,5 @@ class Sim2RealRunner(OnPolicyRunner):
         own_best = self.run_dir is None or (Path(self.run_dir) / "best.pt").is_file()
         self.best_score = float(infos.get("best_score", -float("inf"))) if own_best else -float("inf")
         self.last_eval = infos.get("last_eval")
+        self.freeze_actor(int(infos.get("actor_frozen_until", 0)) - self.current_learning_iteration)
         return infos

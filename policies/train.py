@@ -6,6 +6,7 @@ torchrun (only rank 0 writes), the iterations and the export of ``best.pt`` at t
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import random
 import signal
@@ -95,7 +96,8 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
           seed: int | None = None, device: str | None = None, resume: str | None = None,
           runs_root: Path | None = None, run_name: str | None = None, max_iterations: int | None = None,
           export: bool = False, distributed: bool = False, progress: bool = True,
-          argv: list[str] | None = None, logger: str = "tensorboard", video=None) -> Path | None:
+          argv: list[str] | None = None, logger: str = "tensorboard", video=None, init_from: str | None = None,
+          critic_warmup: int = 50) -> Path | None:
     """Train ``task`` (``sim2real train``) and return the run directory (None on torchrun ranks > 0).
 
     Args:
@@ -113,12 +115,16 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         logger: ``tensorboard``, ``wandb`` or ``neptune`` (:mod:`sim2real.policies.tracking`).
         video: a :class:`~sim2real.policies.runner.VideoSpec`: clips of the policy every ``interval`` iterations
             into ``<run>/videos/`` and the tracker (None: none).
+        init_from: folder of an exported policy whose actor (weights and observation normaliser) starts this new
+            run (not with ``resume``); the critic starts fresh and trains alone for ``critic_warmup`` iterations
+            (:mod:`sim2real.policies.warm_start`).
 
     Raises:
         ConfigError, UnknownTaskError, CheckpointError: before any run directory is written (see
             :func:`resume_config`, :func:`~sim2real.policies.distributed.distributed_setup`,
             :func:`~sim2real.policies.tracking.check_logger` and, with ``video``,
             :func:`~sim2real.policies.play.check_playable`).
+        WarmStartError: ``init_from`` does not fit this run (before any run directory is written).
     """
     from sim2real.configs import apply_overrides, load_yaml
     from sim2real.policies import distributed as dist_mod
@@ -161,6 +167,17 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
 
     seed_everything(int(cfg["seed"]))
     env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
+    runner = None
+    if init_from is not None:  # checked (and loaded) before a run directory exists
+        if resume_path is not None:
+            from sim2real.configs import ConfigError
+
+            raise ConfigError("--init-from starts a new run; --resume continues one: give one of them")
+        from sim2real.policies.warm_start import warm_start
+
+        runner = Sim2RealRunner(env, cfg, None, device=cfg["device"], progress=False)
+        warm_note = warm_start(runner, init_from, critic_warmup)
+        warm_state = copy.deepcopy(runner.alg.actor.state_dict())
     if not main_rank:
         run_dir = None  # ranks > 0 write nothing (rsl-rl-lib's logger, too, writes on rank 0 only)
     elif resume_path is not None:
@@ -174,6 +191,12 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         ck.write_run_files(run_dir, cfg, argv)
     runner = Sim2RealRunner(env, cfg, run_dir, device=cfg["device"], progress=main_rank and progress, logger=logger,
                             video=video)
+    if init_from is not None:
+        runner.alg.actor.load_state_dict(warm_state)
+        runner.freeze_actor(critic_warmup)
+        if main_rank:
+            print(warm_note)
+            (run_dir / "init_from.txt").write_text(f"{Path(init_from).resolve()}\n")
     if resume_path is not None:
         runner.load(str(resume_path))  # (a checkpoint it refuses leaves the run's files as they were)
         if main_rank:

@@ -146,6 +146,14 @@ def test_mistyped_subcommand_gets_a_did_you_mean():
     assert proc.returncode == 2 and "invalid choice: 'mlflow'" in proc.stderr  # other choices: argparse's own
 
 
+def test_a_bare_command_lists_every_command_with_what_it_does():
+    proc = sim2real_main(check=False)
+    assert proc.returncode == 2
+    for command in ("train", "eval", "deploy", "finetune", "bench"):
+        assert f"\n    {command} " in proc.stdout
+    assert "train a policy with rsl-rl-lib PPO" in proc.stdout
+
+
 def test_plans_on_a_task_without_plan_files_is_one_error_line(tmp_path):
     """``--plans`` goes through the task's plan hooks; a task declaring none is refused before anything loads."""
     plans = tmp_path / "plans.txt"

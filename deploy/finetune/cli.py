@@ -53,7 +53,7 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--config", help="YAML file merged over configs/finetune.yaml")
 
     ln = sub.add_parser("learner", help="the learner process of a session (binds two ZeroMQ ports)")
-    ln.add_argument("--session", required=True)
+    ln.add_argument("--session", required=True, help="session folder (written by 'finetune run' or 'finetune create')")
     ln.add_argument("--bind", default="127.0.0.1", help="address to bind (default 127.0.0.1; * for all interfaces)")
     ln.add_argument("--transitions-port", type=_port, default=0, help="default 0: an ephemeral port")
     ln.add_argument("--policy-port", type=_port, default=0, help="default 0: an ephemeral port")
@@ -62,7 +62,7 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
                     "that started this learner (set by 'finetune run --learner local')")
 
     e = sub.add_parser("eval", help="score the base policy (nominal and stand-in) and a session version (stand-in)")
-    e.add_argument("--session", required=True)
+    e.add_argument("--session", required=True, help="session folder (written by 'finetune run' or 'finetune create')")
     e.add_argument("--version", type=int, help="a published version, or 0 for the base policy (default: the version "
                    "the actor runs now)")
     e.add_argument("--episodes", type=int, help="held-out episodes per score (default: the config's eval.episodes)")
@@ -70,7 +70,7 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
 
     i = sub.add_parser("identify", help="identify the robot's dynamics from the session's recordings (the task's DR "
                        "parameters and each motor's thrust): print them and write identified.json into the session")
-    i.add_argument("--session", required=True)
+    i.add_argument("--session", required=True, help="session folder whose recordings (MCAP) are replayed")
     i.add_argument("--max-latency", type=int, default=5,
                    help="the largest latency searched [control steps] (default 5)")
     i.add_argument("--seed", type=int, default=0, help="seeds the search (default 0)")
@@ -79,7 +79,8 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     m = sub.add_parser("improve", help="train the session's residual with PPO in the identified simulator (identify "
                        "first when identified.json is missing or stale), score it there against the running version "
                        "and publish it as the next signed version only if it is better")
-    m.add_argument("--session", required=True)
+    m.add_argument("--session", required=True, help="session folder: its identified.json (or recordings) and the "
+                   "version the actor runs")
     m.add_argument("--minutes", type=_positive_float, default=5.0, help="training wall time [min] (default 5)")
     m.add_argument("--iterations", type=int, help="stop after this many PPO iterations (default: the time budget "
                    "alone)")

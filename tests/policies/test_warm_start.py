@@ -1,0 +1,84 @@
+"""``train --init-from``: a new run's actor starts as an exported policy (weights and normaliser read back from its
+ONNX graph), the critic trains alone first, and a policy of another layout is refused with what differs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from sim2real.cli import main
+from sim2real.errors import WarmStartError
+from sim2real.policies.runner import Sim2RealRunner
+from sim2real.policies.warm_start import WARM_COUNT, warm_start
+from sim2real.tasks import make_env, task_config
+from tests.conftest import tiny_overrides
+
+
+def _runner(extra: list[str] | None = None) -> Sim2RealRunner:
+    cfg = task_config("quadrotor-hover", tiny_overrides(16) + list(extra or []))
+    return Sim2RealRunner(make_env(cfg), cfg, None, progress=False)
+
+
+def _actor_mean(runner: Sim2RealRunner, obs: torch.Tensor) -> np.ndarray:
+    runner.alg.eval_mode()
+    with torch.no_grad():
+        out = runner.alg.get_policy()({"policy": obs})
+    runner.alg.train_mode()
+    return out.numpy()
+
+
+def test_the_warm_started_actor_reproduces_the_exported_policy(tiny_policy):
+    torch.manual_seed(3)
+    runner = _runner()
+    dim = runner.alg.actor.obs_dim
+    # Raw observations around the exported normaliser's statistics (so its scaling matters) and far from them.
+    obs = torch.randn(64, dim) * 2.0
+    sess = ort.InferenceSession(str(tiny_policy / "policy.onnx"), providers=["CPUExecutionProvider"])
+    expected = sess.run(None, {sess.get_inputs()[0].name: obs.numpy()})[0]
+    before = _actor_mean(runner, obs)
+    assert np.abs(before - expected).max() > 1e-2  # a fresh actor is another function: the comparison can fail
+    note = warm_start(runner, tiny_policy, critic_warmup=2)
+    assert "critic fresh" in note
+    np.testing.assert_allclose(_actor_mean(runner, obs), expected, rtol=1e-5, atol=1e-5)
+    assert int(runner.alg.actor.obs_normalizer.count) == WARM_COUNT
+
+
+def test_the_actor_is_frozen_during_the_critic_warmup_then_trains(tiny_policy):
+    torch.manual_seed(4)
+    runner = _runner()
+    warm_start(runner, tiny_policy, critic_warmup=2)
+    actor0 = {k: v.clone() for k, v in runner.alg.actor.state_dict().items() if k.startswith("mlp.")}
+    critic0 = {k: v.clone() for k, v in runner.alg.critic.state_dict().items() if k.startswith("mlp.")}
+    runner.alg.learning_rate = 5e-3  # the warm-up ends by resetting it to train.learning_rate
+    runner.learn(2)  # the two warm-up updates
+    actor1 = runner.alg.actor.state_dict()
+    assert all(torch.equal(actor0[k], actor1[k]) for k in actor0)
+    assert any(not torch.equal(critic0[k], runner.alg.critic.state_dict()[k]) for k in critic0)
+    assert runner.alg.learning_rate == pytest.approx(float(runner.task_cfg["train"]["learning_rate"]))
+    runner.learn(1)
+    assert any(not torch.equal(actor0[k], runner.alg.actor.state_dict()[k]) for k in actor0)
+
+
+def test_a_policy_of_another_observation_layout_is_refused_with_what_differs(tiny_policy):
+    runner = _runner(["observations.history_length.last_action=4"])
+    with pytest.raises(WarmStartError, match=r"observation term 4: .*'last_action', 36.* this run's \('last_action', 16"):
+        warm_start(runner, tiny_policy, critic_warmup=0)
+
+
+def test_init_from_on_the_command_line(tiny_policy, tmp_path, capsys):
+    tiny = ["--num-envs", "16", "--no-progress", "--max-iterations", "1", "--runs-root", str(tmp_path),
+            "--set", "train.num_steps_per_env=4", "--set", "train.eval_interval=0"]
+    assert main(["train", "--task", "quadrotor-hover", *tiny, "--init-from", str(tiny_policy),
+                 "--critic-warmup", "1"]) == 0
+    assert "actor initialised from" in capsys.readouterr().out
+    run = next((tmp_path / "quadrotor-hover").iterdir())
+    assert (run / "init_from.txt").read_text().strip() == str(tiny_policy.resolve())
+    # With --resume it is refused in one line, and a policy of another task is refused before any run is written.
+    assert main(["train", "--task", "quadrotor-hover", *tiny, "--resume", "--init-from", str(tiny_policy)]) == 2
+    assert "--init-from starts a new run" in capsys.readouterr().err
+    runs = sorted((tmp_path / "quadrotor-hover").iterdir())
+    assert main(["train", "--task", "quadrotor-hover", *tiny, "--init-from", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.startswith("error: --init-from")
+    assert sorted((tmp_path / "quadrotor-hover").iterdir()) == runs
