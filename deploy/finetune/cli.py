@@ -125,9 +125,11 @@ def _finetune_command(args) -> int:
 
     if args.finetune_command == "learner":
         from sim2real.deploy.finetune.session_learner import run_learner
+        from sim2real.deploy.finetune.sim_learner import sim_learner_loop
 
         out = run_learner(args.session, bind_host=args.bind, transitions_port=args.transitions_port,
-                          policy_port=args.policy_port, duration_s=args.duration, parent_pid=args.parent_pid)
+                          policy_port=args.policy_port, duration_s=args.duration, parent_pid=args.parent_pid,
+                          sim_loop=sim_learner_loop)
         print(json.dumps(out))
         return 0
     if args.finetune_command == "create":

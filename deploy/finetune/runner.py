@@ -176,7 +176,8 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
     process; False: no learner (the control session: the residual stays at the version the session already had).
     ``progress(step, total_steps, actor, control_dt)`` is called every 500 control steps; ``should_stop()`` (e.g.
     set by a SIGTERM handler) is checked every step and ends the run early, closing the recording cleanly.
-    Returns counters and the version in control.
+    Returns counters, the version in control and, paced to the wall clock, the control-period error's p50, p99
+    and max [ms] (``period_error_*_ms``).
 
     Raises:
         RuntimeError: another actor (or, with ``"sync"``, another learner) runs this session.
@@ -185,7 +186,34 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
         stack.enter_context(session.exclusive("actor"))  # one actor per session: RuntimeError if another runs it
         if learner == "sync":
             stack.enter_context(session.exclusive("learner"))
+        if (cfg["standin"]["realtime"] if realtime is None else realtime):
+            stack.enter_context(_realtime_thread(int(cfg["actor"]["rt_priority"])))
         return _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop)
+
+
+@contextlib.contextmanager
+def _realtime_thread(priority: int):
+    """The calling thread at ``SCHED_FIFO`` ``priority`` (or nice -10, or as it was: what the OS grants; see
+    :func:`~sim2real.deploy.control_clock.request_realtime`) while the block runs, its scheduling restored after."""
+    import threading
+
+    from sim2real.deploy.control_clock import request_realtime
+
+    if priority <= 0 or not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    granted = request_realtime(priority)
+    log.info("actor thread: %s", granted)
+    try:
+        yield
+    finally:
+        try:
+            os.sched_setscheduler(0, policy, param)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError:  # raising a priority back needs a privilege; lowering it never does
+            pass
 
 
 def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop) -> dict:
@@ -247,7 +275,11 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
         actor.close()
         if link is not None:
             link.close()
-    return {"steps": total_steps, "robot_time_s": total_steps * robot.control_dt, "episodes": len(returns),
+    errors_ms = 1e3 * np.asarray(robot.period_errors_s, dtype=float)
+    period = ({"period_error_p50_ms": float(np.percentile(errors_ms, 50)),
+               "period_error_p99_ms": float(np.percentile(errors_ms, 99)),
+               "period_error_max_ms": float(errors_ms.max())} if errors_ms.size else {})
+    return {**period, "steps": total_steps, "robot_time_s": total_steps * robot.control_dt, "episodes": len(returns),
             "version": actor.version, "rejections": len(actor.rejections), "acked": recorder.acked,
             "mean_return": float(np.mean(returns)) if returns else None}
 

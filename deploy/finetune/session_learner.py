@@ -43,7 +43,8 @@ def publish_version(session, learner, metadata: dict, key) -> tuple[int, bytes]:
 
 
 def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: int = 0, policy_port: int = 0,
-                duration_s: float | None = None, seed: int | None = None, parent_pid: int | None = None) -> dict:
+                duration_s: float | None = None, seed: int | None = None, parent_pid: int | None = None,
+                sim_loop=None) -> dict:
     """The learner loop (see :mod:`sim2real.deploy.finetune.learner`) until SIGTERM/SIGINT or ``duration_s``,
     or, with ``parent_pid`` (the local learner of ``finetune run``), until that process is gone (e.g. the actor was
     killed: an orphaned learner would otherwise run forever and later write the session beside a resumed one).
@@ -52,15 +53,24 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
     ``<session>/learner/endpoints.json`` (atomically) for a local actor. Resumes from ``learner/learner.pt`` and the
     ``online``/``prior`` buffer snapshots when present (prior data are generated once, at the first start).
     Returns counters.
+
+    ``learner.method: sim`` runs ``sim_loop`` instead of SAC (the command line passes
+    :func:`~sim2real.deploy.finetune.sim_learner.sim_learner_loop`, which sits above this module: it improves in the
+    identified simulator), on the same link.
+
+    Raises:
+        ConfigError: ``learner.method: sim`` without ``sim_loop``.
     """
     from sim2real.deploy.finetune.session import FinetuneSession
 
     session = FinetuneSession.open(session_dir)
     with session.exclusive("learner"):  # never two learners on one session
-        return _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid)
+        return _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid,
+                             sim_loop)
 
 
-def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid) -> dict:
+def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s, seed, parent_pid,
+                  sim_loop) -> dict:
     from sim2real.deploy.finetune.actor import expected_metadata
     from sim2real.configs.durable import atomic_write_json
     from sim2real.deploy.finetune.policy_channel import LearnerLink
@@ -70,7 +80,12 @@ def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s,
     spec = residual_spec(session, cfg)
     key = session.load_key()
     meta = expected_metadata(session, spec)
-    learner = make_learner(session, cfg, seed)
+    sim_method = lcfg["method"] == "sim"
+    if sim_method and sim_loop is None:
+        from sim2real.configs import ConfigError
+
+        raise ConfigError("learner.method 'sim' needs the sim learner loop (sim2real finetune learner runs it)")
+    learner = None if sim_method else make_learner(session, cfg, seed)
 
     stop = {"flag": False}
 
@@ -81,6 +96,14 @@ def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s,
     link = LearnerLink(f"tcp://{bind_host}:{transitions_port}", f"tcp://{bind_host}:{policy_port}", key=key)
     atomic_write_json(session.learner_dir / ENDPOINTS_FILE, {**link.bound_endpoints, "pid": os.getpid()})
     started = time.monotonic()
+    if sim_method:  # improvement in the identified simulator (sim_learner.py), no SAC
+        try:
+            return sim_loop(session, link, cfg, stop=stop, started=started, duration_s=duration_s,
+                            parent_pid=parent_pid)
+        finally:
+            link.close()
+            for s, h in old.items():
+                signal.signal(s, h)
     updates_at_start = learner.updates
     last_publish = learner.updates
     last_beat = last_ckpt = 0.0
@@ -245,6 +268,11 @@ class SyncLearner:
     def __init__(self, session, cfg: dict, seed: int | None = None):
         from sim2real.deploy.finetune.actor import expected_metadata
 
+        if cfg["learner"]["method"] != "sac":
+            from sim2real.configs import ConfigError
+
+            raise ConfigError("--learner sync runs residual SAC in the actor's process; learner.method "
+                              f"{cfg['learner']['method']!r} runs in a learner process (--learner local or remote)")
         self.session, self.cfg = session, cfg
         self.learner = make_learner(session, cfg, seed)
         self.spec = residual_spec(session, cfg)

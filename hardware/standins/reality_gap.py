@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from sim2real.deploy.control_clock import sleep_until
 from sim2real.tasks import make_env
 from sim2real.tasks.state import state_estimate
 
@@ -125,6 +126,8 @@ class SimulatedRobot:
 
     Attributes:
         control_dt: control period [s]; ``steps``: control steps taken; ``robot_time_s``: ``steps * control_dt``.
+        period_errors_s: with ``realtime``, the control-period error ``|t_k - t_(k-1) - control_dt|`` [s] of each
+        step after the first (the time the step starts, after its paced sleep).
         episode: index of the current episode; ``last_outcome``: dict of the last finished episode
         (``success``, ``crash``, ``pos_error``... as the task env reports them).
         step_state: the robot's state estimate ``[1, S]`` (:func:`~sim2real.tasks.state.state_estimate`) the last
@@ -152,6 +155,9 @@ class SimulatedRobot:
 
         self.env.add_reset_callback(keep_terminal)  # called before the env resets the ended envs
         self._next_tick = time.monotonic()
+        self._last_tick: float | None = None
+        #: With ``realtime``: per control step after the first, ``|period - control_dt|`` [s] of the paced ticks.
+        self.period_errors_s: list[float] = []
 
     @property
     def robot_time_s(self) -> float:
@@ -177,9 +183,11 @@ class SimulatedRobot:
             resets itself; a real robot runs its reset behaviour here).
         """
         if self.realtime:
-            now = time.monotonic()
-            if self._next_tick > now:
-                time.sleep(self._next_tick - now)
+            sleep_until(self._next_tick)  # clock_nanosleep on the absolute deadline
+            tick = time.monotonic()
+            if self._last_tick is not None:
+                self.period_errors_s.append(abs(tick - self._last_tick - self.control_dt))
+            self._last_tick = tick
             self._next_tick = max(self._next_tick + self.control_dt, time.monotonic() - self.control_dt)
         env = self.env
         obs, reward, done, extras = env.step(action.reshape(1, -1))
