@@ -9,8 +9,8 @@ For the base policy (default: the task's shipped policy, ``PRETRAINED_DIR / task
 3. per seed, runs the control session (``--learner off``, the same actor and recording, no learner: it ends on
    version 0), stepped as fast as possible since nothing learns, and scores it the same way.
 
-Each session's history is scored too: every version the actor ran, on the stand-in's held-out set, and the worst
-relative change against the base policy (``worst``: the goal is never worse by more than 5 %); and the actor's
+Each session's history is scored too (and its report written, :mod:`sim2real.deploy.finetune.report`): every
+version the actor ran, on the stand-in's held-out set, and the worst relative change against the base policy (``worst``: the goal is never worse by more than 5 %); and the actor's
 control-period error p99 while paced to the wall clock (the learner training beside it).
 
 It prints a table (the task's gap metric, its spec's ``finetune.gap_metric``: the hover's mean final
@@ -50,6 +50,7 @@ def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, 
         fine-tuning, or a bad override.
     """
     from sim2real.deploy.finetune import runner as ft
+    from sim2real.deploy.finetune.report import session_report
     from sim2real.deploy.finetune.session import FinetuneSession
 
     policy_dir = Path(policy_dir)
@@ -84,7 +85,7 @@ def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, 
             wall = time.monotonic() - t0
             session = FinetuneSession.open(sdir)
             scores = ft.score_session(session, cfg)
-            history = version_history(session, cfg, scores)
+            history = session_report(session, cfg, score=True, scores=scores)["history"]  # also report.html
             row = {"arm": arm, "seed": seed, "wall_s": wall, **run, "scores": scores,
                    "versions_published": len(session.versions()),
                    "version_sha256": (session.version_record(scores["version"]) or {}).get("sha256",
@@ -109,41 +110,6 @@ def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, 
     atomic_write_json(out / "finetune.json", json.loads(json.dumps(result, default=float)))
     print(f"results: {out / 'finetune.json'}")
     return result
-
-
-def version_history(session, cfg: dict, scores: dict) -> list[dict]:
-    """Every version the actor ran during the session, in order (the base policy first), each scored on the stand-in
-    (the task's held-out set, ``eval.seed``) on the gap metric: ``{"version", "episode", "step", "metric",
-    "worse_than_base"}``, the last the relative change against the base policy on the stand-in, positive when the
-    version is worse (``(after - before) / |before|`` for an error, signs turned where higher is better). The version
-    the session ended on reuses its score in ``scores``."""
-    from sim2real.deploy.finetune import runner as ft
-    from sim2real.deploy.finetune.config import base_policy, residual_spec, standin_task_config, task_finetune
-    from sim2real.policies.evaluation import evaluate
-
-    spec = residual_spec(session, cfg)
-    base, task_cfg = base_policy(session, cfg)
-    gap = task_finetune(task_cfg["task"])
-    shifted = standin_task_config(task_cfg, cfg)
-    metric, before = gap.gap_metric, float(scores["before"][gap.gap_metric])
-    sign = -1.0 if gap.higher_is_better else 1.0
-    ran = [{"version": 0, "episode": 0, "step": 0}] + [
-        {"version": int(r["version"]), "episode": r.get("episode"), "step": r.get("step")}
-        for r in session.actor_decisions() if r.get("accepted") and int(r["version"]) > 0]
-    out = []
-    for rec in ran:
-        v = rec["version"]
-        if v == 0:
-            value = before
-        elif v == int(scores["version"]):
-            value = float(scores["after"][metric])
-        else:
-            state = ft.version_state(session, spec, v)
-            value = float(evaluate(shifted, ft.held_residual_policy(base, spec, state, int(cfg["hold_steps"])),
-                                   int(cfg["eval"]["episodes"]), int(cfg["eval"]["seed"]))[metric])
-        worse = sign * (value - before) / abs(before) if before else 0.0
-        out.append({**rec, "metric": value, "worse_than_base": float(worse)})
-    return out
 
 
 def summarize(rows: list[dict]) -> dict:

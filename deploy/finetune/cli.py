@@ -68,6 +68,13 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--episodes", type=int, help="held-out episodes per score (default: the config's eval.episodes)")
     e.add_argument("--output", help="also write the scores as JSON here")
 
+    st = sub.add_parser("status", help="what a session did: robot time, episodes, versions, identified values; "
+                        "writes report.html/.png/.json into the session (a plot of the gap metric against robot "
+                        "minutes)")
+    st.add_argument("--session", required=True, help="session folder")
+    st.add_argument("--score", action="store_true", help="also score the base policy and every version the actor "
+                    "ran on the stand-in's held-out set (the gap before and after; seconds per version)")
+
     i = sub.add_parser("identify", help="identify the robot's dynamics from the session's recordings (the task's DR "
                        "parameters and each motor's thrust): print them and write identified.json into the session")
     i.add_argument("--session", required=True, help="session folder whose recordings (MCAP) are replayed")
@@ -158,6 +165,31 @@ def _finetune_command(args) -> int:
             atomic_write_json(Path(args.output), scores)
         return 0
 
+    if args.finetune_command == "status":
+        import numpy as np
+
+        from sim2real.deploy.finetune.report import session_report
+
+        session = FinetuneSession.open(args.session)
+        rep = session_report(session, session_config(session), score=args.score)
+        eps = rep["episodes"]
+        print(f"session {session.path}: task {rep['task']}, {rep['robot_minutes']:.2f} robot minutes, "
+              f"{len(eps)} episodes, {len(rep['published'])} versions published, the actor runs version "
+              f"{session.current_actor_version()}")
+        if eps:
+            recent = [e["value"] for e in eps[-10:]]
+            print(f"{rep['episode_key']} of the last {len(recent)} episodes: {np.mean(recent):.4f} (the first "
+                  f"{min(10, len(eps))}: {np.mean([e['value'] for e in eps[:10]]):.4f})")
+        if rep["identified"] is not None:
+            print("identified: " + ", ".join(f"{k} {_short(v)}" for k, v in rep["identified"].items()))
+        if "scores" in rep:
+            s = rep["scores"]
+            print(f"held-out {rep['gap_metric']} on the stand-in: base {s['before']:.4f} (nominal {s['nominal']:.4f})"
+                  f", version {s['version']} {s['after']:.4f}: recovered {s['recovered']:.2f}; worst version "
+                  f"against the base {100 * rep['worst_vs_base']:+.1f} %")
+        print(f"report: {Path(session.path) / 'report.html'}")
+        return 0
+
     if args.finetune_command == "identify":
         from sim2real.deploy.finetune.identify import Options, identify, write_identified
 
@@ -245,3 +277,11 @@ def print_scores(scores: dict) -> None:
     metric = scores.get("gap_metric", "pos_error_mean")
     label = {"pos_error_mean": "position error", "success_rate": "success rate"}.get(metric, metric)
     print(f"gap recovered ({label}): {scores['recovered']:.2f}")
+
+
+def _short(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)
