@@ -107,7 +107,8 @@ class FootstepInput:
         self.half_width_m = float(values["half_width_m"])
         self.foot_offset_x_m = float(values["foot_offset_x_m"])
         self.num_steps = int(steps)
-        self.tracker = FootstepTracker(1, self.num_steps, self.step_period_s)
+        gait = dict(task_cfg.get("gait") or {}, step_period=self.step_period_s)  # timer or arrival, as trained
+        self.tracker = FootstepTracker.from_config({"gait": gait}, 1, self.num_steps)
         self.counter = TouchdownCounter.from_config(task_cfg, 1)
         self.plan: FootstepPlan | None = None
         self.step_pending = False

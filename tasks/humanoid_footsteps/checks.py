@@ -37,6 +37,9 @@ def check_config(cfg: dict) -> None:
     require(g["step_period"] > 0, "gait.step_period", "must be positive")
     require(0 < g["swing_fraction"] < 1, "gait.swing_fraction", "must lie in (0, 1)")
     require(0 <= g["min_swing_s"] < g["step_period"], "gait.min_swing_s", "must lie in [0, step_period)")
+    require(g["advance"] in ("timer", "arrival"), "gait.advance", "must be timer or arrival")
+    require(g["arrival_hold_s"] >= 0, "gait.arrival_hold_s", "must be >= 0")
+    require(g["timeout_periods"] >= 1, "gait.timeout_periods", "must be >= 1 (a window at least one step period)")
     require(g["min_clearance"] >= 0, "gait.min_clearance", "must be >= 0")
     check_mujoco_sim(cfg["sim"])
     modes = cfg["plans"]["modes"]

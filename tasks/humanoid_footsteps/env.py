@@ -5,8 +5,10 @@ policy sees only the next two footsteps of a procedurally generated plan (forwar
 turning in place, stepping in place, stairs; :mod:`~sim2real.tasks.humanoid_footsteps.plans`), no reference motion,
 and trains under a terrain curriculum (flat -> rough slabs -> stairs of growing height and narrower treads).
 
-Footsteps are time-driven (:class:`~sim2real.tasks.humanoid_footsteps.tracker.FootstepTracker`): each plan step is
-the swing foot's target for ``gait.step_period`` seconds. A step is a *hit* when the target foot's first real step
+Footsteps are time-driven by default (:class:`~sim2real.tasks.humanoid_footsteps.tracker.FootstepTracker`): each
+plan step is the swing foot's target for ``gait.step_period`` seconds; with ``gait.advance: arrival`` the next one
+follows ``gait.arrival_hold_s`` after a hit, or after ``gait.timeout_periods`` step periods (the hit rate still
+divides by the steps of a nominal gait, one per ``gait.step_period``). A step is a *hit* when the target foot's first real step
 of its window (at least ``gait.min_swing_s`` in the air and a rise of ``gait.min_clearance`` above its lift-off
 height) touches down within ``success.hit_distance`` (xy) and ``success.hit_yaw`` of the target; otherwise (wrong
 place, no step) a miss. The placement reward scores the window's first touchdown (clearance not required).
@@ -101,7 +103,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.actions = torch.zeros(n, self.num_actions, device=device)
         self.last_actions = torch.zeros(n, self.num_actions, device=device)
         self.step_period, self.swing_fraction = float(g["step_period"]), float(g["swing_fraction"])
-        self.tracker = FootstepTracker(n, self.num_plan_steps, self.step_period, device)
+        self.tracker = FootstepTracker.from_config(cfg, n, self.num_plan_steps, device)
         plan_cfg = {k: v for k, v in cfg["plans"].items() if k != "modes"}
         self.generator = fp.PlanGenerator(plan_cfg, self.half_width, self.num_plan_steps, self.num_boxes, device)
         weights = torch.tensor([float(cfg["plans"]["modes"].get(m, 0.0)) for m in fp.MODES], device=device)

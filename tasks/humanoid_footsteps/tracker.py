@@ -1,7 +1,11 @@
-"""Time-driven footstep tracking shared by the env and the deploy node: which planned footsteps the policy sees.
+"""Footstep tracking shared by the env and the deploy node: which planned footsteps the policy sees.
 
-Each plan step ``k >= 1`` is the swing foot's target for one ``step_period`` (its *window*); at the end of the
-window the next step becomes the target, whether or not the foot got there (a miss). Step 0 is the support foot
+Each plan step ``k >= 1`` is the swing foot's target for one *window*. With ``gait.advance: timer`` (the default) a
+window lasts one ``step_period``: at its end the next step becomes the target, whether or not the foot got there (a
+miss). With ``gait.advance: arrival`` (Singh et al. 2022: targets advance when the robot reaches them) a window ends
+``gait.arrival_hold_s`` after the target foot's first real step hit its target, or at ``gait.timeout_s`` (a miss);
+the hit rate's denominator stays the steps a nominal gait (one per ``step_period``) would have reached, so a robot
+that walks slowly or stalls loses hits, and a hit rate above 1 is not possible (hits count up to it). Step 0 is the support foot
 where it stands. The gait clock phase runs over two windows: ``phase = (t / step_period + foot) / 2`` with
 ``foot`` the target's foot code (0 left, 1 right), so [0, 0.5) is the left foot's step, [0.5, 1) the right's.
 Past the plan's real length the padded steps (stepping in place on the last two footsteps) keep it going.
@@ -24,26 +28,52 @@ class FootstepTracker:
     Args:
         num_envs: N.
         num_steps: S, footsteps per plan (padded).
-        step_period: window of one footstep [s].
+        step_period: window of one footstep [s] (the nominal gait's, with ``advance="arrival"``).
         device: torch device.
+        advance: ``timer`` (a window lasts ``step_period``) or ``arrival`` (it ends when the caller says the target
+            was reached, see :meth:`advance`, or at ``timeout_s``).
+        timeout_s: with ``arrival``, the longest window [s] (default ``2 * step_period``).
 
     Attributes:
         steps_w: ``[N, S, 5]`` plans (foot code, x, y, z [m], yaw [rad]) in the world frame.
         lengths: ``[N]`` real steps of each plan (the rest is padding).
         index: ``[N]`` index of the current target step (>= 1).
         t_step: ``[N]`` time since the current step's window began [s].
+        t_plan: ``[N]`` time since the plan began [s] (the nominal gait's clock: :meth:`nominal_steps`).
+
+    Raises:
+        ValueError: fewer than 3 steps, a step period or timeout that is not positive, an unknown ``advance``.
     """
 
-    def __init__(self, num_envs: int, num_steps: int, step_period: float, device: str | torch.device = "cpu"):
+    def __init__(self, num_envs: int, num_steps: int, step_period: float, device: str | torch.device = "cpu",
+                 advance: str = "timer", timeout_s: float | None = None):
         if num_steps < 3:
             raise ValueError(f"plans need at least 3 steps, got {num_steps}")
         if step_period <= 0:
             raise ValueError(f"step_period must be positive, got {step_period}")
+        if advance not in ("timer", "arrival"):
+            raise ValueError(f"advance must be timer or arrival, got {advance!r}")
         self.num_steps, self.step_period = int(num_steps), float(step_period)
+        self.advance_mode = advance
+        self.timeout_s = 2.0 * self.step_period if timeout_s is None else float(timeout_s)
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.steps_w = torch.zeros(num_envs, num_steps, 5, device=device)
         self.lengths = torch.full((num_envs,), num_steps, dtype=torch.long, device=device)
         self.index = torch.ones(num_envs, dtype=torch.long, device=device)
         self.t_step = torch.zeros(num_envs, device=device)
+        self.t_plan = torch.zeros(num_envs, device=device)
+
+    @classmethod
+    def from_config(cls, cfg: dict, num_envs: int, num_steps: int, device: str | torch.device = "cpu"
+                    ) -> "FootstepTracker":
+        """From a humanoid-footsteps task config (``gait.step_period``, ``gait.advance``, ``gait.timeout_periods``:
+        the timeout in step periods; the last two default to ``timer`` and 2 in configs saved before they
+        existed)."""
+        g = cfg["gait"]
+        period = float(g["step_period"])
+        return cls(num_envs, num_steps, period, device, advance=str(g.get("advance", "timer")),
+                   timeout_s=float(g.get("timeout_periods", 2.0)) * period)
 
     def reset(self, ids: torch.Tensor, steps_w: torch.Tensor, lengths: torch.Tensor | None = None) -> None:
         """Start plans ``steps_w`` ``[M, S, 5]`` (world frame) for envs ``ids``; ``lengths`` ``[M]`` default S."""
@@ -51,6 +81,7 @@ class FootstepTracker:
         self.lengths[ids] = self.num_steps if lengths is None else lengths.to(self.lengths)
         self.index[ids] = 1
         self.t_step[ids] = 0.0
+        self.t_plan[ids] = 0.0
 
     def _step(self, offset: int) -> torch.Tensor:
         k = (self.index + offset).clamp(0, self.num_steps - 1)
@@ -85,14 +116,28 @@ class FootstepTracker:
         progress = (self.t_step / self.step_period).clamp(0.0, 0.999)
         return (progress + self.target()[:, 0]) / 2.0
 
-    def advance(self, dt: float) -> torch.Tensor:
+    def advance(self, dt: float, reached: torch.Tensor | None = None) -> torch.Tensor:
         """Advance the clocks by ``dt`` [s]; returns ``[N]`` bool: the window of the target ended (the caller
-        scores it *before* this call; the next step is the target afterwards)."""
+        scores it *before* this call; the next step is the target afterwards). ``reached`` ``[N]`` bool: with
+        ``advance="arrival"``, the targets reached (their windows end now; the others at ``timeout_s``)."""
         self.t_step += dt
-        ended = self.t_step >= self.step_period - 1e-6
+        self.t_plan += dt
+        if self.advance_mode == "timer":
+            ended = self.t_step >= self.step_period - 1e-6
+            self.t_step = torch.where(ended, self.t_step - self.step_period, self.t_step)
+        else:
+            ended = self.t_step >= self.timeout_s - 1e-6
+            if reached is not None:
+                ended = ended | reached
+            self.t_step = torch.where(ended, torch.zeros_like(self.t_step), self.t_step)
         self.index = torch.where(ended, (self.index + 1).clamp_max(self.num_steps - 1), self.index)
-        self.t_step = torch.where(ended, self.t_step - self.step_period, self.t_step)
         return ended
+
+    def nominal_steps(self) -> torch.Tensor:
+        """``[N]`` float: the real plan steps whose window a nominal gait (one step per ``step_period``) would have
+        closed by now: ``min(floor(t_plan / step_period), lengths - 1)``, the hit rate's denominator."""
+        closed = torch.floor(self.t_plan / self.step_period + 1e-6)
+        return torch.minimum(closed, (self.lengths - 1).to(closed.dtype))
 
 
 def detect_touchdowns(contact: torch.Tensor, was_in_contact: torch.Tensor, air_time: torch.Tensor,
@@ -173,6 +218,8 @@ class TouchdownCounter:
             (``gait.min_clearance``).
         hit_distance, hit_yaw: m and rad, the hit tolerances (``success.hit_distance`` / ``success.hit_yaw``).
         device: torch device.
+        arrival_hold_s: s a hit target is held before its window ends, with a tracker that advances on arrival
+            (``gait.arrival_hold_s``).
 
     Attributes (feet ``[N, 2]`` in the plans' foot-code order: 0 left, 1 right; z in the world / odometry frame):
         air_time: s each foot has been out of contact.
@@ -182,11 +229,15 @@ class TouchdownCounter:
         prev_foot_z: m, foot point heights at the latest update (or reset).
         scored, stepped, hit_now: ``[N]`` bool, the current window's target got its touchdown / its first real
             step / and that step was a hit.
-        hits, steps: ``[N]`` float, hits and closed in-plan windows since the latest :meth:`reset_counts`.
+        hits, steps: ``[N]`` float, hits and closed in-plan windows since the latest :meth:`reset_counts` (with a
+            tracker that advances on arrival: hits up to the nominal gait's steps, and those steps,
+            :meth:`FootstepTracker.nominal_steps`).
+        since_hit: ``[N]`` s since the current window's target was hit (0 while it is not).
     """
 
     def __init__(self, num_envs: int, contact_force: float, min_swing_s: float, min_clearance: float,
-                 hit_distance: float, hit_yaw: float, device: str | torch.device = "cpu"):
+                 hit_distance: float, hit_yaw: float, device: str | torch.device = "cpu",
+                 arrival_hold_s: float = 0.3):
         n = int(num_envs)
         self.num_envs, self.device = n, device
         self.contact_force, self.min_swing_s = float(contact_force), float(min_swing_s)
@@ -202,14 +253,18 @@ class TouchdownCounter:
         self.hit_now = torch.zeros(n, dtype=torch.bool, device=device)
         self.hits = torch.zeros(n, device=device)
         self.steps = torch.zeros(n, device=device)
+        self.arrival_hold_s = float(arrival_hold_s)
+        self.since_hit = torch.zeros(n, device=device)
+        self._arrived_hits = torch.zeros(n, device=device)  # every hit so far (arrival mode), before the cap
 
     @classmethod
     def from_config(cls, cfg: dict, num_envs: int, device: str | torch.device = "cpu") -> "TouchdownCounter":
         """From a humanoid-footsteps task config (``env.contact_force``, ``gait.min_swing_s``,
-        ``gait.min_clearance``, ``success.hit_distance``, ``success.hit_yaw``)."""
+        ``gait.min_clearance``, ``success.hit_distance``, ``success.hit_yaw``, ``gait.arrival_hold_s``, 0.3 s in
+        configs saved before it existed)."""
         e, g, s = cfg["env"], cfg["gait"], cfg["success"]
         return cls(num_envs, e["contact_force"], g["min_swing_s"], g["min_clearance"], s["hit_distance"],
-                   s["hit_yaw"], device)
+                   s["hit_yaw"], device, arrival_hold_s=float(g.get("arrival_hold_s", 0.3)))
 
     def reset(self, ids: torch.Tensor, foot_z: torch.Tensor) -> None:
         """Envs ``ids`` start standing on both feet (:meth:`reset_feet`) with their counts cleared
@@ -232,6 +287,8 @@ class TouchdownCounter:
         self.hit_now[ids] = False
         self.hits[ids] = 0.0
         self.steps[ids] = 0.0
+        self.since_hit[ids] = 0.0
+        self._arrived_hits[ids] = 0.0
 
     def update(self, foot_force: torch.Tensor, foot_pos_w: torch.Tensor, foot_yaw_w: torch.Tensor,
                target: torch.Tensor, dt: float) -> Touchdowns:
@@ -278,10 +335,17 @@ class TouchdownCounter:
         of the plan counts a step, and a hit when its first real step was a hit; the next step is the target.
         Returns ``[N]`` bool, the windows that ended."""
         counted = tracker.in_plan()
-        ended = tracker.advance(dt)
-        closing = ended & counted
-        self.steps += closing.float()
-        self.hits += (closing & self.hit_now).float()
+        if tracker.advance_mode == "arrival":
+            self.since_hit = torch.where(self.hit_now, self.since_hit + dt, torch.zeros_like(self.since_hit))
+            ended = tracker.advance(dt, reached=self.hit_now & (self.since_hit >= self.arrival_hold_s - 1e-6))
+            self._arrived_hits += (ended & counted & self.hit_now).float()
+            self.steps = tracker.nominal_steps()
+            self.hits = torch.minimum(self._arrived_hits, self.steps)
+        else:
+            ended = tracker.advance(dt)
+            closing = ended & counted
+            self.steps += closing.float()
+            self.hits += (closing & self.hit_now).float()
         self.scored &= ~ended
         self.stepped &= ~ended
         self.hit_now &= ~ended

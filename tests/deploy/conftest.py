@@ -108,9 +108,10 @@ def _legged_env(robot_json: str | None):
     return _task_env(LEGGED_TASK, robot_json)
 
 
-def footstep_env(robot_json: str | None = None):
-    """(resolved config, 1-env env) of humanoid-footsteps (robot: JSON of a config, None: the task's jvrc1)."""
-    return _task_env(FOOTSTEP_TASK, robot_json, ("env.num_envs=1",))
+def footstep_env(robot_json: str | None = None, overrides: tuple[str, ...] = ()):
+    """(resolved config, 1-env env) of humanoid-footsteps (robot: JSON of a config, None: the task's jvrc1;
+    ``overrides``: task config overrides)."""
+    return _task_env(FOOTSTEP_TASK, robot_json, ("env.num_envs=1", *overrides))
 
 
 def write_task_policy(out_dir: Path, env_of, name: str, bias, weight: np.ndarray | None = None,
@@ -175,24 +176,29 @@ def legged_policy(tmp_path_factory):
     return make
 
 
-def write_footstep_policy(out_dir: Path, bias, weight: np.ndarray | None = None, robot: dict | None = None) -> Path:
+def write_footstep_policy(out_dir: Path, bias, weight: np.ndarray | None = None, robot: dict | None = None,
+                          overrides: tuple[str, ...] = ()) -> Path:
     """A synthetic linear humanoid-footsteps policy with the task's real metadata, gait section included (see
-    :func:`write_task_policy`); ``robot``: default jvrc1."""
-    return write_task_policy(out_dir, footstep_env, "linear_footstep_policy", bias, weight, robot)
+    :func:`write_task_policy`); ``robot``: default jvrc1; ``overrides``: task config overrides (its training
+    config)."""
+    return write_task_policy(out_dir, functools.partial(footstep_env, overrides=tuple(overrides)),
+                             "linear_footstep_policy", bias, weight, robot)
 
 
 @pytest.fixture(scope="session")
 def footstep_policy(tmp_path_factory):
-    """Factory: ``footstep_policy(bias=None, weight=None) -> policy folder`` (see :func:`write_footstep_policy`;
+    """Factory: ``footstep_policy(bias=None, weight=None, overrides=()) -> policy folder`` (see
+    :func:`write_footstep_policy`;
     bias default zeros: the default pose); one folder per distinct policy for the session (read-only)."""
     folders: dict[str, Path] = {}
 
-    def make(bias=None, weight=None):
+    def make(bias=None, weight=None, overrides: tuple[str, ...] = ()):
         bias = np.zeros(12) if bias is None else bias
         key = json.dumps([np.asarray(bias, dtype=np.float32).tolist(),
-                          None if weight is None else np.asarray(weight, dtype=np.float32).tolist()])
+                          None if weight is None else np.asarray(weight, dtype=np.float32).tolist(), list(overrides)])
         if key not in folders:
-            folders[key] = write_footstep_policy(tmp_path_factory.mktemp("footstep_policy"), bias, weight)
+            folders[key] = write_footstep_policy(tmp_path_factory.mktemp("footstep_policy"), bias, weight,
+                                                 overrides=tuple(overrides))
         return folders[key]
 
     return make

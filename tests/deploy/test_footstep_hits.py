@@ -78,10 +78,13 @@ class LastSubstepProbe:
         return getattr(self._batch, name)
 
 
-@pytest.fixture
-def node(ros_ctx, namespace, footstep_policy):
-    node = LeggedPolicyNode(footstep_policy(), ROBOT, namespace=namespace, context=ros_ctx, state_timeout_s=30.0,
+@pytest.fixture(params=["timer", "arrival"])
+def node(request, ros_ctx, namespace, footstep_policy):
+    """The node of a policy trained with ``gait.advance`` timer or arrival (its metadata's training config)."""
+    policy = footstep_policy(overrides=(f"gait.advance={request.param}",))
+    node = LeggedPolicyNode(policy, ROBOT, namespace=namespace, context=ros_ctx, state_timeout_s=30.0,
                             max_tilt_rad=3.0)
+    node.advance_rule = request.param
     node.clock_enabled = False  # the test runs the control ticks by hand
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.configure_error
@@ -112,10 +115,10 @@ def feed(node: LeggedPolicyNode, qpos: np.ndarray, foot_force: np.ndarray, index
                                     pytest.param(16, id="landing-as-the-window-ends")])
 def test_node_counts_the_same_hits_and_steps_as_the_env_from_the_same_sensor_values(node, offset):
     """Per control step: the same foot points (1e-5 m) and yaw, the same hits and steps, the same target; at each
-    episode's end the counts the env recorded. ``offset`` 16: the feet land on the tick a window ends (the node must
+    episode's end the counts the env recorded; with footsteps advancing on a timer and on arrival. ``offset`` 16: the feet land on the tick a window ends (the node must
     score them against the window that ends, as the env does, before advancing)."""
     torch.manual_seed(4)
-    cfg = task_config("humanoid-footsteps", ["env.num_envs=1"])
+    cfg = task_config("humanoid-footsteps", ["env.num_envs=1", f"gait.advance={node.advance_rule}"])
     env = HumanoidFootstepsEnv(cfg, eval_mode=True, plans=[walking_plan(0.096)])
     sim, index = env.sim, env.sim.index
     probe = sim.batch = LastSubstepProbe(sim.batch, sim._qpos)
@@ -128,8 +131,11 @@ def test_node_counts_the_same_hits_and_steps_as_the_env_from_the_same_sensor_val
 
     sim.step = step_and_read
     counter, ours = env.touchdown_counter, node.footsteps.counter
-    assert (ours.contact_force, ours.min_swing_s, ours.min_clearance, ours.hit_distance, ours.hit_yaw) == (
-        counter.contact_force, counter.min_swing_s, counter.min_clearance, counter.hit_distance, counter.hit_yaw)
+    assert (ours.contact_force, ours.min_swing_s, ours.min_clearance, ours.hit_distance, ours.hit_yaw,
+            ours.arrival_hold_s) == (counter.contact_force, counter.min_swing_s, counter.min_clearance,
+                                     counter.hit_distance, counter.hit_yaw, counter.arrival_hold_s)
+    assert node.footsteps.tracker.advance_mode == env.tracker.advance_mode == node.advance_rule
+    assert node.footsteps.tracker.timeout_s == env.tracker.timeout_s
     assert node.period_s == env.control_dt
 
     def start_episode():

@@ -130,3 +130,51 @@ def test_the_counter_takes_its_settings_from_the_task_config():
     assert (c.contact_force, c.min_swing_s, c.min_clearance, c.hit_distance, c.hit_yaw) == (
         cfg["env"]["contact_force"], cfg["gait"]["min_swing_s"], 0.02, 0.07, cfg["success"]["hit_yaw"])
     assert c.hits.shape == (3,) and c.air_time.shape == (3, 2)
+
+
+def test_arrival_advance_ends_windows_on_a_held_hit_or_the_timeout_and_counts_the_nominal_gait():
+    """``gait.advance: arrival`` on the same sequences, a hold of 2 ticks and a timeout of 2 periods (16 ticks): env
+    0 hits step 1 at tick 5, so its window ends at tick 6 (not 8); step 2 is never hit (the shuffle) and times out
+    at tick 22. Env 1 never hits: step 1 times out at tick 16. The denominator is the nominal gait's (one step per
+    8 ticks, at most the 2 real steps) and hits count up to it."""
+    n = len(EVENTS)
+    counter = TouchdownCounter(n, contact_force=5.0, min_swing_s=0.04, min_clearance=0.03, hit_distance=0.1,
+                               hit_yaw=0.2, arrival_hold_s=2 * DT)
+    tracker = FootstepTracker(n, len(PLAN), PERIOD, advance="arrival", timeout_s=2 * PERIOD)
+    ids = torch.arange(n)
+    tracker.reset(ids, torch.tensor(PLAN).expand(n, -1, -1), torch.full((n,), 3))
+    counter.reset(ids, torch.zeros(n, 2))
+    force, pos, yaw = sequences()
+    ended_at, counts = {0: [], 1: []}, {}
+    for t in range(1, TICKS + 1):
+        counter.update(force[t - 1], pos[t - 1], yaw[t - 1], tracker.target(), DT)
+        ended = counter.advance(tracker, DT)
+        for e in ended.nonzero().flatten().tolist():
+            ended_at[e].append(t)
+        counts[t] = (counter.hits.tolist(), counter.steps.tolist())
+    assert ended_at == {0: [6, 22], 1: [16]}
+    # the hit at tick 5 counts once the nominal gait has reached step 1 (tick 8)
+    assert counts[6] == ([0.0, 0.0], [0.0, 0.0]) and counts[8] == ([1.0, 0.0], [1.0, 1.0])
+    assert counts[16] == ([1.0, 0.0], [2.0, 2.0]) and counts[24] == ([1.0, 0.0], [2.0, 2.0])
+    assert tracker.index.tolist() == [3, 2]
+    counter.reset_counts(torch.tensor([0]))
+    tracker.reset(torch.tensor([0]), torch.tensor(PLAN).unsqueeze(0), torch.tensor([3]))
+    assert counter.hits.tolist() == [0.0, 0.0] and counter.steps.tolist() == [0.0, 2.0]
+    assert float(tracker.t_plan[0]) == 0.0 and float(counter.since_hit[0]) == 0.0
+
+
+def test_the_tracker_takes_its_advance_rule_from_the_task_config():
+    from sim2real.configs import ConfigError
+    from sim2real.tasks import task_config
+
+    cfg = task_config("humanoid-footsteps", ["gait.advance=arrival", "gait.timeout_periods=3",
+                                             "gait.arrival_hold_s=0.2", "gait.step_period=0.6"])
+    tracker = FootstepTracker.from_config(cfg, 2, 5)
+    assert tracker.advance_mode == "arrival" and tracker.timeout_s == pytest.approx(1.8)
+    assert TouchdownCounter.from_config(cfg, 2).arrival_hold_s == pytest.approx(0.2)
+    old = {"gait": {"step_period": 0.5}}  # a config saved before the keys existed: the timer, as trained
+    assert FootstepTracker.from_config(old, 1, 5).advance_mode == "timer"
+    with pytest.raises(ConfigError, match="gait.advance"):
+        task_config("humanoid-footsteps", ["gait.advance=walk"])
+    with pytest.raises(ConfigError, match="gait.timeout_periods"):
+        task_config("humanoid-footsteps", ["gait.timeout_periods=0.5"])
