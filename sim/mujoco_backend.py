@@ -232,6 +232,15 @@ class MujocoBackend:
         geoms = np.concatenate((self.index.ground_geoms, self.index.foot_geoms))
         f[np.ix_(ids.cpu().numpy(), geoms, [0])] = friction.cpu().double().numpy()[:, None, None]
 
+    def set_floor_timeconst(self, ids: torch.Tensor, timeconst: torch.Tensor) -> None:
+        """Contact time constant ``[M]`` [s] of the foot-ground contacts of worlds ``ids`` (``geom_solref[:, 0]``
+        of the ground and the feet: MuJoCo mixes two geoms' solref by their solmix weights, so both are set, as
+        :meth:`set_friction` does). MuJoCo's default is 0.02 s; larger is a softer floor (values below two physics
+        steps are raised by MuJoCo's ``refsafe``)."""
+        ref = self.batch.expand("geom_solref")
+        geoms = np.concatenate((self.index.ground_geoms, self.index.foot_geoms))
+        ref[np.ix_(ids.cpu().numpy(), geoms, [0])] = timeconst.cpu().double().numpy()[:, None, None]
+
     def set_body_mass(self, ids: torch.Tensor, scale: torch.Tensor, base_added: torch.Tensor,
                       base_com_offset: torch.Tensor) -> None:
         """Scale every robot body's mass by ``scale`` ``[M]``, add ``base_added`` ``[M]`` kg to the base and shift

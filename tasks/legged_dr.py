@@ -1,6 +1,6 @@
 """Domain randomisation of legged-robot tasks on the MuJoCo backend (Rudin et al. 2021; Isaac Lab's event terms):
-per-episode friction, masses, base added mass and centre of mass, PD gains, motor strength and action latency;
-per-step random pushes and late control ticks. One object per env, shared by every legged task.
+per-episode friction, masses, base added mass and centre of mass, PD gains, motor strength and action latency, and
+the floor's compliance; per-step random pushes and late control ticks. One object per env, shared by every legged task.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ OPTIONAL_KEYS = ("joint_damping",)
 #: is late, so the robot keeps the previous action one more control period (what ``sim2real check``'s period-jitter
 #: replay does with probability 0.25). ``[0, 0]`` or absent: off, and no random numbers are drawn for it.
 LATE_TICK_KEY = "late_tick_prob"
+#: Optional per-episode key, outside the critic's privileged input: the ground's contact time constant [s] (MuJoCo's
+#: ``solref[0]``: 0.02 s by default; larger is a softer, more compliant floor). ``[0, 0]`` or absent: the model's
+#: own, nothing set and no random numbers drawn; a fixed value (low = high) draws none either.
+FLOOR_KEY = "floor_timeconst"
 
 
 def check_domain_rand(dr: dict) -> None:
@@ -28,6 +32,11 @@ def check_domain_rand(dr: dict) -> None:
     require(dr["base_added_mass"][0] <= dr["base_added_mass"][1], "domain_rand.base_added_mass",
             f"must be a range [low, high], got {dr['base_added_mass']}")
     require(all(int(v) == v for v in dr["latency_steps"]), "domain_rand.latency_steps", "must be whole control steps")
+    if FLOOR_KEY in dr:
+        lo, hi = dr[FLOOR_KEY]
+        require(0 <= lo <= hi and (lo > 0 or hi == 0), f"domain_rand.{FLOOR_KEY}",
+                f"must be [0, 0] (the model's own) or a range [low, high] of seconds with 0 < low <= high, got "
+                f"{dr[FLOOR_KEY]}")
     if LATE_TICK_KEY in dr:
         lo, hi = dr[LATE_TICK_KEY]
         require(0 <= lo <= hi <= 1, f"domain_rand.{LATE_TICK_KEY}",
@@ -56,6 +65,11 @@ class LeggedDomainRandomization:
         latency: ``[N]`` action delay [control steps].
         late_tick_prob: ``[N]`` probability that a control tick is late (the previous action held), or None when
             ``domain_rand.late_tick_prob`` is absent, ``[0, 0]`` or DR is off.
+        floor_timeconst: ``[N]`` the ground's contact time constant [s], or None when ``domain_rand.floor_timeconst``
+            is absent, ``[0, 0]`` or DR is off (the model's own).
+
+    Raises:
+        ValueError: ``floor_timeconst`` set on a backend without ``set_floor_timeconst``.
     """
 
     def __init__(self, sim, dr: dict, num_actions: int, device: str = "cpu"):
@@ -70,6 +84,12 @@ class LeggedDomainRandomization:
         self.action_history = torch.zeros(n, self.max_latency + 1, num_actions, device=device)
         late = dr.get(LATE_TICK_KEY, (0.0, 0.0))
         self.late_tick_prob = (torch.zeros(n, device=device) if dr["enabled"] and float(late[1]) > 0 else None)
+        floor = dr.get(FLOOR_KEY, (0.0, 0.0))
+        #: ``[N]`` the ground's contact time constant [s], or None when the model's own is kept.
+        self.floor_timeconst = (torch.zeros(n, device=device) if dr["enabled"] and float(floor[1]) > 0 else None)
+        if self.floor_timeconst is not None and not hasattr(sim, "set_floor_timeconst"):
+            raise ValueError(f"domain_rand.{FLOOR_KEY} needs a backend that sets the ground's contact time constant "
+                             f"per world (C MuJoCo, sim.backend=mujoco); {type(sim).__name__} does not")
 
     def randomise(self, ids: torch.Tensor) -> None:
         """Sample and apply new parameters and latency for envs ``ids`` ``[M]``; clears their action buffer."""
@@ -94,6 +114,10 @@ class LeggedDomainRandomization:
         self.latency[ids] = torch.randint(int(lat[0]), int(lat[1]) + 1, (m,), device=self.device)
         if self.late_tick_prob is not None:
             self.late_tick_prob[ids] = uniform(dr[LATE_TICK_KEY])
+        if self.floor_timeconst is not None:
+            lo, hi = (float(v) for v in dr[FLOOR_KEY])
+            self.floor_timeconst[ids] = uniform((lo, hi)) if hi > lo else lo
+            self.sim.set_floor_timeconst(ids, self.floor_timeconst[ids])
 
     def delay(self, actions: torch.Tensor) -> torch.Tensor:
         """Push ``actions`` ``[N, A]`` into the buffer; returns the ones applied now (``latency`` steps old).

@@ -30,7 +30,8 @@ from sim2real.tasks.state import state_estimate
 #: Named reality gaps: dotted config overrides with values outside the training DR ranges. ``quadrotor`` and
 #: ``legged`` are each robot kind's default (the issue's shifts); ``quadrotor_mass_thrust`` is the quadrotor's
 #: without the latency (a gap that a short session closes, for tests); ``quadrotor_weak_motor`` the default plus motor
-#: m1 at 85 % (``domain_rand.motor_thrust_scale``, per motor, not a range: not checked against training).
+#: m1 at 85 % (``domain_rand.motor_thrust_scale``, per motor, not a range: not checked against training);
+#: ``legged_compliant`` the legged one plus a compliant floor (``domain_rand.floor_timeconst``, the jump task's key).
 REALITY_GAPS: dict[str, dict[str, list]] = {
     "quadrotor": {"domain_rand.mass_scale": [1.2, 1.2], "domain_rand.thrust_scale": [0.8, 0.8],
                   "domain_rand.latency_steps": [2, 3]},
@@ -42,6 +43,10 @@ REALITY_GAPS: dict[str, dict[str, list]] = {
                              "domain_rand.motor_thrust_scale": [0.85, 1.0, 1.0, 1.0]},
     "legged": {"domain_rand.friction": [0.25, 0.25], "domain_rand.motor_strength": [0.8, 0.8],
                "domain_rand.latency_steps": [2, 3]},
+    # the full jump gap: the legged one plus a compliant floor (contact time constant 0.05 s, MuJoCo's
+    # default 0.02 s), which the training DR does not vary (domain_rand.floor_timeconst [0, 0]: the model's own)
+    "legged_compliant": {"domain_rand.friction": [0.25, 0.25], "domain_rand.motor_strength": [0.8, 0.8],
+                         "domain_rand.latency_steps": [2, 3], "domain_rand.floor_timeconst": [0.05, 0.05]},
 }
 #: A quadrotor stand-in must keep at least this thrust-to-weight ratio (hover plus a margin to manoeuvre).
 MIN_THRUST_TO_WEIGHT = 1.3
