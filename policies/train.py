@@ -132,6 +132,10 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     from sim2real.tasks import get_task, make_env, task_config
 
     argv = sys.argv if argv is None else argv
+    if init_from is not None and resume is not None:
+        from sim2real.configs import ConfigError
+
+        raise ConfigError("--init-from starts a new run; --resume continues one: give one of them")
     check_logger(logger)
     if distributed:  # the torchrun environment, CUDA and --device, before anything is loaded or written
         dist_mod.distributed_setup(os.environ, device, 0)
@@ -167,12 +171,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
 
     seed_everything(int(cfg["seed"]))
     env = make_env(cfg)  # before any run directory exists: a robot/model the env refuses leaves nothing behind
-    runner = None
     if init_from is not None:  # checked (and loaded) before a run directory exists
-        if resume_path is not None:
-            from sim2real.configs import ConfigError
-
-            raise ConfigError("--init-from starts a new run; --resume continues one: give one of them")
         from sim2real.policies.warm_start import warm_start
 
         runner = Sim2RealRunner(env, cfg, None, device=cfg["device"], progress=False)
