@@ -82,3 +82,21 @@ def test_init_from_on_the_command_line(tiny_policy, tmp_path, capsys):
     assert main(["train", "--task", "quadrotor-hover", *tiny, "--init-from", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.startswith("error: --init-from")
     assert sorted((tmp_path / "quadrotor-hover").iterdir()) == runs
+
+
+def test_a_resume_inside_the_warmup_keeps_the_actor_frozen_to_its_end(tiny_policy, tmp_path):
+    torch.manual_seed(5)
+    runner = _runner()
+    warm_start(runner, tiny_policy, critic_warmup=3)
+    runner.learn(1)  # iteration 0 of 3 frozen ones
+    path = tmp_path / "model_0.pt"
+    runner.save(str(path), prune=False)
+    again = _runner()
+    again.load(str(path))
+    assert again.current_learning_iteration == 1 and again._actor_frozen[0] == 3
+    assert not any(p.requires_grad for p in again.alg.actor.parameters())
+    done = _runner()
+    runner.learn(3)  # past the warm-up: a checkpoint then resumes with the actor training
+    runner.save(str(tmp_path / "model_3.pt"), prune=False)
+    done.load(str(tmp_path / "model_3.pt"))
+    assert done._actor_frozen is None and any(p.requires_grad for p in done.alg.actor.parameters())
