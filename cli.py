@@ -81,7 +81,8 @@ def _config_args(p: argparse.ArgumentParser, device: bool = True) -> None:
                    help="legged tasks: simulation backend (sim.backend): mujoco (C MuJoCo on the CPU cores, default), "
                         "mujoco-warp (MuJoCo Warp, for CUDA), isaaclab (the optional Isaac Lab extra); refused on the "
                         f"quadrotor tasks, which step their own torch dynamics on {on}")
-    p.add_argument("--config", help="YAML file with config values to merge over the task defaults")
+    p.add_argument("--config", help="YAML file with config values to merge over the task defaults (e.g. "
+                   "tasks/humanoid_footsteps/walk.yaml, a recipe)")
 
 
 # --- commands ---------------------------------------------------------------------------------------------
@@ -116,11 +117,15 @@ def cmd_train(args) -> int:
         from sim2real.configs import ConfigError
 
         raise ConfigError("--video-interval and --video-seconds apply with --video")
+    if args.critic_warmup is not None and args.init_from is None:
+        from sim2real.configs import ConfigError
+
+        raise ConfigError("--critic-warmup applies with --init-from (a new run from an exported policy)")
     train(args.task, overrides=list(args.overrides), config_file=args.config, num_envs=args.num_envs, seed=args.seed,
           device=args.device, resume=args.resume, runs_root=args.runs_root, run_name=args.run_name,
           max_iterations=args.max_iterations, export=args.export, distributed=getattr(args, "distributed", False),
           progress=not args.no_progress, argv=sys.argv, logger=args.logger, video=video, init_from=args.init_from,
-          critic_warmup=args.critic_warmup)
+          critic_warmup=50 if args.critic_warmup is None else args.critic_warmup)
     return 0
 
 
@@ -336,10 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("train", help="train a policy with rsl-rl-lib PPO (headless)")
-    p.add_argument("--task", required=True)
-    p.add_argument("--num-envs", type=positive_int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--device")
+    p.add_argument("--task", required=True, help="the task to train, e.g. quadrotor-hover (the README's main job); "
+                   "sim2real list shows every registered task")
+    p.add_argument("--num-envs", type=positive_int, help="parallel simulated envs (default: the task's env.num_envs)")
+    p.add_argument("--seed", type=int, help="seeds the run (default: the task's seed, 1)")
+    p.add_argument("--device", help="torch device, cpu or cuda[:N] (default: the task's device, cpu)")
     p.add_argument("--max-iterations", type=positive_int,
                    help="iterations to run now (default: train.max_iterations; with --resume of a run stopped before "
                         "its end, e.g. by Ctrl-C, the iterations it had left)")
@@ -348,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init-from", metavar="POLICY_DIR",
                    help="start a new run's actor (weights, observation normaliser) from an exported policy, e.g. a "
                         "shipped one; the critic starts fresh and trains alone for --critic-warmup iterations")
-    p.add_argument("--critic-warmup", type=non_negative_int, default=50, metavar="N",
+    p.add_argument("--critic-warmup", type=non_negative_int, default=None, metavar="N",
                    help="with --init-from: iterations that train the critic alone (default 50)")
     p.add_argument("--run-name", help="suffix of the run directory name")
     p.add_argument("--runs-root", type=Path, help="folder of run directories (default ./runs or $SIM2REAL_RUNS)")

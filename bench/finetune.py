@@ -10,7 +10,8 @@ For the base policy (default: the task's shipped policy, ``PRETRAINED_DIR / task
    version 0), stepped as fast as possible since nothing learns, and scores it the same way.
 
 Each session's history is scored too (and its report written, :mod:`sim2real.deploy.finetune.report`): every
-version the actor ran, on the stand-in's held-out set, and the worst relative change against the base policy (``worst``: the goal is never worse by more than 5 %); and the actor's
+version the actor ran, on the stand-in's held-out set, and the worst relative change of those versions against
+the base policy (``worst``, negative when all were better; the goal: never worse by more than 5 %); and the actor's
 control-period error p99 while paced to the wall clock (the learner training beside it).
 
 It prints a table (the task's gap metric, its spec's ``finetune.gap_metric``: the hover's mean final
@@ -85,13 +86,14 @@ def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, 
             wall = time.monotonic() - t0
             session = FinetuneSession.open(sdir)
             scores = ft.score_session(session, cfg)
-            history = session_report(session, cfg, score=True, scores=scores)["history"]  # also report.html
+            report = session_report(session, cfg, score=True, scores=scores)  # also writes report.html
+            history = report["history"]
             row = {"arm": arm, "seed": seed, "wall_s": wall, **run, "scores": scores,
                    "versions_published": len(session.versions()),
                    "version_sha256": (session.version_record(scores["version"]) or {}).get("sha256",
                                                                                             session.base_sha256),
                    "base_sha256": session.base_sha256, "history": history,
-                   "worst_vs_base": max([h["worse_than_base"] for h in history], default=0.0)}
+                   "worst_vs_base": report["worst_vs_base"]}
             rows.append(row)
             metric = scores["gap_metric"]
             print(f"{arm} seed {seed}: version {scores['version']}, {metric} "

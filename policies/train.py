@@ -213,6 +213,9 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
     iterations, to_end = _iterations(runner.current_learning_iteration, max_iterations, cfg,
                                      data["infos"] if resume_path is not None else None)
     runner.end_iteration = runner.current_learning_iteration + iterations  # (in its checkpoints: a resume's target)
+    if init_from is not None and critic_warmup >= iterations and main_rank:
+        print(f"note: the critic warm-up ({count(critic_warmup, 'iteration')}) covers the whole run "
+              f"({count(iterations, 'iteration')}): the actor stays as exported", file=sys.stderr)
     if main_rank and to_end:
         print(f"continuing to iteration {runner.end_iteration}, where the run was to end "
               f"({count(iterations, 'iteration')} left; --max-iterations N runs N instead)")

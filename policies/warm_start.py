@@ -90,6 +90,8 @@ def warm_start(runner, policy_dir: str | Path, critic_warmup: int) -> str:
     from sim2real.policies.artefact.metadata import ONNX_FILE, PolicyMismatchError, build_metadata, load_metadata
 
     policy_dir = Path(policy_dir)
+    if not policy_dir.is_dir():
+        raise WarmStartError(f"--init-from {policy_dir}: policy folder not found")
     try:
         meta = load_metadata(policy_dir)
     except PolicyMismatchError as exc:

@@ -36,9 +36,11 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--resume", action="store_true", help="continue an existing session (after a stop or a crash)")
     r.add_argument("--minutes", type=_positive_float, default=10.0, help="robot time to run now [min] (default 10)")
     r.add_argument("--learner", choices=["local", "remote", "sync", "off"], default="local",
-                   help="local: start the learner as a child process (default); remote: connect to one started "
-                        "with 'finetune learner' at link.learner_host; sync: the learner in this process, in turn "
-                        "with the actor (deterministic; stalls control while it trains); off: no learner (the "
+                   help="where the learner runs (what it does is the config's learner.method: sac, residual SAC "
+                        "on the robot's data, or sim, identification and PPO in the identified simulator); local: "
+                        "start the learner as a child process (default); remote: connect to one started "
+                        "with 'finetune learner' at link.learner_host; sync: the SAC learner in this process, in "
+                        "turn with the actor (deterministic; stalls control while it trains); off: no learner (the "
                         "control session)")
     r.add_argument("--no-realtime", action="store_true", help="step the stand-in as fast as possible")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -229,6 +231,14 @@ def _finetune_command(args) -> int:
         raise ConfigError("a resumed session keeps its base policy: drop --policy")
     if not args.resume and args.policy is None and (Path(args.session) / "session.json").is_file():
         raise ConfigError(f"{args.session} is a session already: pass --resume to continue it")
+    if args.learner == "sync":  # refused before a new session is written (SyncLearner runs SAC only)
+        from sim2real.deploy.finetune.config import finetune_config
+
+        method = (session_config(FinetuneSession.open(args.session)) if args.resume
+                  else finetune_config(args.overrides, args.config))["learner"]["method"]
+        if method != "sac":
+            raise ConfigError(f"--learner sync runs residual SAC in the actor's process; learner.method {method!r} "
+                              "runs in a learner process (--learner local or remote)")
     session, cfg = ft.open_session(args.session, args.policy, resume=args.resume, overrides=args.overrides,
                                    user_file=args.config)
     proc = None
@@ -247,6 +257,8 @@ def _finetune_command(args) -> int:
             if args.learner == "local":
                 proc = ft.start_learner_process(session.path, session.learner_dir / "learner.log")
                 endpoints = ft.local_endpoints(session)
+                print(f"learner ({cfg['learner']['method']}): its log is {session.learner_dir / 'learner.log'}",
+                      file=sys.stderr)
 
             def progress(step, total, actor, dt):
                 alive = actor.link.learner_alive() if actor.link is not None else False

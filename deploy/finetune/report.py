@@ -12,7 +12,7 @@ the tables):
   ``standin.gap``; meaningful when the session ran on the stand-in);
 * with ``score``: the base policy on the nominal simulator and on the stand-in, and every version the actor ran, on
   the task's held-out set (``eval.seed``) of the stand-in (:func:`version_history`): the gap before and after and
-  the worst change against the base policy at any time of the session.
+  the worst change against the base policy of the versions the robot ran after it (negative: all were better).
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
                              "robot_min": float(m.get("acked", 0)) * control_dt / 60.0, "value": float(m[key])})
     swaps = [{"version": int(r["version"]), "episode": r.get("episode"), "step": r.get("step")}
              for r in session.actor_decisions() if r.get("accepted")]
-    published = [{"version": r["version"], "learner_step": r.get("learner_step"), "created_s": r.get("created_s")}
+    ran = {int(r["version"]) for r in session.actor_decisions() if r.get("accepted")}
+    published = [{"version": r["version"], "created (UTC)": _utc(r.get("created_s")),
+                  "learner step": r.get("learner_step"), "ran on the robot": int(r["version"]) in ran}
                  for r in session.versions()]
     rounds = [{"version": r.get("version"), "running_version": r.get("running_version"),
                "reason": (r.get("gate") or {}).get("reason"), "wall_s": r.get("wall_s")}
@@ -115,7 +117,8 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
                             "after": scores["after"][gap.gap_metric], "version": scores["version"],
                             "recovered": scores["recovered"]}
         report["history"] = history
-        report["worst_vs_base"] = max((h["worse_than_base"] for h in history), default=0.0)
+        # the worst of the versions the robot ran after the base (negative: every one was better); 0 with none
+        report["worst_vs_base"] = max((h["worse_than_base"] for h in history if h["version"] > 0), default=0.0)
     folder = Path(session.path)
     atomic_write_bytes(folder / "report.json", json.dumps(report, indent=2, default=float).encode())
     _plot(report, folder / "report.png")
@@ -149,6 +152,8 @@ def _plot(report: dict, path: Path) -> None:
     if "scores" in report:
         ax.axhline(report["scores"]["nominal"], color="g", ls="--", lw=1)
         ax.axhline(report["scores"]["before"], color="r", ls="--", lw=1)
+    else:
+        ax.text(0.5, 0.5, "no episodes recorded yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("robot time [min]")
     ax.set_ylabel(f"{report['episode_key']} per episode")
     ax.set_title(f"{report['task']}: {Path(report['session']).name}"
@@ -181,7 +186,10 @@ def _html(report: dict) -> str:
                      f"{s['before']:.4f}, version {s['version']} {s['after']:.4f}: recovered {s['recovered']:.2f}; "
                      f"worst version against the base {100 * report['worst_vs_base']:+.1f} %</p>")
         parts.append(table(report["history"]))
-    parts.append("<h2>Versions published</h2>" + table(report["published"]))
+    parts.append("<h2>Versions published</h2><p>learner step: SAC's gradient steps, or the simulated control "
+                 "steps of the sim learner's PPO; a version published after the robot's last run has not flown "
+                 "(a resumed session starts on the newest one it accepted, or a newer gated one)</p>"
+                 + table(report["published"]))
     parts.append("<h2>Versions the actor ran</h2>" + table(report["swaps"]))
     parts.append("<h2>Improve rounds (gate in the identified simulator)</h2>" + table(report["improve_rounds"]))
     ident = report["identified"]
@@ -192,6 +200,14 @@ def _html(report: dict) -> str:
         shift = {k.split(".")[-1]: v for k, v in (report["standin_gap"]["shift"] or {}).items()}
         parts.append(table([{"parameter": k, "identified": ident[k], "stand-in": shift.get(k, "")} for k in ident]))
     return "<html><body>" + "\n".join(parts) + "</body></html>"
+
+
+def _utc(seconds) -> str | None:
+    import datetime
+
+    if not isinstance(seconds, (int, float)):
+        return None
+    return datetime.datetime.fromtimestamp(float(seconds), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _fmt(value) -> str:

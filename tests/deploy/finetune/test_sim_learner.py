@@ -106,3 +106,12 @@ def test_sync_learner_refuses_the_sim_method(tmp_path):
         SyncLearner(session, cfg)
     with pytest.raises(ConfigError, match="learner.method"):
         ft.open_session(tmp_path / "t", PRETRAINED, resume=False, overrides=["learner.method=td3"])
+
+
+def test_run_sync_with_the_sim_method_is_refused_before_a_session_is_written(tmp_path, capsys):
+    from sim2real.cli import main
+
+    code = main(["finetune", "run", "--learner", "sync", "--policy", str(PRETRAINED), "--session",
+                 str(tmp_path / "s"), "--minutes", "0.1", "--set", "learner.method=sim"])
+    assert code == 2 and "learner.method 'sim' runs in a learner process" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
