@@ -117,15 +117,11 @@ def cmd_train(args) -> int:
         from sim2real.configs import ConfigError
 
         raise ConfigError("--video-interval and --video-seconds apply with --video")
-    if args.critic_warmup is not None and args.init_from is None:
-        from sim2real.configs import ConfigError
-
-        raise ConfigError("--critic-warmup applies with --init-from (a new run from an exported policy)")
     train(args.task, overrides=list(args.overrides), config_file=args.config, num_envs=args.num_envs, seed=args.seed,
           device=args.device, resume=args.resume, runs_root=args.runs_root, run_name=args.run_name,
           max_iterations=args.max_iterations, export=args.export, distributed=getattr(args, "distributed", False),
           progress=not args.no_progress, argv=sys.argv, logger=args.logger, video=video, init_from=args.init_from,
-          critic_warmup=50 if args.critic_warmup is None else args.critic_warmup)
+          critic_warmup=args.critic_warmup)
     return 0
 
 

@@ -97,7 +97,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
           runs_root: Path | None = None, run_name: str | None = None, max_iterations: int | None = None,
           export: bool = False, distributed: bool = False, progress: bool = True,
           argv: list[str] | None = None, logger: str = "tensorboard", video=None, init_from: str | None = None,
-          critic_warmup: int = 50) -> Path | None:
+          critic_warmup: int | None = None) -> Path | None:
     """Train ``task`` (``sim2real train``) and return the run directory (None on torchrun ranks > 0).
 
     Args:
@@ -117,7 +117,7 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
             into ``<run>/videos/`` and the tracker (None: none).
         init_from: folder of an exported policy whose actor (weights and observation normaliser) starts this new
             run (not with ``resume``); the critic starts fresh and trains alone for ``critic_warmup`` iterations
-            (:mod:`sim2real.policies.warm_start`).
+            (default 50; only with ``init_from``; :mod:`sim2real.policies.warm_start`).
 
     Raises:
         ConfigError, UnknownTaskError, CheckpointError: before any run directory is written (see
@@ -136,6 +136,11 @@ def train(task: str, *, overrides: list[str], config_file: str | None = None, nu
         from sim2real.configs import ConfigError
 
         raise ConfigError("--init-from starts a new run; --resume continues one: give one of them")
+    if critic_warmup is not None and init_from is None:
+        from sim2real.configs import ConfigError
+
+        raise ConfigError("--critic-warmup applies with --init-from (a new run from an exported policy)")
+    critic_warmup = 50 if critic_warmup is None else int(critic_warmup)
     check_logger(logger)
     if distributed:  # the torchrun environment, CUDA and --device, before anything is loaded or written
         dist_mod.distributed_setup(os.environ, device, 0)
