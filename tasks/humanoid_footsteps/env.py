@@ -395,7 +395,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
         """Held-out metrics of one episode per env (``last_outcome`` tensors ``[N]``): ``hit_rate`` (hits over
         planned steps reached, all episodes pooled), ``fall_rate``, ``success_rate`` (episodes with hit rate >=
-        ``success.episode_hit_rate`` and no fall), ``score`` (the hit rate, for checkpoint ranking), and the hit
+        ``success.episode_hit_rate`` and no fall), ``score`` (hit rate x (1 - fall rate), for checkpoint ranking: the
+        goal table asks for both), and the hit
         and fall rates per plan mode (``<mode>_hit_rate`` / ``<mode>_fall_rate``) and per terrain
         (``flat``/``rough``/``stairs``)."""
         hits, steps, fall = outcome["hits"], outcome["steps"], outcome["fall"]
@@ -406,7 +407,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         everything = torch.ones_like(fall, dtype=torch.bool)
         out = {"hit_rate": rate(everything), "fall_rate": float(fall.mean()),
                "success_rate": float(outcome["success"].mean()), "steps": int(steps.sum())}
-        out["score"] = out["hit_rate"]
+        out["score"] = out["hit_rate"] * (1.0 - out["fall_rate"])  # a checkpoint that hits but falls ranks low
         for k, name in enumerate(fp.MODES):
             mask = outcome["mode"] == k
             if mask.any():

@@ -178,3 +178,20 @@ def test_the_tracker_takes_its_advance_rule_from_the_task_config():
         task_config("humanoid-footsteps", ["gait.advance=walk"])
     with pytest.raises(ConfigError, match="gait.timeout_periods"):
         task_config("humanoid-footsteps", ["gait.timeout_periods=0.5"])
+
+
+def test_checkpoint_ranking_weighs_falls():
+    """``score`` (what picks best.pt) is the hit rate times the share of episodes that did not fall: a policy that
+    hits 0.84 of its steps but falls in half the episodes ranks below one that hits 0.8 and never falls."""
+    from sim2real.tasks.humanoid_footsteps.env import HumanoidFootstepsEnv
+
+    def outcome(hits, steps, fall):
+        n = len(hits)
+        return {"hits": torch.tensor(hits), "steps": torch.tensor(steps), "fall": torch.tensor(fall),
+                "success": torch.zeros(n), "mode": torch.zeros(n), "difficulty": torch.zeros(n),
+                "stairs": torch.zeros(n)}
+
+    falls = HumanoidFootstepsEnv.summarize_outcomes(outcome([21.0, 21.0], [25.0, 25.0], [1.0, 0.0]))
+    steady = HumanoidFootstepsEnv.summarize_outcomes(outcome([20.0, 20.0], [25.0, 25.0], [0.0, 0.0]))
+    assert falls["hit_rate"] == pytest.approx(0.84) and falls["score"] == pytest.approx(0.42)
+    assert steady["score"] == pytest.approx(0.8) and steady["score"] > falls["score"]
