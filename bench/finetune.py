@@ -57,10 +57,10 @@ def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, 
     policy_dir = Path(policy_dir)
     overrides = list(overrides or [])
     if not any(o.split("=", 1)[0].strip() == "standin.gap" for o in overrides):
+        from sim2real.hardware.standins.reality_gap import robot_kind
         from sim2real.policies.artefact.metadata import load_metadata
 
-        kind = "quadrotor" if load_metadata(policy_dir)["robot"].get("kind") == "quadrotor" else "legged"
-        overrides.insert(0, f"standin.gap={BENCH_GAPS[kind]}")
+        overrides.insert(0, f"standin.gap={BENCH_GAPS[robot_kind(load_metadata(policy_dir)['robot'])]}")
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -76,7 +76,7 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     an already computed :func:`~sim2real.deploy.finetune.runner.score_session` result to reuse)."""
     from sim2real.configs.durable import atomic_write_bytes, read_jsonl
     from sim2real.deploy.finetune.config import task_finetune
-    from sim2real.hardware.standins.reality_gap import REALITY_GAPS
+    from sim2real.hardware.standins.reality_gap import REALITY_GAPS, robot_kind
 
     meta = session.base_metadata()
     gap = task_finetune(meta["task"])
@@ -99,9 +99,8 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     ident_path = Path(session.path) / "identified.json"
     identified = json.loads(ident_path.read_text()) if ident_path.is_file() else None
     gap_name = cfg["standin"]["gap"]
-    truth = (REALITY_GAPS.get(gap_name) if gap_name not in ("default", "none")
-             else (REALITY_GAPS["quadrotor" if meta["robot"].get("kind") == "quadrotor" else "legged"]
-                   if gap_name == "default" else {}))
+    named = {"none": {}, "default": REALITY_GAPS[robot_kind(meta["robot"])]}
+    truth = named[gap_name] if gap_name in named else REALITY_GAPS[gap_name]
     report = {"session": str(session.path), "task": meta["task"], "gap_metric": gap.gap_metric,
               "higher_is_better": gap.higher_is_better, "episode_key": key,
               "robot_minutes": episodes[-1]["robot_min"] if episodes else 0.0, "episodes": episodes,
