@@ -170,7 +170,7 @@ def _finetune_command(args) -> int:
     if args.finetune_command == "status":
         import numpy as np
 
-        from sim2real.deploy.finetune.report import session_report
+        from sim2real.deploy.finetune.report import fmt_value, session_report
 
         session = FinetuneSession.open(args.session)
         rep = session_report(session, session_config(session), score=args.score)
@@ -183,7 +183,7 @@ def _finetune_command(args) -> int:
             print(f"{rep['episode_key']} of the last {len(recent)} episodes: {np.mean(recent):.4f} (the first "
                   f"{min(10, len(eps))}: {np.mean([e['value'] for e in eps[:10]]):.4f})")
         if rep["identified"] is not None:
-            print("identified: " + ", ".join(f"{k} {_short(v)}" for k, v in rep["identified"].items()))
+            print("identified: " + ", ".join(f"{k} {fmt_value(v, 3)}" for k, v in rep["identified"].items()))
         if "scores" in rep:
             s = rep["scores"]
             print(f"held-out {rep['gap_metric']} on the stand-in: base {s['before']:.4f} (nominal {s['nominal']:.4f})"
@@ -289,11 +289,3 @@ def print_scores(scores: dict) -> None:
     metric = scores.get("gap_metric", "pos_error_mean")
     label = {"pos_error_mean": "position error", "success_rate": "success rate"}.get(metric, metric)
     print(f"gap recovered ({label}): {scores['recovered']:.2f}")
-
-
-def _short(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
-    return str(value)

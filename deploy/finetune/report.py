@@ -171,7 +171,7 @@ def _html(report: dict) -> str:
             return "<p>none</p>"
         cols = list(rows[0])
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt_value(r.get(c)))}</td>" for c in cols) + "</tr>"
                        for r in rows)
         return f"<table border=1 cellpadding=3><tr>{head}</tr>{body}</table>"
 
@@ -209,9 +209,10 @@ def _utc(seconds) -> str | None:
     return datetime.datetime.fromtimestamp(float(seconds), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _fmt(value) -> str:
+def fmt_value(value, digits: int = 4) -> str:
+    """A report value as text: floats to ``digits`` significant digits, lists element by element, None as ''."""
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.{digits}g}"
     if isinstance(value, list):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+        return "[" + ", ".join(fmt_value(v, digits) for v in value) + "]"
     return "" if value is None else str(value)
