@@ -11,7 +11,10 @@ with ``mujoco_warp.put_model`` / ``put_data`` (``nworld = num_envs``).
 Device and interop: warp arrays live on the torch device (``wp.device_from_torch``); the state, controls and the
 per-world model fields are read and written through zero-copy torch views (``wp.to_torch``), so on CUDA nothing
 goes through the host. On CUDA the ``decimation`` physics substeps of one control step are captured once into a
-CUDA graph (``wp.ScopedCapture``) and replayed with ``wp.capture_launch``; warp runs on torch's current stream.
+CUDA graph (``wp.ScopedCapture``, garbage collection paused so no finaliser is recorded into it) and replayed with
+``wp.capture_launch`` on warp's default stream of the device (a blocking stream: torch's legacy default stream
+orders against it; a graph cannot be captured on the legacy stream itself). If capture fails (e.g. no memory pool
+on the device) the substeps run as plain launches, with a warning.
 
 Per-world domain randomisation: these model fields are allocated per world (``put_model(batch_sizes=...)``) and
 written in place: ``geom_friction``, ``body_mass``/``body_inertia``/``body_ipos`` (derived ``body_subtreemass``,
@@ -46,7 +49,7 @@ default ``~/.cache/warp``, so later runs start in seconds).
 
 from __future__ import annotations
 
-import contextlib
+import gc
 import logging
 import sys
 
@@ -124,6 +127,8 @@ class MujocoWarpBackend:
         self._compile(robot, sim_cfg, terrain, obstacle, terrain_boxes)
         self.num_envs, self.device = int(num_envs), device
         self.torch_device = torch.device(device)
+        if self.torch_device.type == "cuda" and self.torch_device.index is None:  # "cuda": the current CUDA device
+            self.torch_device = torch.device("cuda", torch.cuda.current_device())
         i, dev = self.index, self.torch_device
 
         wp.init()
@@ -185,21 +190,34 @@ class MujocoWarpBackend:
         self._graphs: dict[str, object] = {}
         self.use_graphs = self.wp_device.is_cuda
         if self.use_graphs:
+            self._capture_graphs()
+
+    # --- warp plumbing -----------------------------------------------------------------------------------------
+    def _scope(self):
+        """Warp on this backend's device and its default stream (see the module docstring on ordering)."""
+        return self._wp.ScopedDevice(self.wp_device)
+
+    def _capture_graphs(self) -> None:
+        """Capture ``step`` and ``forward`` as CUDA graphs; on failure run without graphs and say so once."""
+        wp = self._wp
+        torch.cuda.synchronize(self.torch_device)  # torch's writes of the initial state land before warp reads them
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
             with self._scope():
+                wp.synchronize_device(self.wp_device)
                 for name, fn in (("step", self._substeps), ("forward", self._forward)):
                     with wp.ScopedCapture() as capture:
                         fn()
                     self._graphs[name] = capture.graph
-
-    # --- warp plumbing -----------------------------------------------------------------------------------------
-    def _scope(self):
-        """Warp on this backend's device and, on CUDA, on torch's current stream (ordered with torch's ops)."""
-        wp = self._wp
-        stack = contextlib.ExitStack()
-        stack.enter_context(wp.ScopedDevice(self.wp_device))
-        if self.wp_device.is_cuda:
-            stack.enter_context(wp.ScopedStream(wp.stream_from_torch(torch.cuda.current_stream(self.torch_device))))
-        return stack
+        except Exception as exc:  # noqa: BLE001 - any capture failure: plain launches still simulate correctly
+            self._graphs.clear()
+            self.use_graphs = False
+            print(f"MuJoCo Warp: CUDA graph capture failed ({type(exc).__name__}: {exc}); stepping without graphs",
+                  file=sys.stderr)
+        finally:
+            if enabled:
+                gc.enable()
 
     def _substeps(self) -> None:
         for _ in range(self.decimation):
