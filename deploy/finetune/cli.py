@@ -78,7 +78,8 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
                     "ran on the stand-in's held-out set (the gap before and after; seconds per version)")
 
     i = sub.add_parser("identify", help="identify the robot's dynamics from the session's recordings (the task's DR "
-                       "parameters and each motor's thrust): print them and write identified.json into the session")
+                       "parameters; a quadrotor's motor thrusts, a legged robot's friction, strength, floor and "
+                       "latency): print them and write identified.json into the session")
     i.add_argument("--session", required=True, help="session folder whose recordings (MCAP) are replayed")
     i.add_argument("--max-latency", type=int, default=5,
                    help="the largest latency searched [control steps] (default 5)")

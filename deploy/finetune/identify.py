@@ -60,8 +60,8 @@ forces' RMS), and what the DR cannot represent: ``motor_thrust_scale`` ``[4]``, 
 strongest (the structured delta-action correction of the identified model: motor ``i`` produces ``scale_i`` times
 its command). Measured accuracy and time: ``docs/finetuning.md``.
 
-Legged robots are not identified yet (their sessions record the state: base pose and twist, joint positions and
-velocities); :func:`identify` raises :class:`IdentificationError` for them.
+Legged robots: :mod:`~sim2real.deploy.finetune.identify_legged` (the same windows, replayed in batched C MuJoCo:
+friction, motor strength, the floor's contact time constant, latency); :func:`identify` picks by the robot kind.
 
 Only ``sim2real.cli`` (``finetune identify``) and the fine-tuning package use this module; it imports sim/, tasks/,
 configs/ and deploy.recording.
@@ -80,29 +80,10 @@ from sim2real.deploy.finetune.identify_data import (  # noqa: F401 (re-exported)
     GROUPS, IDENTIFIED_FILE, QUADROTOR_DR_KEYS, READS_STATE_VERSIONS, IdentificationError, Identified, Options,
     Trajectories, session_trajectories, trajectories_from_recording,
 )
+from sim2real.deploy.finetune.identify_data import cem_update as _cem_update
+from sim2real.deploy.finetune.identify_data import replay_windows as _windows
 
 # --- the quadrotor replay ----------------------------------------------------------------------------------------
-
-def _windows(traj: Trajectories, horizon: int, history: int, stride: int, max_windows: int) -> np.ndarray:
-    """Start indices ``[W]`` of the windows: ``history`` recorded steps before and ``horizon`` from the start, all in
-    one episode and without a seq gap; every ``stride``-th step of an episode; at most ``max_windows``."""
-    t = len(traj)
-    if t < history + horizon:
-        return np.zeros(0, np.int64)
-    ep, st, seq = traj.episode, traj.step, traj.seq
-    # run[i]: how many consecutive steps (same episode, next step, next seq) precede step i
-    ok = np.r_[False, (ep[1:] == ep[:-1]) & (st[1:] == st[:-1] + 1) & (seq[1:] == seq[:-1] + 1)]
-    breaks = np.flatnonzero(~ok)  # the first step of every run
-    run = np.arange(t) - breaks[np.searchsorted(breaks, np.arange(t), side="right") - 1]
-    end = np.arange(t) + horizon - 1
-    idx = np.flatnonzero(end < t)
-    valid = np.zeros(t, bool)
-    valid[idx] = (run[end[idx]] - run[idx] == horizon - 1) & (run[idx] >= history)
-    starts = np.flatnonzero(valid & (st % stride == 0))
-    if len(starts) > max_windows:
-        starts = starts[np.linspace(0, len(starts) - 1, max_windows).round().astype(np.int64)]
-    return starts
-
 
 class QuadrotorReplay:
     """The recorded windows of a quadrotor session, replayed for batches of (candidate robot, window) rows.
@@ -265,14 +246,6 @@ def _product(replay, x, latency, win, episode_x=None, episode_latency=None, chun
         sqs.append(sq.view(m, e, 4))
         accels.append(accel.view(m, e, 3))
     return torch.cat(sqs), torch.cat(accels)
-
-
-def _cem_update(x, cost, mean, std, n_elite, keep=0.2):
-    """CEM's update of a Gaussian ``(mean, std)`` (``[..., D]``) from samples ``x`` ``[..., P, D]`` and costs
-    ``[..., P]``: the elites' moments, smoothed (``keep`` of the old)."""
-    elite = torch.argsort(cost, dim=-1)[..., :n_elite]
-    xe = torch.gather(x, -2, elite.unsqueeze(-1).expand(*elite.shape, x.shape[-1]))
-    return (1 - keep) * xe.mean(-2) + keep * mean, (1 - keep) * xe.std(-2) + keep * std, elite
 
 
 def identify_quadrotor(traj: Trajectories, task_cfg: dict, options: Options | None = None, *,
@@ -529,13 +502,23 @@ def identify(session, options: Options | None = None, *, log=None) -> Identified
     """Identify the robot of a :class:`~sim2real.deploy.finetune.session.FinetuneSession` from its recordings.
 
     Raises:
-        IdentificationError: no state recorded (an older session), too little data, or a robot kind that is not
-            identified yet (legged).
+        IdentificationError: no state recorded (an older session), too little data, or a robot kind that is neither
+            a quadrotor nor legged.
+
+    ``options``: :class:`Options` (quadrotor) or :class:`~sim2real.deploy.finetune.identify_data.LeggedOptions`
+    (legged; an :class:`Options` given for a legged session passes on its ``max_latency`` and ``seed``).
     """
     traj, task_cfg = session_trajectories(session)
-    if task_cfg["robot"].get("kind") != "quadrotor":
-        raise IdentificationError(f"{session.path}: identification of {task_cfg['robot'].get('kind')} robots is not "
-                                  "implemented yet (quadrotors only); their sessions record the state for it")
+    kind = task_cfg["robot"].get("kind")
+    if kind == "legged":
+        from sim2real.deploy.finetune.identify_data import LeggedOptions
+        from sim2real.deploy.finetune.identify_legged import identify_legged
+
+        if options is not None and not isinstance(options, LeggedOptions):  # the CLI's: keep its latency and seed
+            options = LeggedOptions(max_latency=options.max_latency, seed=options.seed)
+        return identify_legged(traj, task_cfg, options, log=log)
+    if kind != "quadrotor":
+        raise IdentificationError(f"{session.path}: identification of {kind} robots is not implemented")
     return identify_quadrotor(traj, task_cfg, options, log=log)
 
 

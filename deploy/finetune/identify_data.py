@@ -8,6 +8,7 @@ import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
 
 #: What ``finetune identify`` writes into the session folder (atomically).
 IDENTIFIED_FILE = "identified.json"
@@ -94,11 +95,45 @@ def session_trajectories(session) -> tuple[Trajectories, dict]:
     return trajectories_from_recording(data, float(meta["control_period_s"]), str(session.path)), task_cfg
 
 
+# --- windows and the CEM step (shared by the quadrotor and the legged identification) ---------------------------
+def replay_windows(traj: Trajectories, horizon: int, history: int, stride: int, max_windows: int) -> np.ndarray:
+    """Start indices ``[W]`` of the windows: ``history`` recorded steps before and ``horizon`` from the start, all in
+    one episode and without a seq gap; every ``stride``-th step of an episode; at most ``max_windows``."""
+    t = len(traj)
+    if t < history + horizon:
+        return np.zeros(0, np.int64)
+    ep, st, seq = traj.episode, traj.step, traj.seq
+    # run[i]: how many consecutive steps (same episode, next step, next seq) precede step i
+    ok = np.r_[False, (ep[1:] == ep[:-1]) & (st[1:] == st[:-1] + 1) & (seq[1:] == seq[:-1] + 1)]
+    breaks = np.flatnonzero(~ok)  # the first step of every run
+    run = np.arange(t) - breaks[np.searchsorted(breaks, np.arange(t), side="right") - 1]
+    end = np.arange(t) + horizon - 1
+    idx = np.flatnonzero(end < t)
+    valid = np.zeros(t, bool)
+    valid[idx] = (run[end[idx]] - run[idx] == horizon - 1) & (run[idx] >= history)
+    starts = np.flatnonzero(valid & (st % stride == 0))
+    if len(starts) > max_windows:
+        starts = starts[np.linspace(0, len(starts) - 1, max_windows).round().astype(np.int64)]
+    return starts
+
+
+def cem_update(x, cost, mean, std, n_elite, keep=0.2):
+    """CEM's update of a Gaussian ``(mean, std)`` (``[..., D]``) from samples ``x`` ``[..., P, D]`` and costs
+    ``[..., P]``: the elites' moments, smoothed (``keep`` of the old)."""
+    elite = torch.argsort(cost, dim=-1)[..., :n_elite]
+    xe = torch.gather(x, -2, elite.unsqueeze(-1).expand(*elite.shape, x.shape[-1]))
+    return (1 - keep) * xe.mean(-2) + keep * mean, (1 - keep) * xe.std(-2) + keep * std, elite
+
+
 # --- the result ---------------------------------------------------------------------------------------------------
 #: The identified parameters that are DR keys of the quadrotor tasks (the rest need the correction model).
 QUADROTOR_DR_KEYS = ("mass_scale", "thrust_scale", "inertia_scale", "motor_time_constant", "latency_steps",
                      "ext_force")
-_UNITS = {"motor_time_constant": "s", "latency_steps": "steps", "ext_force": "N"}
+#: The identified parameters of a legged robot, all DR keys of the legged tasks (``floor_timeconst``: the jump's).
+LEGGED_DR_KEYS = ("friction", "motor_strength", "floor_timeconst", "latency_steps")
+#: The state groups of a legged robot's fit error: the base's (:data:`GROUPS`), then the joints'.
+LEGGED_GROUPS = GROUPS + (("joint_pos", "rad"), ("joint_vel", "rad/s"))
+_UNITS = {"motor_time_constant": "s", "latency_steps": "steps", "ext_force": "N", "floor_timeconst": "s"}
 
 
 @dataclass
@@ -106,8 +141,10 @@ class Identified:
     """The identified robot.
 
     Attributes:
-        task, robot_kind: the base policy's task and ``quadrotor``.
-        params: the identified robot: ``mass_scale``, ``thrust_scale``, ``inertia_scale`` (scales of the robot
+        task, robot_kind: the base policy's task and ``quadrotor`` or ``legged``.
+        params: a legged robot's: ``friction``, ``motor_strength``, ``floor_timeconst`` [s], ``latency_steps``
+            (the median over the episodes; :mod:`~sim2real.deploy.finetune.identify_legged`). A quadrotor's:
+            ``mass_scale``, ``thrust_scale``, ``inertia_scale`` (scales of the robot
             config's mass, maximum motor thrust of the strongest motor, inertia), ``motor_time_constant`` [s],
             ``latency_steps`` [control steps], ``ext_force`` [N] (per-axis bound of a uniform draw with the
             per-episode forces' RMS), ``motor_thrust_scale`` ``[4]`` (each motor relative to the strongest). The
@@ -150,6 +187,14 @@ class Identified:
     control_dt: float
     wall_s: float
     method: str = ""
+    dr_keys: list = None  # the params that are task DR keys (None: the quadrotor's, QUADROTOR_DR_KEYS)
+    groups: list = None  # the fit's state groups [[name, unit], ...] (None: the quadrotor's, GROUPS)
+
+    def __post_init__(self):
+        if self.dr_keys is None:
+            self.dr_keys = list(QUADROTOR_DR_KEYS)
+        if self.groups is None:
+            self.groups = [list(g) for g in GROUPS]
 
     def overrides(self, spread: bool = True) -> dict:
         """Dotted task-config overrides that simulate the identified robot with the task's own DR keys: each
@@ -157,7 +202,7 @@ class Identified:
         where it has one; ``domain_rand.ext_force`` is the identified bound. ``motor_thrust_scale`` is not among
         them: the task's DR cannot represent it (see :meth:`correction`)."""
         out = {}
-        for key in QUADROTOR_DR_KEYS:
+        for key in self.dr_keys:
             value = self.params[key]
             lo, hi = self.spread.get(key, (value, value)) if spread else (value, value)
             if key == "latency_steps":
@@ -170,7 +215,10 @@ class Identified:
 
     def correction(self) -> dict:
         """What the task's DR cannot represent, as a structured delta-action model: ``{"motor_thrust_scale": [4]}``,
-        motor ``i`` producing ``scale_i`` times its commanded thrust (relative to the strongest motor)."""
+        motor ``i`` producing ``scale_i`` times its commanded thrust (relative to the strongest motor); ``{}`` for a
+        legged robot (its identified parameters are all DR keys)."""
+        if "motor_thrust_scale" not in self.params:
+            return {}
         return {"motor_thrust_scale": list(self.params["motor_thrust_scale"])}
 
     def outside_training(self) -> list[str]:
@@ -210,7 +258,7 @@ class Identified:
         for key, value in self.params.items():
             name = key + (f" [{_UNITS[key]}]" if key in _UNITS else "")
             train = self.training_range.get(key)
-            train_text = rng(train) if train else ("not in DR" if key not in QUADROTOR_DR_KEYS else "")
+            train_text = rng(train) if train else ("not in DR" if key not in self.dr_keys else "")
             nominal = self.nominal.get(key)
             lines.append(f"{name:24s} {fmt(value):>28s} {rng(self.spread.get(key)):>16s} "
                          f"{'' if isinstance(nominal, list) else fmt(nominal):>8s} {train_text:>15s}"
@@ -225,7 +273,7 @@ class Identified:
         lines.append(f"fit error (nominal robot = 1): {self.fit_before:.3f} -> {self.fit_after:.3f} "
                      f"({self.fit_global:.3f} with the medians in every episode)")
         lines.append(f"{'state group':16s} {'RMS nominal':>12s} {'RMS identified':>15s}")
-        for name, unit in GROUPS:
+        for name, unit in self.groups:
             lines.append(f"{name + ' [' + unit + ']':16s} {self.rms_before[name]:12.3g} {self.rms_after[name]:15.3g}")
         lines.append(f"{self.windows} windows of {self.horizon_steps} control steps from {self.episodes} episodes "
                      f"({self.steps} steps = {self.steps * self.control_dt:.0f} s recorded); {self.wall_s:.1f} s")
@@ -280,5 +328,40 @@ class Options:
     per_motor: bool = True
     max_windows: int = 4000
     threads: int = 1
+    seed: int = 0
+
+
+@dataclass
+class LeggedOptions:
+    """Settings of :func:`~sim2real.deploy.finetune.identify_legged.identify_legged` (defaults: the docs' example).
+
+    Attributes:
+        horizon_s: window length [s] (rounded to control steps, at least 1); stride: control steps between window
+            starts; max_latency: the largest latency searched [control steps] (windows need that many recorded
+            steps before them).
+        population, elite_frac, batch_windows: the CEM's candidates per iteration, share kept, windows per iteration
+            (one MuJoCo world per candidate x window); iterations, iterations_refine: CEM iterations of stage 1
+            and of stage 3.
+        episode_population, episode_windows, episode_iterations: the per-episode CEM (PD gain scales, added mass):
+            candidates and windows per episode and iteration, iterations; rounds: how often the per-episode search
+            and the session's CEM alternate after stage 1.
+        min_windows: fewer replayable windows refuse the session; max_windows: at most this many (evenly spaced).
+        seed: seeds the sampling.
+    """
+
+    horizon_s: float = 0.1
+    stride: int = 5
+    max_latency: int = 5
+    population: int = 32
+    elite_frac: float = 0.15
+    batch_windows: int = 48
+    iterations: int = 12
+    iterations_refine: int = 6
+    episode_population: int = 12
+    episode_windows: int = 12
+    episode_iterations: int = 5
+    rounds: int = 2
+    min_windows: int = 20
+    max_windows: int = 600
     seed: int = 0
 

@@ -37,7 +37,8 @@ run continues from it while that version is the one to beat (budgets add up, e.g
 (:func:`offer_improved`), and a running learner's loop could call :func:`improve` beside SAC (the ``sim`` learner
 method, not wired yet).
 
-Only the quadrotor is supported (legged robots are not identified yet); :class:`ImproveError` (one line) otherwise.
+Only the quadrotor is supported (legged robots are identified by ``finetune identify`` but not improved yet);
+:class:`ImproveError` (one line) otherwise.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def identified_task_config(task_cfg: dict, identified: dict, *, spread: bool = T
         ImproveError: not a quadrotor task config, or ``identified`` lacks a value.
     """
     if task_cfg.get("robot", {}).get("kind") != "quadrotor":
-        raise ImproveError(f"improving in the identified simulator needs a quadrotor (identification of "
+        raise ImproveError(f"improving in the identified simulator needs a quadrotor (improving "
                            f"{task_cfg.get('robot', {}).get('kind')} robots is not implemented yet)")
     if not 0.0 <= float(margin) < 1.0:
         raise ImproveError(f"margin must be in [0, 1), got {margin}")
@@ -429,8 +430,9 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
     spec = residual_spec(session, cfg)
     base, task_cfg = base_policy(session, cfg)
     if task_cfg["robot"].get("kind") != "quadrotor":
-        raise ImproveError(f"{session.path}: improving in simulation needs an identified robot; identification of "
-                           f"{task_cfg['robot'].get('kind')} robots is not implemented yet (quadrotors only)")
+        raise ImproveError(f"{session.path}: improving in simulation is implemented for quadrotors only; "
+                           f"{task_cfg['robot'].get('kind')} robots are identified (finetune identify) but not "
+                           "improved yet")
     identified = load_identified(session, log=say)
     sim_cfg = identified_task_config(task_cfg, identified, spread=opts.spread, margin=opts.margin)
     hold = int(cfg["hold_steps"])
