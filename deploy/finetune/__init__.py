@@ -21,7 +21,8 @@ Modules, from the bottom up:
 * :mod:`~sim2real.deploy.finetune.runner`: a session on the stand-in robot end to end (create, learner child
   process, actor loop, held-out scores and the gap recovered);
 * :mod:`~sim2real.deploy.finetune.identify`: system identification from a session's recorded states and commands
-  (``finetune identify``: the task's DR parameters and each motor's thrust, by batched replay in the simulator);
+  (``finetune identify``: the task's DR parameters and each motor's thrust, by batched replay in the simulator),
+  with :mod:`~sim2real.deploy.finetune.identify_legged` for legged robots (friction, strength, floor, latency);
 * :mod:`~sim2real.deploy.finetune.improve`: the residual trained with PPO on thousands of simulated robots of the
   identified kind, gated against the running version there before it is published (``finetune improve``);
 * :mod:`~sim2real.deploy.finetune.node_options`, :mod:`~sim2real.deploy.finetune.node_episodes`,
