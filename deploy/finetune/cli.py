@@ -179,9 +179,14 @@ def _finetune_command(args) -> int:
         session = FinetuneSession.open(args.session)
         rep = session_report(session, session_config(session), score=args.score)
         eps = rep["episodes"]
+        robots = session.robot_ids()
+        fleet = bool(robots) and robots != ["default"]
         print(f"session {session.path}: task {rep['task']}, {rep['robot_minutes']:.2f} robot minutes, "
-              f"{len(eps)} episodes, {len(rep['published'])} versions published, the actor runs version "
-              f"{session.current_actor_version()}")
+              f"{len(eps)} episodes, {len(rep['published'])} versions published"
+              + ("" if fleet else f", the actor runs version {session.current_actor_version()}"))
+        if fleet:  # each robot's episodes and the version it runs
+            print("robots: " + ", ".join(f"{r} ({sum(e['robot'] == r for e in eps)} episodes, version "
+                                         f"{session.for_robot(r).current_actor_version()})" for r in robots))
         if eps:
             recent = [e["value"] for e in eps[-10:]]
             print(f"{rep['episode_key']} of the last {len(recent)} episodes: {np.mean(recent):.4f} (the first "

@@ -152,6 +152,21 @@ def test_a_pushed_version_is_accepted_by_both_robots(fleet):
     assert not (s / "versions" / "actor.jsonl").exists()  # the default robot never ran
 
 
+def test_the_report_counts_every_robots_episodes_and_minutes(fleet):
+    from sim2real.deploy.finetune.config import session_config
+    from sim2real.deploy.finetune.report import session_report
+
+    session = FinetuneSession.open(fleet["dir"])
+    rep = session_report(session, session_config(session))
+    eps = {r: [e for e in rep["episodes"] if e["robot"] == r] for r in (A, B)}
+    assert all(len(eps[r]) == len([m for m in session.for_robot(r).metrics() if m.get("event") == "episode"]) > 0
+               for r in (A, B))
+    by_robot = rep["robot_minutes_by_robot"]
+    assert set(by_robot) == {A, B} and rep["robot_minutes"] == pytest.approx(by_robot[A] + by_robot[B])
+    assert by_robot[B] == pytest.approx(max(e["robot_min"] for e in eps[B])) > 0
+    assert {s["robot"] for s in rep["swaps"]} == {A, B}
+
+
 def test_a_second_actor_of_one_robot_is_refused(fleet):
     dup = fleet["dup"]
     assert dup.returncode != 0
@@ -176,3 +191,107 @@ def test_a_killed_robot_resumes_its_recording_and_the_other_is_untouched(fleet):
     assert {p.name: sha256_file(p) for p in (s / "recordings" / B).iterdir()} == fleet["b_files"]
     assert np.array_equal(quiet_read(s / "recordings" / B)["obs"], fleet["b_data"]["obs"])
     assert recorded_robot_ids(s / "recordings" / A) == {A}
+
+
+# --------------------------------------------------------------------------------------------- the parts, alone
+def make_session(path: Path) -> FinetuneSession:
+    return FinetuneSession.create(path, PRETRAINED, task="quadrotor-hover", robot_name="cf", config={"seed": 0})
+
+
+def test_robot_views_keep_their_files_apart_and_the_default_robot_keeps_todays_layout(tmp_path):
+    session = make_session(tmp_path / "s")
+    default = FinetuneSession.open(tmp_path / "s")
+    assert default.robot_id == "default" and default.recordings_dir == tmp_path / "s" / "recordings"
+    default.log_metrics({"event": "episode", "episode": 0})
+    default.record_actor_decision(0, default.base_sha256, accepted=True, episode=0)
+    assert (tmp_path / "s" / "metrics.jsonl").is_file() and (tmp_path / "s" / "versions" / "actor.jsonl").is_file()
+    assert "robot" not in default.metrics()[0] and "robot" not in default.actor_decisions()[0]
+    a = session.for_robot(A)
+    assert a.recordings_dir == tmp_path / "s" / "recordings" / A and a.recordings_dir.is_dir()
+    a.log_metrics({"event": "episode", "episode": 0})
+    a.log_metrics({"event": "episode", "episode": 1})
+    a.record_actor_decision(0, a.base_sha256, accepted=False, reason="test", episode=1)
+    assert [m["robot"] for m in read_jsonl(tmp_path / "s" / "robots" / A / "metrics.jsonl")] == [A, A]
+    assert a.actor_decisions()[0]["robot"] == A and a.current_actor_version() == 0
+    assert len(default.metrics()) == 1 and len(default.actor_decisions()) == 1  # apart from the default robot's
+    assert session.robot_ids() == [A, "default"]
+    assert sorted(m["robot"] for m in session.all_metrics()) == [A, A, "default"]
+    assert list(session.recording_dirs()) == ["default", A]
+    for bad in ("", "../x", "a/b", "-x", "x" * 65):
+        with pytest.raises(ValueError, match="invalid robot id"):
+            session.for_robot(bad)
+
+
+def test_each_robot_has_its_own_actor_lock_and_live_actors_names_the_holders(tmp_path):
+    session = make_session(tmp_path / "s")
+    a, b = session.for_robot(A), session.for_robot(B)
+    assert session.live_actors() == {}
+    with a.exclusive("actor"), b.exclusive("actor"):  # two robots run at once; the learner lock is the session's
+        assert session.live_actors() == {A: os.getpid(), B: os.getpid()}
+        code = ("import sys; from sim2real.deploy.finetune.session import FinetuneSession as F\n"
+                "try:\n    F.open(sys.argv[1]).for_robot(sys.argv[2]).exclusive('actor').__enter__()\n"
+                "except RuntimeError as e:\n    print(e)")
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s"), A], capture_output=True, text=True,
+                             timeout=60)
+        assert f"another actor of robot {A} (pid {os.getpid()})" in out.stdout, out.stdout + out.stderr
+    assert session.live_actors() == {} and not (tmp_path / "s" / "robots" / A / "actor.lock").exists()
+
+
+def test_learner_transitions_and_identification_read_every_robots_recording(tmp_path):
+    from sim2real.deploy.finetune.identify_data import merge_recordings
+    from sim2real.deploy.finetune.learner import transitions_from_recording
+    from sim2real.deploy.recording.transitions import TransitionRecorder
+
+    session = make_session(tmp_path / "s")
+    layout = {"episode": 1, "step": 1, "version": 1, "obs": 2, "next_obs": 2, "base_action": 1,
+              "next_base_action": 1, "residual": 1, "action": 1, "reward": 1, "terminated": 1, "truncated": 1,
+              "intervention": 1}
+    rows = {A: 10, B: 6}
+    for robot, n in rows.items():
+        with TransitionRecorder(session.for_robot(robot).recordings_dir, layout, robot_id=robot) as rec:
+            for t in range(n):
+                rec.append({k: np.full(size, t // 5 if k == "episode" else t % 5 if k == "step" else 0.5)
+                            for k, size in layout.items()} | {"truncated": float(t % 5 == 4)})
+    assert recorded_robot_ids(session.recordings_dir / A) == {A}
+    # cf-a: two ended holds of 5 steps; cf-b: one (its last step, an unended hold, makes no transition)
+    assert len(transitions_from_recording(session.path, 5)["reward"]) == 2 + 1
+    merged = merge_recordings([read_transitions(d) for d in session.recording_dirs().values()])
+    assert merged["seq"].tolist() == list(range(10)) + [11 + i for i in range(6)]  # a gap: no window spans robots
+    assert merged["episode"].tolist() == [0] * 5 + [1] * 5 + [2] * 5 + [3]
+
+
+def test_one_learner_link_counts_each_robots_batches_apart_and_pushes_to_both():
+    import secrets
+
+    from sim2real.deploy.finetune.policy_channel import ActorLink, LearnerLink
+
+    key = secrets.token_hex(32)
+    learner = LearnerLink("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", key=key)
+    eps = learner.bound_endpoints
+    actors = {r: ActorLink(eps["transitions"], eps["policy"], key=key, robot_id=r) for r in (A, B)}
+    try:
+        def rows(n):
+            return {"reward": np.zeros(n, np.float32)}
+        got = []
+        for r, actor in actors.items():  # both robots number their transitions from 0: not out of order
+            deadline = time.monotonic() + 10
+            while not actor.send(0, rows(3)):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert actor.send(3, rows(4 if r == A else 2))
+        deadline = time.monotonic() + 10
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += learner.recv(timeout_s=0.1)
+        assert sorted(b.robot for b in got) == [A, A, B, B]
+        assert learner.received_by_robot == {A: 7, B: 5} and learner.high_water_by_robot == {A: 6, B: 4}
+        assert learner.out_of_order_batches == 0
+        # every heartbeat reaches both robots (PUB fans out)
+        deadline = time.monotonic() + 10
+        while not all(a.learner_alive() for a in actors.values()):
+            assert time.monotonic() < deadline
+            learner.heartbeat()
+            time.sleep(0.05)
+    finally:
+        for actor in actors.values():
+            actor.close()
+        learner.close()
