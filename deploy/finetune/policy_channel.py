@@ -199,8 +199,8 @@ class LearnerLink(_Link):
     ``tcp://127.0.0.1:0`` or ``tcp://127.0.0.1:*``; ``ipc://`` works too). Counters: ``received_batches``,
     ``rejected_batches`` (bad tag or format: logged, never raised), ``out_of_order_batches`` (first_seq not after
     the robot's high-water seq: a gap from dropped batches is normal, going back is not); per robot id (several
-    robots may push to one learner: a fleet) ``received_by_robot`` (transitions) and ``high_water_by_robot``. Call :meth:`heartbeat` e.g.
-    every 0.5 s: every ``republish_every``-th one re-publishes the latest package (slow joiners)."""
+    robots may push to one learner: a fleet) ``received_by_robot`` (transitions) and ``high_water_by_robot``.
+    Call :meth:`heartbeat` e.g. every 0.5 s: every ``republish_every``-th one re-publishes the latest package (slow joiners)."""
 
     def __init__(self, transitions_endpoint: str = "tcp://*:5555", policy_endpoint: str = "tcp://*:5556", *,
                  key: str | bytes, rcvhwm: int = 10000, sndhwm: int = 16, republish_every: int = 4,

@@ -479,7 +479,8 @@ class FinetuneSession:
             raise ValueError(f"version {version}: not a package of this session ({e.reason}: {e})") from None
         if header["version"] != version:
             raise ValueError(f"version {version}: the package's header says version {header['version']}")
-        with file_lock(self.versions_dir / ".publish.lock"):  # the actors of a fleet may store the same received version
+        # the actors of a fleet may store the same version they received: one check-and-store at a time
+        with file_lock(self.versions_dir / ".publish.lock"):
             return self._publish_locked(package_bytes, version, actual, learner_step)
 
     def _publish_locked(self, package_bytes: bytes, version: int, actual: str, learner_step: int) -> dict:

@@ -119,8 +119,8 @@ def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s,
     published = 0
     robots_path = session.learner_dir / ROBOTS_FILE
     try:
-        by_robot = {str(k): int(v) for k, v in
-                    json.loads(robots_path.read_text())["transitions_by_robot"].items()} if robots_path.is_file() else {}
+        saved = json.loads(robots_path.read_text())["transitions_by_robot"] if robots_path.is_file() else {}
+        by_robot = {str(k): int(v) for k, v in saved.items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         by_robot = {}
     serving: list = []

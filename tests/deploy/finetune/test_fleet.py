@@ -118,7 +118,8 @@ def fleet(tmp_path_factory):
                 p.wait()
         if learner_pid is not None and pid_running(learner_pid):
             os.kill(learner_pid, signal.SIGKILL)
-    return {"dir": s, "dup": dup, "b_pid": b.pid, "killed_a": killed_a, "b_files": b_files, "b_data": b_data, "resume": resume,
+    return {"dir": s, "dup": dup, "b_pid": b.pid, "killed_a": killed_a, "b_files": b_files, "b_data": b_data,
+            "resume": resume,
             "learner_log": learner_log.read_text()}
 
 
