@@ -78,11 +78,12 @@ def fleet(tmp_path_factory):
     run = ["finetune", "run", "--session", str(s), "--no-realtime", "--learner", "local"]
     procs, learner_pid = [], None
     try:
-        a = cli(run + ["--policy", str(PRETRAINED), "--robot-id", A, "--minutes", "5"] + sets, logs[A])
+        # 30 robot minutes: neither run ends by itself (cf-a is killed, cf-b stopped with SIGTERM)
+        a = cli(run + ["--policy", str(PRETRAINED), "--robot-id", A, "--minutes", "30"] + sets, logs[A])
         procs.append(a)
         wait_for(lambda: (s / "learner" / "endpoints.json").is_file(), "the learner bound", [logs[A]], [a])
         learner_pid = json.loads((s / "learner" / "endpoints.json").read_text())["pid"]
-        b = cli(run + ["--resume", "--robot-id", B, "--minutes", "5"], logs[B])
+        b = cli(run + ["--resume", "--robot-id", B, "--minutes", "30"], logs[B])
         procs.append(b)
         # a second actor of robot cf-b is refused while the first runs, naming its pid
         wait_for(lambda: (s / "robots" / B / "actor.lock").is_file(), "cf-b took its lock", [logs[B]], [a, b])
