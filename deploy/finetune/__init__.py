@@ -11,15 +11,16 @@ Modules, from the bottom up:
   key's HMAC;
 * :mod:`~sim2real.deploy.finetune.policy_channel`: the ZeroMQ link between the edge actor and the learner (signed
   transition batches, packages, heartbeats) and its threat model;
+* :mod:`~sim2real.deploy.finetune.session_locks`: the session's lock files (one actor per robot, one learner);
 * :mod:`~sim2real.deploy.finetune.session`: a session on disk (layout, crash-safety contract, versions, buffers,
-  locks);
+  locks, the robots of a fleet and their recordings);
 * :mod:`~sim2real.deploy.finetune.config`: the fine-tuning config (``configs/finetune.yaml``) and the task's part
   (its :class:`~sim2real.tasks.spec.FinetuneSpec`: gap metric, robot reward), base policy and stand-in configs;
 * :mod:`~sim2real.deploy.finetune.actor`: the edge actor (base policy + residual, recording, version swaps);
 * :mod:`~sim2real.deploy.finetune.session_learner`: the learner of a session (built from its files, its network
   loop ``finetune learner``, the in-process :class:`SyncLearner`);
 * :mod:`~sim2real.deploy.finetune.runner`: a session on the stand-in robot end to end (create, learner child
-  process, actor loop, held-out scores and the gap recovered);
+  process shared by a fleet's robots, actor loop, held-out scores and the gap recovered);
 * :mod:`~sim2real.deploy.finetune.identify`: system identification from a session's recorded states and commands
   (``finetune identify``: the task's DR parameters and each motor's thrust, by batched replay in the simulator),
   with :mod:`~sim2real.deploy.finetune.identify_legged` for legged robots (friction, strength, floor, latency);

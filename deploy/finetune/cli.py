@@ -43,6 +43,10 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
                         "turn with the actor (deterministic; stalls control while it trains); off: no learner (the "
                         "control session)")
     r.add_argument("--no-realtime", action="store_true", help="step the stand-in as fast as possible")
+    r.add_argument("--robot-id", default="default", help="this robot's id in a session of several robots (a fleet: "
+                   "each has its own recordings/<id>/, decisions and metrics in robots/<id>/, and actor lock; they "
+                   "share the learner and the versions); a robot joining a session passes --resume; with --learner "
+                   "local it joins the session's running learner. Default: the single robot of a session")
     r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="fine-tuning config override (configs/finetune.yaml), new sessions only")
     r.add_argument("--config", help="YAML file merged over configs/finetune.yaml, new sessions only")
@@ -131,7 +135,7 @@ def _finetune_command(args) -> int:
     from sim2real.configs import ConfigError
     from sim2real.deploy.finetune import runner as ft
     from sim2real.deploy.finetune.config import session_config
-    from sim2real.deploy.finetune.session import FinetuneSession
+    from sim2real.deploy.finetune.session import FinetuneSession, check_robot_id
 
     if args.finetune_command == "learner":
         from sim2real.deploy.finetune.session_learner import run_learner
@@ -176,9 +180,14 @@ def _finetune_command(args) -> int:
         session = FinetuneSession.open(args.session)
         rep = session_report(session, session_config(session), score=args.score)
         eps = rep["episodes"]
+        robots = session.robot_ids()
+        fleet = bool(robots) and robots != ["default"]
         print(f"session {session.path}: task {rep['task']}, {rep['robot_minutes']:.2f} robot minutes, "
-              f"{len(eps)} episodes, {len(rep['published'])} versions published, the actor runs version "
-              f"{session.current_actor_version()}")
+              f"{len(eps)} episodes, {len(rep['published'])} versions published"
+              + ("" if fleet else f", the actor runs version {session.current_actor_version()}"))
+        if fleet:  # each robot's episodes and the version it runs
+            print("robots: " + ", ".join(f"{r} ({sum(e['robot'] == r for e in eps)} episodes, version "
+                                         f"{session.for_robot(r).current_actor_version()})" for r in robots))
         if eps:
             recent = [e["value"] for e in eps[-10:]]
             print(f"{rep['episode_key']} of the last {len(recent)} episodes: {np.mean(recent):.4f} (the first "
@@ -240,8 +249,10 @@ def _finetune_command(args) -> int:
         if method != "sac":
             raise ConfigError(f"--learner sync runs residual SAC in the actor's process; learner.method {method!r} "
                               "runs in a learner process (--learner local or remote)")
+    check_robot_id(args.robot_id)  # before a new session is written
     session, cfg = ft.open_session(args.session, args.policy, resume=args.resume, overrides=args.overrides,
                                    user_file=args.config)
+    session = session.for_robot(args.robot_id)
     proc = None
     # SIGTERM/SIGINT end the run at the next control step: the recording is flushed and closed, the learner
     # checkpoints, and the session can be resumed (a kill -9 is recovered on resume instead).
@@ -256,10 +267,9 @@ def _finetune_command(args) -> int:
         try:
             endpoints = None  # remote: the config's link.learner_host and ports
             if args.learner == "local":
-                proc = ft.start_learner_process(session.path, session.learner_dir / "learner.log")
-                endpoints = ft.local_endpoints(session)
-                print(f"learner ({cfg['learner']['method']}): its log is {session.learner_dir / 'learner.log'}",
-                      file=sys.stderr)
+                proc, endpoints = ft.learner_for_robot(session, session.learner_dir / "learner.log")
+                print(f"learner ({cfg['learner']['method']}{'' if proc else ', joined'}): its log is "
+                      f"{session.learner_dir / 'learner.log'}", file=sys.stderr)
 
             def progress(step, total, actor, dt):
                 alive = actor.link.learner_alive() if actor.link is not None else False
@@ -272,11 +282,12 @@ def _finetune_command(args) -> int:
                                should_stop=lambda: stop["signal"] is not None)
         finally:
             if proc is not None:
-                ft.stop_learner_process(proc)
+                ft.release_learner(session, proc)
             for s, h in old.items():
                 signal.signal(s, h)
-    session.set_status("stopped")
-    print(json.dumps(out))
+    if not session.live_actors():  # the last robot of a fleet to stop
+        session.set_status("stopped")
+    print(json.dumps({**out, "robot": session.robot_id}))
     return 0
 
 

@@ -91,7 +91,7 @@ def session_trajectories(session) -> tuple[Trajectories, dict]:
 
     meta = session.base_metadata()
     task_cfg, _ = complete_saved_config(meta["training"]["task_config"])
-    data = read_transitions(session.recordings_dir)
+    data = merge_recordings([read_transitions(d) for d in session.recording_dirs().values()])
     return trajectories_from_recording(data, float(meta["control_period_s"]), str(session.path)), task_cfg
 
 
@@ -123,6 +123,26 @@ def cem_update(x, cost, mean, std, n_elite, keep=0.2):
     elite = torch.argsort(cost, dim=-1)[..., :n_elite]
     xe = torch.gather(x, -2, elite.unsqueeze(-1).expand(*elite.shape, x.shape[-1]))
     return (1 - keep) * xe.mean(-2) + keep * mean, (1 - keep) * xe.std(-2) + keep * std, elite
+
+
+def merge_recordings(parts: list[dict]) -> dict:
+    """One recording (:func:`~sim2real.deploy.recording.transitions.read_transitions`' format) of several robots'
+    (a fleet's): their fields concatenated, each robot's ``episode`` numbers moved past the previous robots' and its
+    ``seq`` numbers past theirs with a gap of one, so that no episode and no window of consecutive steps spans two
+    robots. Parts without transitions are left out; fields missing from any part are dropped."""
+    parts = [d for d in parts if len(d.get("seq", ())) and "episode" in d]
+    if len(parts) <= 1:
+        return parts[0] if parts else {}
+    keys = set.intersection(*(set(d) for d in parts))
+    out: dict[str, list] = {k: [] for k in keys}
+    episode0 = seq0 = 0
+    for d in parts:
+        for k in keys:
+            v = np.asarray(d[k])
+            out[k].append(v + episode0 if k == "episode" else v + seq0 if k == "seq" else v)
+        episode0 += int(np.max(d["episode"])) + 1
+        seq0 += int(np.max(d["seq"])) + 2
+    return {k: np.concatenate(v) for k, v in out.items()}
 
 
 # --- the result ---------------------------------------------------------------------------------------------------

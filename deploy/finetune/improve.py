@@ -378,13 +378,14 @@ def gate(cfg: dict, base, spec: ResidualSpec, hold: int, candidate: dict, runnin
 
 # --- a session ------------------------------------------------------------------------------------------------------
 def identified_is_stale(session) -> bool:
-    """Whether ``identified.json`` is missing or older than any file of the session's recordings."""
+    """Whether ``identified.json`` is missing or older than any file of the session's recordings (every robot's)."""
     from sim2real.deploy.finetune.identify import IDENTIFIED_FILE
 
     path = Path(session.path) / IDENTIFIED_FILE
     if not path.is_file():
         return True
-    newest = max((f.stat().st_mtime for f in Path(session.recordings_dir).glob("*") if f.is_file()), default=0.0)
+    newest = max((f.stat().st_mtime for d in session.recording_dirs().values() for f in Path(d).glob("*")
+                  if f.is_file()), default=0.0)
     return newest > path.stat().st_mtime
 
 

@@ -109,22 +109,27 @@ def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_en
 
 def transitions_from_recording(session_dir, hold: int) -> dict[str, np.ndarray]:
     """The learner transitions (:func:`~sim2real.deploy.finetune.residual_sac.macro_transitions`, ``hold`` control steps
-    each) of a session's transition recording (``<session_dir>/recordings``, read with
-    :func:`~sim2real.deploy.recording.transitions.read_transitions`: damaged chunks are skipped with a warning),
-    operator interventions included: prior data for a later session on the same base policy. An empty recording gives
-    empty arrays."""
-    from pathlib import Path
-
+    each) of a session's transition recordings (every robot's: :func:`~sim2real.deploy.finetune.session.recording_dirs`,
+    each read with :func:`~sim2real.deploy.recording.transitions.read_transitions`: damaged chunks are skipped with a
+    warning), operator interventions included: prior data for a later session on the same base policy, or the
+    rebuilt online data of this one. Each robot's steps form its own macro transitions, concatenated in robot id
+    order. An empty recording gives empty arrays (``{}``)."""
     from sim2real.deploy.finetune.actor import is_state_field
+    from sim2real.deploy.finetune.session import recording_dirs
     from sim2real.deploy.recording.transitions import read_transitions
     from sim2real.deploy.finetune.residual_sac import macro_transitions
 
-    steps = read_transitions(Path(session_dir) / "recordings")
-    # the robot state (system identification's data) is no learner input
-    steps = {k: v for k, v in steps.items() if k not in ("seq", "time_ns") and not is_state_field(k)}
-    if "reward" not in steps:  # nothing recorded
+    parts = []
+    for folder in recording_dirs(session_dir).values():
+        steps = read_transitions(folder)
+        # the robot state (system identification's data) is no learner input
+        steps = {k: v for k, v in steps.items() if k not in ("seq", "time_ns") and not is_state_field(k)}
+        if "reward" in steps and len(steps["reward"]):
+            parts.append(macro_transitions(steps, int(hold)))
+    if not parts:  # nothing recorded
         return {}
-    return macro_transitions(steps, int(hold))
+    keys = sorted(set.intersection(*(set(p) for p in parts)))
+    return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in keys}
 
 
 class Learner:

@@ -24,7 +24,8 @@ Threat model
 Transition batch (actor PUSH -> learner PULL, one ZeroMQ multipart message; no pickle)::
 
     frame 0        b"S2RTRN1\\n" + UTF-8 JSON {"seq": first_seq, "n": rows,
-                                              "fields": [[name, numpy dtype str e.g. "<f4", shape], ...]}
+                                              "fields": [[name, numpy dtype str e.g. "<f4", shape], ...],
+                                              "robot": the sending robot's id (optional; absent: "default")}
     frames 1..k    the raw C-order bytes of each array, in the order of "fields" (every array has n rows:
                    transitions first_seq .. first_seq + n - 1)
     frame k+1      32 bytes, HMAC-SHA256(key, len(frame 0) (8 LE) + frame 0 + for each array frame:
@@ -78,14 +79,16 @@ _DTYPE_KINDS = "biufc"
 
 # ---------------------------------------------------------------------------------------------- transitions
 class TransitionBatch(NamedTuple):
-    """``arrays``: name -> array with n rows, transitions ``first_seq .. first_seq + n - 1``."""
+    """``arrays``: name -> array with n rows, transitions ``first_seq .. first_seq + n - 1`` of robot ``robot``
+    (seqs are numbered per robot)."""
     first_seq: int
     arrays: dict[str, np.ndarray]
+    robot: str = "default"
 
 
-def encode_transitions(first_seq: int, arrays: dict, key: str | bytes) -> list[bytes]:
-    """The multipart frames of a transition batch (module docstring). ValueError for arrays without a common
-    leading dimension or of a non-numeric dtype."""
+def encode_transitions(first_seq: int, arrays: dict, key: str | bytes, robot: str | None = None) -> list[bytes]:
+    """The multipart frames of a transition batch (module docstring) of robot ``robot`` (None: not named, the
+    default robot). ValueError for arrays without a common leading dimension or of a non-numeric dtype."""
     if not arrays:
         raise ValueError("a transition batch needs at least one array")
     fields, buffers, n = [], [], None
@@ -99,8 +102,8 @@ def encode_transitions(first_seq: int, arrays: dict, key: str | bytes) -> list[b
         n = a.shape[0]
         fields.append([str(name), a.dtype.str, list(a.shape)])
         buffers.append(a.tobytes())
-    head = TRANSITIONS_MAGIC + json.dumps({"seq": int(first_seq), "n": int(n), "fields": fields},
-                                         separators=(",", ":")).encode()
+    meta = {"seq": int(first_seq), "n": int(n), "fields": fields, **({"robot": str(robot)} if robot else {})}
+    head = TRANSITIONS_MAGIC + json.dumps(meta, separators=(",", ":")).encode()
     return [head, *buffers, _transition_tag(key_bytes(key), head, buffers)]
 
 
@@ -127,7 +130,7 @@ def decode_transitions(frames, key: str | bytes) -> TransitionBatch:
         raise ValueError("transition batch with a bad HMAC tag (not signed with the session key)")
     try:
         meta = json.loads(head[len(TRANSITIONS_MAGIC):].decode())
-        seq, n, fields = int(meta["seq"]), int(meta["n"]), meta["fields"]
+        seq, n, fields, robot = int(meta["seq"]), int(meta["n"]), meta["fields"], str(meta.get("robot", "default"))
     except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"bad transition batch header: {e}") from None
     if len(fields) != len(buffers):
@@ -145,7 +148,7 @@ def decode_transitions(frames, key: str | bytes) -> TransitionBatch:
         if dt.itemsize * math.prod(shape) != len(buf):
             raise ValueError(f"transition field {name!r}: {len(buf)} bytes for shape {shape} {dtype}")
         arrays[name] = np.frombuffer(buf, dtype=dt).reshape(shape).copy()
-    return TransitionBatch(seq, arrays)
+    return TransitionBatch(seq, arrays, robot)
 
 
 # ----------------------------------------------------------------------------------------------------- links
@@ -195,8 +198,9 @@ class LearnerLink(_Link):
     ``bound_endpoints``: {"transitions": ..., "policy": ...} as bound (ephemeral ports resolved: bind
     ``tcp://127.0.0.1:0`` or ``tcp://127.0.0.1:*``; ``ipc://`` works too). Counters: ``received_batches``,
     ``rejected_batches`` (bad tag or format: logged, never raised), ``out_of_order_batches`` (first_seq not after
-    the high-water seq: a gap from dropped batches is normal, going back is not). Call :meth:`heartbeat` e.g.
-    every 0.5 s: every ``republish_every``-th one re-publishes the latest package (slow joiners)."""
+    the robot's high-water seq: a gap from dropped batches is normal, going back is not); per robot id (several
+    robots may push to one learner: a fleet) ``received_by_robot`` (transitions) and ``high_water_by_robot``.
+    Call :meth:`heartbeat` e.g. every 0.5 s: every ``republish_every``-th one re-publishes the latest package (slow joiners)."""
 
     def __init__(self, transitions_endpoint: str = "tcp://*:5555", policy_endpoint: str = "tcp://*:5556", *,
                  key: str | bytes, rcvhwm: int = 10000, sndhwm: int = 16, republish_every: int = 4,
@@ -224,6 +228,8 @@ class LearnerLink(_Link):
         self.latest_version = 0
         self._latest_blob: bytes | None = None
         self.received_batches = self.rejected_batches = self.out_of_order_batches = 0
+        self.received_by_robot: dict[str, int] = {}
+        self.high_water_by_robot: dict[str, int] = {}
         self._hb_count = 0
         self._hb_t = 0.0
         self._id = secrets.token_hex(8)
@@ -248,8 +254,11 @@ class LearnerLink(_Link):
                 log.warning("transition batch refused: %s", e)
                 continue
             n = next(iter(batch.arrays.values())).shape[0]
-            if batch.first_seq <= self.high_water_seq:
+            high = self.high_water_by_robot.get(batch.robot, -1)
+            if batch.first_seq <= high:
                 self.out_of_order_batches += 1
+            self.high_water_by_robot[batch.robot] = max(high, batch.first_seq + n - 1)
+            self.received_by_robot[batch.robot] = self.received_by_robot.get(batch.robot, 0) + n
             self.high_water_seq = max(self.high_water_seq, batch.first_seq + n - 1)
             self.received_batches += 1
             out.append(batch)
@@ -295,7 +304,8 @@ class LearnerLink(_Link):
 
 class ActorLink(_Link):
     """The actor's side: connects a PUSH socket to the learner's transitions endpoint and a SUB socket to its
-    policy endpoint (the robot may be behind NAT: it only connects out). ``key``: the session key.
+    policy endpoint (the robot may be behind NAT: it only connects out). ``key``: the session key; ``robot_id``: named
+    in every batch (a fleet's learner counts each robot's transitions; None: the default robot).
 
     :meth:`send` never blocks the control loop: with ``zmq.IMMEDIATE`` nothing is queued while no learner is
     connected, and at most ``sndhwm`` batches are queued otherwise; a batch that cannot be queued is counted in
@@ -309,8 +319,10 @@ class ActorLink(_Link):
 
     def __init__(self, transitions_endpoint: str = "tcp://127.0.0.1:5555",
                  policy_endpoint: str = "tcp://127.0.0.1:5556", *, key: str | bytes, heartbeat_timeout_s: float = 2.0,
-                 sndhwm: int = 100, max_pending: int = 8, max_message_bytes: int = 256 << 20):
+                 sndhwm: int = 100, max_pending: int = 8, max_message_bytes: int = 256 << 20,
+                 robot_id: str | None = None):
         self._key = key_bytes(key)
+        self.robot_id = robot_id
         self.heartbeat_timeout_s = float(heartbeat_timeout_s)
         self._ctx = zmq.Context()
         self._push = self._ctx.socket(zmq.PUSH)
@@ -339,7 +351,7 @@ class ActorLink(_Link):
     def send(self, first_seq: int, arrays: dict[str, np.ndarray]) -> bool:
         """Queue a transition batch without blocking; False (and ``dropped_batches`` += 1) when no learner is
         connected or the queue is full. ValueError for malformed arrays (see :func:`encode_transitions`)."""
-        frames = encode_transitions(first_seq, arrays, self._key)
+        frames = encode_transitions(first_seq, arrays, self._key, self.robot_id)
         try:
             self._push.send_multipart(frames, zmq.NOBLOCK)
         except zmq.Again:

@@ -42,9 +42,11 @@ def version_history(session, cfg: dict, scores: dict) -> list[dict]:
     shifted = standin_task_config(task_cfg, cfg)
     metric, before = gap.gap_metric, float(scores["before"][gap.gap_metric])
     sign = -1.0 if gap.higher_is_better else 1.0
-    ran = [{"version": 0, "episode": 0, "step": 0}] + [
-        {"version": int(r["version"]), "episode": r.get("episode"), "step": r.get("step")}
-        for r in session.actor_decisions() if r.get("accepted") and int(r["version"]) > 0]
+    ran, seen = [{"version": 0, "episode": 0, "step": 0}], {0}
+    for r in session.all_actor_decisions():  # every robot's; a version several robots ran: its first acceptance
+        if r.get("accepted") and int(r["version"]) not in seen:
+            seen.add(int(r["version"]))
+            ran.append({"version": int(r["version"]), "episode": r.get("episode"), "step": r.get("step")})
     out = []
     for rec in ran:
         v = rec["version"]
@@ -83,13 +85,17 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     key = _episode_key(gap.gap_metric)
     control_dt = float(meta["control_period_s"])
     episodes = []
-    for m in session.metrics():
+    for m in session.all_metrics():  # every robot's episodes (a fleet's robots fly at once), in time order
         if m.get("event") == "episode" and key in m:
-            episodes.append({"episode": int(m["episode"]), "version": int(m.get("version", 0)),
+            episodes.append({"episode": int(m["episode"]), "version": int(m.get("version", 0)), "robot": m["robot"],
                              "robot_min": float(m.get("acked", 0)) * control_dt / 60.0, "value": float(m[key])})
-    swaps = [{"version": int(r["version"]), "episode": r.get("episode"), "step": r.get("step")}
-             for r in session.actor_decisions() if r.get("accepted")]
-    ran = {int(r["version"]) for r in session.actor_decisions() if r.get("accepted")}
+    decisions = session.all_actor_decisions()
+    swaps = [{"version": int(r["version"]), "episode": r.get("episode"), "step": r.get("step"), "robot": r["robot"]}
+             for r in decisions if r.get("accepted")]
+    ran = {int(r["version"]) for r in decisions if r.get("accepted")}
+    minutes: dict[str, float] = {}  # each robot's robot time; the session's is their sum
+    for e in episodes:
+        minutes[e["robot"]] = max(minutes.get(e["robot"], 0.0), e["robot_min"])
     published = [{"version": r["version"], "created (UTC)": _utc(r.get("created_s")),
                   "learner step": r.get("learner_step"), "ran on the robot": int(r["version"]) in ran}
                  for r in session.versions()]
@@ -103,7 +109,8 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     truth = named[gap_name] if gap_name in named else REALITY_GAPS[gap_name]
     report = {"session": str(session.path), "task": meta["task"], "gap_metric": gap.gap_metric,
               "higher_is_better": gap.higher_is_better, "episode_key": key,
-              "robot_minutes": episodes[-1]["robot_min"] if episodes else 0.0, "episodes": episodes,
+              "robot_minutes": float(sum(minutes.values())),
+              "robot_minutes_by_robot": minutes, "episodes": episodes,
               "swaps": swaps, "published": published, "improve_rounds": rounds,
               "identified": None if identified is None else identified.get("params"),
               "standin_gap": {"name": gap_name, "shift": truth}}

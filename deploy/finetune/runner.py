@@ -37,6 +37,8 @@ from sim2real.deploy.finetune.config import (
     base_policy, finetune_config, residual_spec, session_config, standin_task_config, task_finetune,
 )
 from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, compose_action, residual_input
+from sim2real.deploy.finetune.session import DEFAULT_ROBOT
+from sim2real.deploy.finetune.session_locks import file_lock, lock_holder
 from sim2real.deploy.finetune.session_learner import ENDPOINTS_FILE, SyncLearner, check_prior_sessions
 
 log = logging.getLogger("sim2real.finetune")
@@ -117,6 +119,54 @@ def start_learner_process(session_dir, log_path) -> subprocess.Popen:
     return proc
 
 
+def learner_for_robot(session, log_path) -> tuple[subprocess.Popen | None, dict]:
+    """The local learner a robot's ``finetune run --learner local`` uses: ``(process, endpoints)``. When another
+    robot's actor of the session runs (a fleet) and the session's learner runs (holds ``learner.lock``), that one is
+    joined (process None: not this robot's to stop; waits up to 300 s for it to bind); else a new one is started
+    (:func:`start_learner_process`, which first stops one left running). Decided under ``learner/.start.lock``, so
+    two robots starting at once share one learner.
+
+    Raises:
+        RuntimeError: the learner exits before binding, or does not bind within 300 s."""
+    with file_lock(session.learner_dir / ".start.lock"):
+        if any(robot != session.robot_id for robot in session.live_actors()):
+            endpoints = _running_learner_endpoints(session)
+            if endpoints is not None:
+                log.info("joining the session's learner (pid %d)", endpoints["pid"])
+                return None, endpoints
+        return start_learner_process(session.path, log_path), local_endpoints(session)
+
+
+def _running_learner_endpoints(session, timeout_s: float = 300.0) -> dict | None:
+    """The endpoints (with ``pid``) of the learner that holds the session's ``learner.lock`` now, once it has bound
+    (waiting up to ``timeout_s``); None when no learner runs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pid = lock_holder(session.path / "learner.lock")
+        if pid is None:
+            return None
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            endpoints = json.loads((session.learner_dir / ENDPOINTS_FILE).read_text())
+            if int(endpoints["pid"]) == pid:
+                return endpoints
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the learner of {session.path} (pid {pid}) did not bind within {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
+def release_learner(session, proc: subprocess.Popen) -> bool:
+    """At the end of a robot's run, the learner it started (``proc``): stopped (:func:`stop_learner_process`) unless
+    another robot's actor of the session still runs (a fleet), which it keeps serving (it stops by itself once no
+    robot's actor runs). Returns whether it was stopped."""
+    with file_lock(session.learner_dir / ".start.lock"):
+        others = sorted(r for r in session.live_actors() if r != session.robot_id)
+        if others and proc.poll() is None:
+            log.info("the learner keeps serving the robots still running: %s", ", ".join(others))
+            return False
+        stop_learner_process(proc)
+        return True
+
+
 def _stop_stale_learner(endpoints: Path, timeout_s: float = 60.0) -> None:
     """Before a new local learner starts: if the learner that wrote ``endpoints`` (its ``pid``) still runs (an
     actor killed while its learner was busy, or a learner started by hand), SIGTERM it and wait until it has
@@ -169,6 +219,8 @@ def stop_learner_process(proc: subprocess.Popen, timeout_s: float = 60.0) -> int
 def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realtime: bool | None = None,
               seed: int | None = None, endpoints: dict | None = None, progress=None, should_stop=None) -> dict:
     """The edge actor on the stand-in robot for ``minutes`` of robot time (``robot steps x control period``).
+    ``session``: the session, or its view for one robot of a fleet (``session.for_robot(id)``: that robot's
+    recordings, decisions, metrics, actor lock; its own draw of starts and goals, :func:`robot_seed`).
 
     ``learner``: True connects to the learner at ``endpoints`` (``{"transitions", "policy"}``, e.g.
     :func:`local_endpoints` of a learner started by :func:`start_learner_process`; default: the config's
@@ -180,7 +232,7 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
     and max [ms] (``period_error_*_ms``).
 
     Raises:
-        RuntimeError: another actor (or, with ``"sync"``, another learner) runs this session.
+        RuntimeError: another actor of this robot (or, with ``"sync"``, another learner) runs this session.
     """
     with contextlib.ExitStack() as stack:
         stack.enter_context(session.exclusive("actor"))  # one actor per session: RuntimeError if another runs it
@@ -189,6 +241,14 @@ def run_actor(session, cfg: dict, *, minutes: float, learner: bool | str, realti
         if (cfg["standin"]["realtime"] if realtime is None else realtime):
             stack.enter_context(_realtime_thread(int(cfg["actor"]["rt_priority"])))
         return _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progress, should_stop)
+
+
+def robot_seed(robot_id: str) -> int:
+    """The seed offset of a robot of a fleet (0 for the default robot), so that two stand-ins of one session draw
+    different starts, goals and exploration noise: a stable hash of the id in [0, 2**20)."""
+    import zlib
+
+    return 0 if robot_id == DEFAULT_ROBOT else zlib.crc32(robot_id.encode()) % (1 << 20)
 
 
 @contextlib.contextmanager
@@ -222,7 +282,7 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
     from sim2real.deploy.recording.transitions import TransitionRecorder
     from sim2real.hardware.standins.reality_gap import SimulatedRobot
 
-    seed = int(cfg["seed"] if seed is None else seed)
+    seed = int(cfg["seed"] if seed is None else seed) + robot_seed(session.robot_id)
     spec = residual_spec(session, cfg)
     base, task_cfg = base_policy(session, cfg)
     robot_cfg = standin_task_config(task_cfg, cfg)
@@ -230,9 +290,10 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
     robot = SimulatedRobot(robot_cfg, seed=seed + 1000 * session.current_actor_version() + len(session.metrics()),
                            realtime=cfg["standin"]["realtime"] if realtime is None else realtime)
     state = robot.state()  # the robot's state estimate, recorded with every transition (system identification)
+    fleet_id = None if session.robot_id == DEFAULT_ROBOT else session.robot_id  # named in recordings and batches
     recorder = TransitionRecorder(session.recordings_dir,
                                   recording_layout(session.recordings_dir, spec, state.shape[-1]),
-                                  flush_every=int(cfg["actor"]["flush_every"]))
+                                  flush_every=int(cfg["actor"]["flush_every"]), robot_id=fleet_id)
     link = None
     if learner == "sync":
         link = SyncLearner(session, cfg, seed)
@@ -242,7 +303,7 @@ def _actor_loop(session, cfg, minutes, learner, realtime, seed, endpoints, progr
             endpoints = {"transitions": f"tcp://{host}:{lk['transitions_port']}",
                          "policy": f"tcp://{host}:{lk['policy_port']}"}
         link = ActorLink(endpoints["transitions"], endpoints["policy"], key=session.load_key(),
-                         heartbeat_timeout_s=float(cfg["actor"]["heartbeat_timeout_s"]))
+                         heartbeat_timeout_s=float(cfg["actor"]["heartbeat_timeout_s"]), robot_id=fleet_id)
     actor = EdgeActor(session, base, spec, recorder=recorder, link=link, explore=bool(cfg["actor"]["explore"]),
                       hold_steps=int(cfg["hold_steps"]), send_every=int(cfg["actor"]["send_every"]), seed=seed,
                       init_log_std=float(cfg["learner"]["init_log_std"]), swap_at=cfg["actor"]["swap_at"])

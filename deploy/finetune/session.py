@@ -13,10 +13,20 @@ Layout (``FinetuneSession.path``)::
     versions/vNNNNNN.pkg     every published policy version package (bytes, see :mod:`policy_package`)
     versions/manifest.jsonl  one line per published version: {version, sha256, created_s, learner_step, size}
     versions/actor.jsonl     one line per actor decision: {version, sha256, accepted, reason, episode, time_s}
-    recordings/              the recorder's MCAP files (created empty here)
+    recordings/              the recorder's MCAP files (created empty here) of the default robot
+    recordings/<robot_id>/   the MCAP files of robot <robot_id> of a fleet (see below)
+    robots/<robot_id>/       that robot's actor.lock, actor.jsonl (its decisions) and metrics.jsonl (its episodes)
     buffers/<name>.npz       replay-buffer snapshots (``save_buffer`` / ``load_buffer``)
     learner/                 learner checkpoints (created empty here)
     metrics.jsonl            ``log_metrics``: one line per call, with time_s
+
+Robots (a fleet): a session may have several actors (robots) feeding its one learner, all of the same task and
+base policy (the session's base/). Each has a robot id (:func:`check_robot_id`); :data:`DEFAULT_ROBOT` is the robot
+of a single-robot session and keeps the layout above (recordings/, versions/actor.jsonl, metrics.jsonl,
+actor.lock), any other id has its own recordings/<id>/ and robots/<id>/ files. :meth:`FinetuneSession.for_robot`
+gives the view of a session that one robot's actor writes (its recordings, decisions, metrics, actor lock); the
+versions, buffers, learner and key are shared. Readers of the whole session's recordings use
+:meth:`FinetuneSession.recording_dirs`; :meth:`FinetuneSession.live_actors` says which robots' actors run now.
 
 Crash-safety contract (the writes of this module; "crash" = kill -9 or power loss at any instruction):
 
@@ -54,6 +64,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from sim2real.deploy.finetune.session_locks import file_lock, hold_lock, lock_holder
 from sim2real.configs.durable import (
     append_jsonl, atomic_write_bytes, atomic_write_json, atomic_writer, fsync_dir, read_jsonl, sha256_bytes,
     sha256_file,
@@ -71,6 +82,9 @@ RECORDINGS_DIR = "recordings"
 BUFFERS_DIR = "buffers"
 LEARNER_DIR = "learner"
 METRICS_FILE = "metrics.jsonl"
+ROBOTS_DIR = "robots"
+#: The robot id of a single-robot session (today's layout: recordings/, versions/actor.jsonl, metrics.jsonl).
+DEFAULT_ROBOT = "default"
 # The exported-policy files (same names as sim2real.policies.artefact.metadata, not imported here: that pulls in
 # the tasks).
 ONNX_FILE = "policy.onnx"
@@ -86,21 +100,88 @@ def _check_name(name: str) -> str:
     return name
 
 
+def check_robot_id(robot_id: str) -> str:
+    """``robot_id`` if it is a valid robot id (letters, digits, '_', '.', '-', at most 64 characters, starting with
+    a letter or digit), else ValueError naming it."""
+    if not isinstance(robot_id, str) or len(robot_id) > 64 or not _NAME_RE.match(robot_id):
+        raise ValueError(f"invalid robot id {robot_id!r}: use up to 64 letters, digits, '_', '.', '-' (starting with a "
+                         "letter or digit)")
+    return robot_id
+
+
+def recording_dirs(session_dir) -> dict[str, Path]:
+    """Robot id -> folder of that robot's recordings, for every robot of the session at ``session_dir`` whose
+    folder exists (the default robot's ``recordings/`` first, then ``recordings/<id>/`` sorted by id). Reading it
+    opens nothing: usable on a session path alone."""
+    root = Path(session_dir) / RECORDINGS_DIR
+    out: dict[str, Path] = {}
+    if root.is_dir():
+        out[DEFAULT_ROBOT] = root
+        for sub in sorted(root.iterdir()):
+            if sub.is_dir() and _NAME_RE.match(sub.name) and sub.name != DEFAULT_ROBOT:
+                out[sub.name] = sub
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------ session
-#: Session locks this process holds: resolved lock path -> [file descriptor, depth] (see FinetuneSession.exclusive).
-_HELD_LOCKS: dict[Path, list] = {}
-
-
 class FinetuneSession:
     """A fine-tuning session directory (layout and crash-safety contract: module docstring). Build it with
     :meth:`create` (new) or :meth:`open` (resume). Each file has one writer process: the learner publishes
     versions (or the actor stores the versions it receives, when the learner runs elsewhere), the actor records
     its decisions."""
 
-    def __init__(self, path: Path, info: dict):
+    def __init__(self, path: Path, info: dict, robot_id: str = DEFAULT_ROBOT):
         self.path = Path(path)
         self.info = info
+        self.robot_id = check_robot_id(robot_id)
         self._sha_cache: dict[int, tuple[tuple, str]] = {}
+
+    def for_robot(self, robot_id: str) -> FinetuneSession:
+        """The view of this session that robot ``robot_id``'s actor writes: its recordings folder
+        (:attr:`recordings_dir`), decisions (:meth:`actor_decisions`, :meth:`current_actor_version`), metrics and
+        ``exclusive("actor")`` lock are that robot's; everything else is the session's. Creates the robot's folders.
+        ValueError for an invalid id."""
+        view = FinetuneSession(self.path, self.info, check_robot_id(robot_id))
+        view._sha_cache = self._sha_cache
+        if robot_id != DEFAULT_ROBOT:
+            view.recordings_dir.mkdir(parents=True, exist_ok=True)
+            view._robot_dir.mkdir(parents=True, exist_ok=True)
+        return view
+
+    @property
+    def _robot_dir(self) -> Path:
+        """Where this robot's decisions, metrics and actor lock live (the session folder for the default robot)."""
+        return self.path if self.robot_id == DEFAULT_ROBOT else self.path / ROBOTS_DIR / self.robot_id
+
+    @property
+    def _actor_log(self) -> Path:
+        return (self.versions_dir / ACTOR_FILE if self.robot_id == DEFAULT_ROBOT
+                else self._robot_dir / ACTOR_FILE)
+
+    def robot_ids(self) -> list[str]:
+        """Every robot that has recorded or decided in this session (the default robot when it has), sorted."""
+        ids = {r for r, d in recording_dirs(self.path).items() if any(d.glob("*.mcap*"))}
+        if (self.versions_dir / ACTOR_FILE).is_file() or (self.path / METRICS_FILE).is_file():
+            ids.add(DEFAULT_ROBOT)
+        if (self.path / ROBOTS_DIR).is_dir():
+            ids |= {d.name for d in (self.path / ROBOTS_DIR).iterdir() if d.is_dir() and _NAME_RE.match(d.name)}
+        return sorted(ids)
+
+    def recording_dirs(self) -> dict[str, Path]:
+        """Robot id -> recordings folder of every robot of the session (see :func:`recording_dirs`): what a reader
+        of the whole session's recordings (identification, the learner's rebuild, prior sessions) goes through."""
+        return recording_dirs(self.path)
+
+    def live_actors(self) -> dict[str, int]:
+        """Robot id -> pid of every robot whose actor runs now (holds its ``actor.lock``, by the pid written in it;
+        a lock file left by a killed actor names a process that no longer runs). Same machine only."""
+        out = {}
+        for robot in sorted({DEFAULT_ROBOT, *self.robot_ids()}):
+            folder = self.path if robot == DEFAULT_ROBOT else self.path / ROBOTS_DIR / robot
+            pid = lock_holder(folder / "actor.lock")
+            if pid is not None:
+                out[robot] = pid
+        return out
 
     # ------------------------------------------------------------------------------------------- creation / open
     @classmethod
@@ -195,7 +276,9 @@ class FinetuneSession:
 
     @property
     def recordings_dir(self) -> Path:
-        return self.path / RECORDINGS_DIR
+        """This robot's recordings folder: ``recordings/`` (default robot) or ``recordings/<robot_id>/``."""
+        root = self.path / RECORDINGS_DIR
+        return root if self.robot_id == DEFAULT_ROBOT else root / self.robot_id
 
     @property
     def buffers_dir(self) -> Path:
@@ -239,7 +322,8 @@ class FinetuneSession:
     @contextlib.contextmanager
     def exclusive(self, role: str):
         """Hold the session's ``<role>.lock`` (``role``: ``actor`` or ``learner``) for the ``with`` block: one actor
-        and one learner per session at a time, since two would interleave recordings, metrics, versions and
+        per robot (``actor``: this robot's lock, ``robots/<robot_id>/actor.lock`` for a robot of a fleet) and one
+        learner per session at a time, since two would interleave recordings, metrics, versions and
         checkpoints. An advisory ``fcntl.flock`` (released by the kernel when the process dies, even by kill -9);
         the holder's pid is written into the file, and the holder removes the file when it lets go (a file left by a
         holder that died is taken over by the next start and removed when that one ends). Re-entrant within a
@@ -247,40 +331,10 @@ class FinetuneSession:
 
         Raises:
             RuntimeError: another process holds it (the message names its pid)."""
-        import fcntl
-
-        path = (self.path / f"{role}.lock").resolve()
-        held = _HELD_LOCKS.get(path)
-        if held is not None:
-            held[1] += 1
-        else:
-            while True:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-                    os.close(fd)
-                    raise RuntimeError(f"{self.path} is in use: another {role} (pid {holder}) runs this session; "
-                                       "stop it first") from None
-                try:  # the file may have been removed by a holder letting go between our open and our lock
-                    if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                        break
-                except FileNotFoundError:
-                    pass
-                os.close(fd)
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            _HELD_LOCKS[path] = held = [fd, 1]
-        try:
+        path = ((self._robot_dir if role == "actor" else self.path) / f"{role}.lock").resolve()
+        who = f"{role} of robot {self.robot_id}" if role == "actor" and self.robot_id != DEFAULT_ROBOT else role
+        with hold_lock(path, f"{self.path} is in use: another {who} (pid {{pid}}) runs this session; stop it first"):
             yield
-        finally:
-            held[1] -= 1
-            if held[1] == 0:
-                del _HELD_LOCKS[path]
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)  # while still locked: a waiting opener sees the inode change and retries
-                os.close(held[0])  # closing the descriptor releases the lock
 
     def load_key(self) -> str:
         """The session key (64 hex characters). ValueError when missing or damaged; warns when the file is readable
@@ -298,14 +352,29 @@ class FinetuneSession:
         return key
 
     def log_metrics(self, metrics: dict) -> dict:
-        """Append ``metrics`` (+ ``time_s``: time.time() unless given) to metrics.jsonl; returns the record."""
+        """Append ``metrics`` (+ ``time_s``: time.time() unless given; + ``robot``: the robot id for a robot of a
+        fleet) to this robot's metrics.jsonl; returns the record."""
         record = {**metrics}
         record.setdefault("time_s", time.time())
-        append_jsonl(self.path / METRICS_FILE, record)
+        if self.robot_id != DEFAULT_ROBOT:
+            record.setdefault("robot", self.robot_id)
+        append_jsonl(self._robot_dir / METRICS_FILE, record)
         return record
 
     def metrics(self) -> list[dict]:
-        return read_jsonl(self.path / METRICS_FILE)
+        """This robot's metrics records (metrics.jsonl lines)."""
+        return read_jsonl(self._robot_dir / METRICS_FILE)
+
+    def all_metrics(self) -> list[dict]:
+        """The metrics records of every robot of the session, each with ``robot`` (its id), by ``time_s``."""
+        out = [{**m, "robot": m.get("robot", r)} for r in self.robot_ids() for m in self.for_robot(r).metrics()]
+        return sorted(out, key=lambda m: float(m.get("time_s") or 0.0))
+
+    def all_actor_decisions(self) -> list[dict]:
+        """The decisions of every robot's actor, each with ``robot`` (its id), by ``time_s``."""
+        out = [{**d, "robot": d.get("robot", r)} for r in self.robot_ids()
+               for d in self.for_robot(r).actor_decisions()]
+        return sorted(out, key=lambda d: float(d.get("time_s") or 0.0))
 
     # ------------------------------------------------------------------------------------------------ buffers
     def save_buffer(self, name: str, arrays: dict[str, np.ndarray]) -> Path:
@@ -410,6 +479,11 @@ class FinetuneSession:
             raise ValueError(f"version {version}: not a package of this session ({e.reason}: {e})") from None
         if header["version"] != version:
             raise ValueError(f"version {version}: the package's header says version {header['version']}")
+        # the actors of a fleet may store the same version they received: one check-and-store at a time
+        with file_lock(self.versions_dir / ".publish.lock"):
+            return self._publish_locked(package_bytes, version, actual, learner_step)
+
+    def _publish_locked(self, package_bytes: bytes, version: int, actual: str, learner_step: int) -> dict:
         for rec in self.versions():
             if rec["version"] == version:
                 if rec["sha256"] == actual:
@@ -448,7 +522,8 @@ class FinetuneSession:
     def record_actor_decision(self, version: int, sha256: str, *, accepted: bool, reason: str = "",
                               episode: int | None = None, step: int | None = None,
                               time_s: float | None = None) -> dict:
-        """Append an actor decision to versions/actor.jsonl; returns the record. An accepted version >= 1 must be a
+        """Append an actor decision to this robot's actor log (versions/actor.jsonl, or robots/<id>/actor.jsonl with
+        ``robot``: the id); returns the record. An accepted version >= 1 must be a
         stored version with that sha256 (ValueError otherwise: store it with :meth:`publish_version` first);
         version 0 is the base policy (sha256 :attr:`base_sha256`). ``episode`` is the actor's episode when it
         decided; ``step`` the control step of that episode from which an accepted version runs (None: it was
@@ -466,11 +541,14 @@ class FinetuneSession:
         record = {"version": version, "sha256": sha256, "accepted": accepted, "reason": str(reason),
                   "episode": episode, "step": None if step is None else int(step),
                   "time_s": time.time() if time_s is None else float(time_s)}
-        append_jsonl(self.versions_dir / ACTOR_FILE, record)
+        if self.robot_id != DEFAULT_ROBOT:
+            record["robot"] = self.robot_id
+        append_jsonl(self._actor_log, record)
         return record
 
     def actor_decisions(self) -> list[dict]:
-        return read_jsonl(self.versions_dir / ACTOR_FILE)
+        """This robot's actor decisions (its actor log's records)."""
+        return read_jsonl(self._actor_log)
 
     def current_actor_version(self) -> int:
         """The last version the actor accepted (0: the base policy), verified: the latest accepted record whose
@@ -484,7 +562,7 @@ class FinetuneSession:
             v = rec.get("version")
             if isinstance(v, int) and verified.get(v) == rec.get("sha256"):
                 return v
-            warnings.warn(f"{self.versions_dir / ACTOR_FILE}: accepted version {v!r} (sha256 {rec.get('sha256')}) "
+            warnings.warn(f"{self._actor_log}: accepted version {v!r} (sha256 {rec.get('sha256')}) "
                           "does not match the verified versions; falling back to the previous accepted one",
                           stacklevel=2)
         return 0

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -28,6 +29,9 @@ log = logging.getLogger("sim2real.finetune")
 ENDPOINTS_FILE = "endpoints.json"
 #: ``<session>/learner/`` file of the learner checkpoint (networks, optimisers, counters).
 LEARNER_STATE = "learner.pt"
+#: ``<session>/learner/`` file of the learner transitions received from each robot, written with each checkpoint:
+#: ``{"transitions_by_robot": {robot id: count}}`` (cumulative over the learner's runs).
+ROBOTS_FILE = "robots.json"
 
 
 def publish_version(session, learner, metadata: dict, key) -> tuple[int, bytes]:
@@ -47,7 +51,12 @@ def run_learner(session_dir, *, bind_host: str = "127.0.0.1", transitions_port: 
                 sim_loop=None) -> dict:
     """The learner loop (see :mod:`sim2real.deploy.finetune.learner`) until SIGTERM/SIGINT or ``duration_s``,
     or, with ``parent_pid`` (the local learner of ``finetune run``), until that process is gone (e.g. the actor was
-    killed: an orphaned learner would otherwise run forever and later write the session beside a resumed one).
+    killed: an orphaned learner would otherwise run forever and later write the session beside a resumed one) AND
+    no other robot's actor of the session runs (a fleet: :meth:`~sim2real.deploy.finetune.session.FinetuneSession.
+    live_actors`, checked every 0.5 s once the parent is gone); then it checkpoints and stops.
+
+    Transitions from every robot feed the one replay buffer; each robot's count (the batches name their robot) is
+    returned as ``transitions_by_robot`` and written to ``learner/robots.json`` with every checkpoint.
 
     Binds ``tcp://bind_host:port`` (0: an ephemeral port) and writes the bound endpoints to
     ``<session>/learner/endpoints.json`` (atomically) for a local actor. Resumes from ``learner/learner.pt`` and the
@@ -106,19 +115,36 @@ def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s,
                 signal.signal(s, h)
     updates_at_start = learner.updates
     last_publish = learner.updates
-    last_beat = last_ckpt = 0.0
+    last_beat = last_ckpt = last_alive_check = 0.0
     published = 0
+    robots_path = session.learner_dir / ROBOTS_FILE
+    try:
+        saved = json.loads(robots_path.read_text())["transitions_by_robot"] if robots_path.is_file() else {}
+        by_robot = {str(k): int(v) for k, v in saved.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        by_robot = {}
+    serving: list = []
 
     def checkpoint():
         checkpoint_learner(session, learner)
+        atomic_write_json(robots_path, {"transitions_by_robot": by_robot})
 
     try:
         while not stop["flag"] and (duration_s is None or time.monotonic() - started < duration_s):
-            if parent_pid is not None and os.getppid() != parent_pid:  # reparented: the actor process died
-                log.warning("the actor process %d is gone: checkpointing and stopping", parent_pid)
-                break
+            if parent_pid is not None and os.getppid() != parent_pid and time.monotonic() - last_alive_check > 0.5:
+                last_alive_check = time.monotonic()  # reparented: the actor that started it is gone; others?
+                live = sorted(session.live_actors())
+                if not live:
+                    log.warning("the actor process %d is gone and no robot's actor runs: checkpointing and stopping",
+                                parent_pid)
+                    break
+                if live != serving:
+                    log.info("the actor process %d is gone: serving the robots still running: %s", parent_pid,
+                             ", ".join(live))
+                    serving = live
             for batch in link.recv(timeout_s=0.02):
                 learner.add_online(batch.arrays, batch.first_seq)
+                by_robot[batch.robot] = by_robot.get(batch.robot, 0) + len(batch.arrays["reward"])
             allowed = int((time.monotonic() - started) * float(lcfg["max_updates_per_s"])) \
                 - (learner.updates - updates_at_start)
             # never past the next publication: a version every publish_every gradient steps exactly
@@ -142,7 +168,7 @@ def _learner_loop(session, bind_host, transitions_port, policy_port, duration_s,
         link.close()
         for s, h in old.items():
             signal.signal(s, h)
-    return {"updates": learner.updates, "published": published, **learner.stats()}
+    return {"updates": learner.updates, "published": published, **learner.stats(), "transitions_by_robot": by_robot}
 
 
 def make_learner(session, cfg: dict, seed: int | None = None):

@@ -36,6 +36,8 @@ class TransitionRecorder(_Recorder):
         segment_max_transitions: a segment holding this many transitions is closed and the next append starts a
             new one.
         compression: chunk compression, ``""`` (default), ``"zstd"`` or ``"lz4"``.
+        robot_id: the robot that records (a fleet's robots each record apart): stored as the channel metadata
+            ``robot_id`` of the transitions' channel (see :func:`recorded_robot_ids`); None: not stored.
 
     Durability: see :meth:`flush`. A recorder whose write failed (OSError, e.g. disk full) refuses further calls;
     open a new one on the directory to recover what reached the disk.
@@ -43,7 +45,8 @@ class TransitionRecorder(_Recorder):
 
     def __init__(self, directory: str | os.PathLike, layout: TransitionLayout | Iterable[tuple[str, int]]
                  | Mapping[str, int], *, topic: str = DEFAULT_TOPIC, flush_every: int | None = 100,
-                 segment_max_transitions: int = 100_000, compression: str = ""):
+                 segment_max_transitions: int = 100_000, compression: str = "", robot_id: str | None = None):
+        self._metadata = dict(_ROS2_CHANNEL_METADATA, **({"robot_id": str(robot_id)} if robot_id else {}))
         self.layout = layout if isinstance(layout, TransitionLayout) else TransitionLayout(layout)
         self.topic = topic
         self._schema = (FLOAT32_MULTI_ARRAY, SchemaEncoding.ROS2, FLOAT32_MULTI_ARRAY_MSGDEF.encode())
@@ -98,7 +101,7 @@ class TransitionRecorder(_Recorder):
                                      f"{given.tolist()}")
         stamp = _check_time_ns(time_ns)
         data = _encode_transition(layout, flat)
-        return self._session.add(self._schema, self.topic, MessageEncoding.CDR, _ROS2_CHANNEL_METADATA, data, stamp)
+        return self._session.add(self._schema, self.topic, MessageEncoding.CDR, self._metadata, data, stamp)
 
 
 
@@ -193,3 +196,14 @@ def recorded_layout(directory: str | os.PathLike, *, topic: str = DEFAULT_TOPIC)
                 dims, _ = _decode_float32_multi_array(schema, bytes(message.data))
                 return TransitionLayout([(label, size) for label, size, _ in dims])
     return None
+
+
+def recorded_robot_ids(directory: str | os.PathLike, *, topic: str = DEFAULT_TOPIC) -> set[str]:
+    """The robot ids (channel metadata ``robot_id``, see :class:`TransitionRecorder`) of the transitions recorded in
+    ``directory`` (not its subfolders); a channel recorded without one counts as ``""``. Empty when nothing is
+    recorded. Files are never modified."""
+    out: set[str] = set()
+    for _, path in _list_segments(Path(directory), TRANSITIONS_PREFIX):
+        messages, _ = recover_mcap(path, emit_warnings=False)
+        out |= {channel.metadata.get("robot_id", "") for _, channel, _ in messages if channel.topic == topic}
+    return out
