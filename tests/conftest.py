@@ -42,6 +42,16 @@ _namespaces = itertools.count()
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+def sim2real_process(args: list[str], log_path: Path):
+    """``python -m sim2real <args>`` in a process of its own (a ``subprocess.Popen``), stdout and stderr appended
+    to ``log_path``."""
+    import subprocess
+
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
 def tiny_overrides(num_envs: int = 64) -> list[str]:
     return [f"env.num_envs={num_envs}", "train.num_steps_per_env=8", "train.eval_interval=1",
             "train.eval_episodes=16", "eval.num_episodes=16", "train.save_interval=1", "train.keep_last=2",

@@ -29,6 +29,7 @@ from sim2real.deploy.recording.transitions import read_transitions
 from sim2real.deploy.finetune.session import FinetuneSession
 from sim2real.configs.durable import read_jsonl, sha256_file
 from sim2real.deploy.finetune.runner import pid_running
+from tests.conftest import sim2real_process
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 FLUSH_EVERY = 50
@@ -42,11 +43,7 @@ pytestmark = pytest.mark.skipif(not (PRETRAINED / "policy.onnx").is_file(),
 
 
 # --------------------------------------------------------------------------------------------------- helpers
-def cli(args: list[str], log_path: Path) -> subprocess.Popen:
-    """``python -m sim2real <args>`` in a process of its own, stdout and stderr to ``log_path``."""
-    with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+cli = sim2real_process  # python -m sim2real <args> in a process of its own, output to a log
 
 
 def run_to_end(args: list[str], log_path: Path, timeout_s: float = 300.0) -> int:

@@ -22,6 +22,7 @@ import pytest
 import sim2real
 from sim2real.configs.durable import read_jsonl, sha256_file
 from sim2real.deploy.finetune.runner import pid_running
+from tests.conftest import sim2real_process
 from sim2real.deploy.finetune.session import FinetuneSession
 from sim2real.deploy.recording.transitions import read_transitions, recorded_robot_ids
 
@@ -35,10 +36,7 @@ pytestmark = pytest.mark.skipif(not (PRETRAINED / "policy.onnx").is_file(),
                                 reason=f"no pretrained hover policy shipped at {PRETRAINED}")
 
 
-def cli(args: list[str], log_path: Path) -> subprocess.Popen:
-    with open(log_path, "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "sim2real", *args], stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+cli = sim2real_process  # python -m sim2real <args> in a process of its own, output to a log
 
 
 def quiet_jsonl(path: Path) -> list[dict]:
