@@ -43,7 +43,7 @@ def add_finetune_arguments(p: argparse.ArgumentParser) -> None:
                         "turn with the actor (deterministic; stalls control while it trains); off: no learner (the "
                         "control session)")
     r.add_argument("--no-realtime", action="store_true", help="step the stand-in as fast as possible")
-    r.add_argument("--robot-id", default="default", help="this robot's id in a session of several robots (a fleet: "
+    r.add_argument("--robot-id", default=None, help="this robot's id in a session of several robots (a fleet: "
                    "each has its own recordings/<id>/, decisions and metrics in robots/<id>/, and actor lock; they "
                    "share the learner and the versions); a robot joining a session passes --resume; with --learner "
                    "local it joins the session's running learner. Default: the single robot of a session")
@@ -123,6 +123,7 @@ def finetune_main(args) -> int:
 
     require_extra("finetune", "sim2real finetune", FINETUNE_MODULES)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL's INFO line about its optional accelerator
     # a recovery warning (a damaged chunk, a dropped package) is one line, not a source-line echo
     warnings.showwarning = lambda message, category, *a, **k: print(f"warning: {message}", file=sys.stderr)
     try:
@@ -135,7 +136,7 @@ def _finetune_command(args) -> int:
     from sim2real.configs import ConfigError
     from sim2real.deploy.finetune import runner as ft
     from sim2real.deploy.finetune.config import session_config
-    from sim2real.deploy.finetune.session import FinetuneSession, check_robot_id
+    from sim2real.deploy.finetune.session import DEFAULT_ROBOT, FinetuneSession, check_robot_id
 
     if args.finetune_command == "learner":
         from sim2real.deploy.finetune.session_learner import run_learner
@@ -249,6 +250,13 @@ def _finetune_command(args) -> int:
         if method != "sac":
             raise ConfigError(f"--learner sync runs residual SAC in the actor's process; learner.method {method!r} "
                               "runs in a learner process (--learner local or remote)")
+    if args.robot_id is None:  # the default robot, unless the session is a fleet of named robots
+        named = ([r for r in FinetuneSession.open(args.session).robot_ids() if r != DEFAULT_ROBOT]
+                 if args.resume else [])
+        if named:
+            raise ConfigError(f"{args.session} is a fleet (robots {', '.join(named)}): pass --robot-id, one of them "
+                              "to resume it or a new id to add a robot")
+        args.robot_id = DEFAULT_ROBOT
     check_robot_id(args.robot_id)  # before a new session is written
     session, cfg = ft.open_session(args.session, args.policy, resume=args.resume, overrides=args.overrides,
                                    user_file=args.config)
@@ -273,8 +281,9 @@ def _finetune_command(args) -> int:
 
             def progress(step, total, actor, dt):
                 alive = actor.link.learner_alive() if actor.link is not None else False
+                state = "off" if args.learner == "off" else "up" if alive else "down"
                 print(f"robot time {step * dt / 60:5.2f}/{total * dt / 60:.2f} min, episode {actor.episode}, "
-                      f"policy version {actor.version}, learner {'up' if alive else 'down'}", file=sys.stderr)
+                      f"policy version {actor.version}, learner {state}", file=sys.stderr)
 
             mode = {"local": True, "remote": True, "sync": "sync", "off": False}[args.learner]
             out = ft.run_actor(session, cfg, minutes=args.minutes, learner=mode, endpoints=endpoints,

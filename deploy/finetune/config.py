@@ -227,6 +227,9 @@ def standin_task_config(task_cfg: dict, cfg: dict) -> dict:
     gap = cfg["standin"]["gap"]
     if gap == "none":
         return shifted_config(task_cfg, {}, check_outside=False)
-    return shifted_config(task_cfg, None if gap == "default" else REALITY_GAPS[gap])
+    try:
+        return shifted_config(task_cfg, None if gap == "default" else REALITY_GAPS[gap])
+    except ValueError as exc:
+        raise ValueError(f"standin.gap={gap} does not fit task {task_cfg.get('task', '?')}: {exc}") from None
 
 

@@ -117,7 +117,7 @@ class LeggedReplay:
         t0 = self.starts[win]
         s0 = self.state[t0]
         j = self.joints
-        # the robot first (set_body_mass recomputes the model's constants at qpos0, which resets the data), then the
+        # the robot first (set_body_mass runs set_const, which may overwrite the worlds' data), then the
         # recorded state
         sim.set_friction(ids, params[:, 0])
         sim.set_pd(ids, params[:, 3], params[:, 4], params[:, 1])
@@ -204,12 +204,13 @@ def identify_legged(traj: Trajectories, task_cfg: dict, options=None, *, log=Non
         torch.set_num_threads(threads)
 
 
-def _nominal(task_cfg: dict) -> dict:
-    """The nominal robot of the task: the middle of the training DR ranges, the model's floor, no latency."""
+def _nominal(task_cfg: dict, model_floor: float) -> dict:
+    """The nominal robot of the task: the middle of the training DR ranges, the model's own floor time constant
+    ``model_floor`` [s] where training keeps it (``floor_timeconst: [0, 0]``), no latency."""
     dr = task_cfg["domain_rand"]
     floor = [float(v) for v in dr.get("floor_timeconst", [0.0, 0.0])]
     return {"friction": float(np.mean(dr["friction"])), "motor_strength": float(np.mean(dr["motor_strength"])),
-            "floor_timeconst": float(np.mean(floor)) if max(floor) > 0 else MUJOCO_TIMECONST, "latency_steps": 0}
+            "floor_timeconst": float(np.mean(floor)) if max(floor) > 0 else float(model_floor), "latency_steps": 0}
 
 
 def _episode_bounds(task_cfg: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,7 +227,8 @@ def _episode_bounds(task_cfg: dict) -> tuple[torch.Tensor, torch.Tensor]:
 def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> Identified:
     w_all = torch.arange(replay.num_windows)
     n_ep, ep_of_window = replay.num_episodes, replay.window_episode
-    nominal = _nominal(task_cfg)
+    model_floor = float(replay.sim.model.geom_solref[replay.sim.index.ground_geoms[0], 0]) or MUJOCO_TIMECONST
+    nominal = _nominal(task_cfg, model_floor)
     ep_start, ep_bounds = _episode_bounds(task_cfg)
     episode_values = ep_start.expand(n_ep, -1).clone()  # [E, 3] kp scale, kd scale, added mass
 
@@ -339,6 +341,8 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
     values["latency_steps"] = int(np.median(ep_lat)) if ep_lat else int(lat_global)
     dr = task_cfg["domain_rand"]
     training = {key: [float(v) for v in dr[key]] for key in LEGGED_DR_KEYS if key in dr}
+    if training.get("floor_timeconst") == [0.0, 0.0]:  # training keeps the model's own floor
+        training["floor_timeconst"] = [model_floor, model_floor]
     numbers = torch.unique(torch.as_tensor(traj.episode[replay.starts.numpy()])).tolist()
     per_episode = {int(e): {"latency_steps": int(ep_lat[i]), "kp_scale": float(episode_values[i, 0]),
                             "kd_scale": float(episode_values[i, 1]), "base_added_mass": float(episode_values[i, 2]),

@@ -110,6 +110,9 @@ def fleet(tmp_path_factory):
         b_data = quiet_read(s / "recordings" / B)
         resume = subprocess.run([sys.executable, "-m", "sim2real", *run, "--resume", "--robot-id", A, "--minutes",
                                  "0.05", "--learner", "off"], capture_output=True, text=True, timeout=180)
+        # a resume that forgets --robot-id is refused: it must not add a "default" robot on the base policy
+        nameless = subprocess.run([sys.executable, "-m", "sim2real", *run, "--resume", "--minutes", "0.05",
+                                   "--learner", "off"], capture_output=True, text=True, timeout=180)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -118,7 +121,7 @@ def fleet(tmp_path_factory):
         if learner_pid is not None and pid_running(learner_pid):
             os.kill(learner_pid, signal.SIGKILL)
     return {"dir": s, "dup": dup, "b_pid": b.pid, "killed_a": killed_a, "b_files": b_files, "b_data": b_data,
-            "resume": resume,
+            "resume": resume, "nameless": nameless,
             "learner_log": learner_log.read_text()}
 
 
@@ -172,6 +175,16 @@ def test_a_second_actor_of_one_robot_is_refused(fleet):
     assert dup.returncode != 0
     errors = [line for line in dup.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"another actor of robot cf-b (pid {fleet['b_pid']})" in errors[0], dup.stderr[-2000:]
+
+
+def test_resuming_a_fleet_without_a_robot_id_is_refused_and_adds_no_robot(fleet):
+    run = fleet["nameless"]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert run.returncode == 2 and len(errors) == 1, run.stderr[-2000:]
+    assert "is a fleet (robots cf-a, cf-b): pass --robot-id" in errors[0]
+    s = fleet["dir"]
+    assert not list((s / "recordings").glob("*.mcap*")) and not (s / "metrics.jsonl").exists()
+    assert FinetuneSession.open(s).robot_ids() == [A, B]
 
 
 def test_a_killed_robot_resumes_its_recording_and_the_other_is_untouched(fleet):
