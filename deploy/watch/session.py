@@ -334,12 +334,14 @@ class _WatchNode(Node):
 
 def _matching_qos(publishers):
     """A subscription QoS every publisher of the topic matches: reliable unless one is best-effort,
-    transient-local when all are (rosbag2's rule); keep the last 100."""
+    transient-local when all are (rosbag2's rule); keep the last 1000 (10 s of a 100 Hz topic: a recorder stalled
+    for a second, e.g. while the deploy's control thread and a busy machine hold the cores, must not lose what
+    arrived meanwhile; with 100 a run's recording kept 99 of about 350 odometry messages)."""
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
     reliable = all(p.qos_profile.reliability == ReliabilityPolicy.RELIABLE for p in publishers)
     latched = all(p.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for p in publishers)
-    return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+    return QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
                       durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
 
 
