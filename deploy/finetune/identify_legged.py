@@ -69,6 +69,10 @@ class LeggedReplay:
         starts: the windows' start indices ``[W]`` into ``traj`` (each with ``max_latency`` recorded steps before).
         worlds: MuJoCo worlds of the batch (rows are replayed ``worlds`` at a time).
 
+    Attributes:
+        window_episode: ``[W]`` the episode of each window, numbered ``0..E-1``; ``num_episodes``: E;
+        ``episode_numbers``: ``[E]`` their episode numbers in the recording.
+
     Raises:
         IdentificationError: the state width does not match the robot's joints, or the control period differs.
     """
@@ -93,7 +97,8 @@ class LeggedReplay:
         self.state = torch.as_tensor(traj.state, dtype=torch.float32)
         self.next_state = torch.as_tensor(traj.next_state, dtype=torch.float32)
         self.command = self.term.to_command(torch.as_tensor(traj.action, dtype=torch.float32))  # [T, J] rad
-        self.window_episode = torch.unique(torch.as_tensor(traj.episode[starts]), return_inverse=True)[1]
+        self.episode_numbers, self.window_episode = torch.unique(torch.as_tensor(traj.episode[starts]),
+                                                                 return_inverse=True)
         self.num_episodes = int(self.window_episode.max()) + 1 if len(starts) else 0
 
     @property
@@ -232,7 +237,7 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
     ep_start, ep_bounds = _episode_bounds(task_cfg)
     episode_values = ep_start.expand(n_ep, -1).clone()  # [E, 3] kp scale, kd scale, added mass
 
-    def rows(global_values, ep_values, win):
+    def rows(global_values, ep_values):
         """Replay rows: ``global_values`` ``[n, 3]`` and ``ep_values`` ``[n, 3]`` -> ``[n, 6]``."""
         return torch.cat((global_values, ep_values), -1)
 
@@ -241,7 +246,7 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
 
     nom3 = torch.tensor([[nominal[k] for k in _NAMES]])
     zero_lat = torch.zeros(len(w_all), dtype=torch.long)
-    sq_nominal = replay_sq(rows(nom3.expand(len(w_all), -1), episode_values[ep_of_window], w_all), zero_lat, w_all)
+    sq_nominal = replay_sq(rows(nom3.expand(len(w_all), -1), episode_values[ep_of_window]), zero_lat, w_all)
     finite = torch.isfinite(sq_nominal).all(-1)
     scale = sq_nominal[finite].median(0).values.clamp_min(1e-12)
     log(f"{replay.num_windows} windows of {replay.horizon} control steps from {n_ep} episodes")
@@ -261,7 +266,7 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
                 lat_rows = lat.repeat_interleave(b)
             else:
                 lat, lat_rows = None, latency_of_window[win].repeat(p)
-            params = rows(_decode(x).repeat_interleave(b, 0), episode_values[ep_of_window[win]].repeat(p, 1), win)
+            params = rows(_decode(x).repeat_interleave(b, 0), episode_values[ep_of_window[win]].repeat(p, 1))
             cost = _window_cost(replay_sq(params, lat_rows, win.repeat(p)).view(p, b, -1), scale).mean(-1)
             mean, std, _ = cem_update(x, cost, mean, std, n_elite)
             if lat is not None:
@@ -276,7 +281,7 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
         """Each episode's best latency ``[E]`` at ``global_values`` ``[3]`` (every latency on every window)."""
         lats = torch.arange(opts.max_latency + 1)
         rw, rl = w_all.repeat(len(lats)), lats.repeat_interleave(len(w_all))
-        params = rows(global_values.expand(len(rw), -1), episode_values[ep_of_window[rw]], rw)
+        params = rows(global_values.expand(len(rw), -1), episode_values[ep_of_window[rw]])
         cost = _window_cost(replay_sq(params, rl, rw), scale).view(len(lats), -1)
         return torch.zeros(len(lats), n_ep).index_add_(1, ep_of_window, cost).argmin(0)
 
@@ -296,7 +301,7 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
             win = order[first.unsqueeze(-1) + pick]  # [E, b]
             ep_rows = _decode_episode(y, ep_bounds).unsqueeze(2).expand(-1, -1, b, -1).reshape(-1, 3)
             win_rows = win.unsqueeze(1).expand(-1, p, -1).reshape(-1)
-            params = rows(global_values.expand(len(win_rows), -1), ep_rows, win_rows)
+            params = rows(global_values.expand(len(win_rows), -1), ep_rows)
             sq = replay_sq(params, latency_of_window[win_rows], win_rows)
             cost = _window_cost(sq, scale).view(n_ep, p, b).mean(-1)
             y_mean, y_std, _ = cem_update(y, cost, y_mean, y_std, n_elite)
@@ -318,7 +323,7 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
         episode_latency = episode_latencies(_decode(mean))
     final = _decode(mean)
     latency_of_window = episode_latency[ep_of_window]
-    sq_after = replay_sq(rows(final.expand(len(w_all), -1), episode_values[ep_of_window], w_all),
+    sq_after = replay_sq(rows(final.expand(len(w_all), -1), episode_values[ep_of_window]),
                          latency_of_window, w_all)
 
     def fit(sq):  # mean robust window cost, relative to the nominal robot's
@@ -329,7 +334,7 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
     # the identified robot with the medians of the per-episode values and latency in every episode
     medians = episode_values.median(0).values.expand(len(w_all), -1)
     lat_median = torch.full((len(w_all),), int(episode_latency.median()), dtype=torch.long)
-    fit_global = fit(replay_sq(rows(final.expand(len(w_all), -1), medians, w_all), lat_median, w_all)) / base_fit
+    fit_global = fit(replay_sq(rows(final.expand(len(w_all), -1), medians), lat_median, w_all)) / base_fit
 
     def rms(sq):  # per control step, over the windows every candidate replays finitely
         ok = torch.isfinite(sq).all(-1)
@@ -343,10 +348,10 @@ def _identify(replay: LeggedReplay, traj, task_cfg, opts, gen, log, t_start) -> 
     training = {key: [float(v) for v in dr[key]] for key in LEGGED_DR_KEYS if key in dr}
     if training.get("floor_timeconst") == [0.0, 0.0]:  # training keeps the model's own floor
         training["floor_timeconst"] = [model_floor, model_floor]
-    numbers = torch.unique(torch.as_tensor(traj.episode[replay.starts.numpy()])).tolist()
     per_episode = {int(e): {"latency_steps": int(ep_lat[i]), "kp_scale": float(episode_values[i, 0]),
                             "kd_scale": float(episode_values[i, 1]), "base_added_mass": float(episode_values[i, 2]),
-                            "windows": int((ep_of_window == i).sum())} for i, e in enumerate(numbers)}
+                            "windows": int((ep_of_window == i).sum())}
+                   for i, e in enumerate(replay.episode_numbers.tolist())}
     counts = {int(v): ep_lat.count(v) for v in sorted(set(ep_lat))}
     k = replay.horizon * len(w_all)
     return Identified(
