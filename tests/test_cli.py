@@ -243,7 +243,7 @@ def test_resume_from_an_earlier_checkpoint_branches_instead_of_overwriting(cli_r
 def test_resume_refuses_structural_changes(cli_run):
     root, run = cli_run
     proc = sim2real_main("train", "--task", "quadrotor-hover", "--resume", "--runs-root", root / "runs",
-                    "--set", "env.action_interface=ctbr", check=False)
+                    "--set", "env.action_interface=motor_thrust", check=False)
     _assert_clean_error(proc, "env.action_interface", "cannot change on --resume")
 
 
@@ -280,7 +280,7 @@ def test_bench_curricula_refuses_bad_numbers_before_training():
 
 def test_eval_of_an_export_uses_the_policy_own_interface_and_rate(tmp_path):
     sim2real("train", "--task", "quadrotor-hover", "--num-envs", 32, "--max-iterations", 1, "--seed", 5,
-             "--runs-root", tmp_path / "runs", "--export", "--set", "env.action_interface=ctbr",
+             "--runs-root", tmp_path / "runs", "--export", "--set", "env.action_interface=motor_thrust",
              "--set", "env.decimation=2", *TINY)
     (run,) = list((tmp_path / "runs" / "quadrotor-hover").iterdir())
     via_policy = json.loads(sim2real("eval", "--policy", run / "policy", "--episodes", 16).stdout)

@@ -161,6 +161,8 @@ class QuadrotorReplay:
                 f = f + (target - f) * alpha
         s0 = self.state[t0]
         quat = s0[:, 3:7] / torch.linalg.vector_norm(s0[:, 3:7], dim=-1, keepdim=True)
+        # set_state writes in place: not into the recorded rates the warm-up's rate loop read (autograd keeps them)
+        dyn.ang_vel_b = torch.zeros(n, 3)
         dyn.set_state(torch.arange(n), s0[:, 0:3], quat, s0[:, 7:10], s0[:, 10:13], f)
         out = torch.empty(n, k, 13)
         for j in range(k):

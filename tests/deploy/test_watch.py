@@ -232,8 +232,11 @@ def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_p
             if channel.topic == f"{ns}/odom":
                 assert schema.name == "nav_msgs/msg/Odometry" and schema.encoding == "ros2msg"
                 heights.append(decoded.pose.pose.position.z)
-    assert {f"{ns}/odom", f"{ns}/cmd/motors", "/diagnostics"} <= set(counts), counts
-    assert counts[f"{ns}/odom"] > 50 and counts[f"{ns}/cmd/motors"] > 50 and counts["/diagnostics"] > 0, counts
+    from sim2real.deploy.nodes.quadrotor import COMMAND_TOPICS
+
+    cmd = f"{ns}/" + COMMAND_TOPICS[json.loads((PRETRAINED / "metadata.json").read_text())["action"]["interface"]]
+    assert {f"{ns}/odom", cmd, "/diagnostics"} <= set(counts), counts
+    assert counts[f"{ns}/odom"] > 50 and counts[cmd] > 50 and counts["/diagnostics"] > 0, counts
     # The first half second is the hand launch and the hover about the 1 m start; after the Ctrl-C the motors idle and
     # the drone drops (how much of that the recording holds depends on the machine's load, so it is not checked).
     assert all(abs(z - 1.0) < 0.2 for z in heights[:50]), heights[:50]

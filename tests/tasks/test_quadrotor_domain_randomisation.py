@@ -18,8 +18,9 @@ import torch
 from sim2real.tasks import make_env, task_config
 
 # Every randomised quantity pinned to nominal (each test widens the one it checks); no body drag, so that the
-# analytic answers are exact.
+# analytic answers are exact; actions are rotor thrusts (the answers are written per motor).
 PINNED = [
+    "env.action_interface=motor_thrust",
     "domain_rand.enabled=true",
     "domain_rand.mass_scale=[1.0,1.0]",
     "domain_rand.inertia_scale=[1.0,1.0]",

@@ -31,16 +31,39 @@ from sim2real.deploy.recording.transitions import read_transitions
 from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY
 from sim2real.deploy.ros_runtime import BackgroundSpin
 from ros_helpers import TopicRecorder, wait_until
+from sim2real.deploy.nodes.quadrotor import COMMAND_TOPICS
 from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
 from sim2real.sim.rotations import quat_to_rotmat
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 ROBOT = load_robot("crazyflie2")
+
+
+def _interface() -> str:
+    """The shipped policy's action interface (``ctbr`` or ``motor_thrust``)."""
+    return json.loads((PRETRAINED / "metadata.json").read_text())["action"]["interface"]
+
+
+def _command_topic() -> str:
+    """The topic the shipped policy's interface publishes on (``cmd/ctbr`` or ``cmd/motors``)."""
+    return COMMAND_TOPICS[_interface()]
+
+
+def _climb_action() -> list[float]:
+    """The operator's climb as a normalised action of the shipped policy's interface: the same thrust on every motor,
+    or that collective thrust with zero body rates."""
+    return [TELEOP_CLIMB] * 4 if _interface() == "motor_thrust" else [TELEOP_CLIMB, 0.0, 0.0, 0.0]
+
+
+def _commanded_thrust(data) -> float:
+    """Total thrust [N] a command asks of the stand-in of SESSION_OVERRIDES (thrust x0.97): ``cmd/motors`` are
+    fractions of each motor's maximum thrust, ``cmd/ctbr`` starts with the collective thrust in newtons."""
+    return sum(data) * 0.97 * ROBOT["max_motor_thrust"] if _interface() == "motor_thrust" else float(data[0])
 SMALL_BOX = ((-0.15, -0.15, 0.9), (0.15, 0.15, 1.1))  # goals and reset points: short flights
 # swap_at=episode: these flights check the between-episodes swap (the hold-boundary swap is in test_finetune_actor)
 SESSION_OVERRIDES = ["learner.prior_transitions=0", "actor.explore=false", "actor.swap_at=episode"]
 DT = 0.01
-TELEOP_CLIMB = 0.25  # normalised motor thrust of the operator's climb: 62.5% of full thrust (exact in float32)
+TELEOP_CLIMB = 0.25  # normalised thrust of the operator's climb: 62.5% of full thrust (exact in float32)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.skipif(not (PRETRAINED / "policy.onnx").is_file(),
@@ -126,7 +149,7 @@ class Flight:
         self.node = FinetuneNode(session.path, ROBOT, options, link=link, namespace=ns, context=ctx,
                                  state_timeout_s=0.3)
         stack.callback(self.node.destroy_node)
-        self.status_topic, self.cmd_topic = f"{ns}/finetune/status", f"{ns}/cmd/motors"
+        self.status_topic, self.cmd_topic = f"{ns}/finetune/status", f"{ns}/{_command_topic()}"
         self.probe = TopicRecorder("probe", {self.status_topic: Float32MultiArray,
                                              self.cmd_topic: Float32MultiArray}, context=ctx)
         stack.callback(self.probe.destroy_node)
@@ -392,7 +415,7 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     f.wait(lambda: node.actor.step_in_episode >= 30 and steady(), what="30 steps of the base policy, level and still")
     assert node.phase == PHASE_EPISODE
     f.publish("finetune/teleop", Float32MultiArray, Float32MultiArray(data=[math.nan, 0.5, 0.5, 0.5]), times=1)
-    f.teleop = [TELEOP_CLIMB] * 4
+    f.teleop = _climb_action()
     f.wait(lambda: node.phase == PHASE_SAFE_STOP, what="the geofence breach")
     f.teleop = None
     assert node.episodes_ended[-1]["end"] == "envelope:geofence", node.episodes_ended[-1]
@@ -419,8 +442,8 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     assert {k: v - faults.get(k, 0) for k, v in at_reset["faults"].items() if v != faults.get(k, 0)} == \
         {"ok": len(ticks)}
     assert len(ticks) > 100
-    hover_total = 4 * 1.05 * 0.027 * 9.81 / (4 * 0.97 * 0.1457)  # the stand-in's hover thrust, fractions summed
-    late = [sum(m.data) for _, m in at_reset["commands"][-100:]]  # the last 100 received (~1 s of ticks)
+    hover_total = 1.05 * 0.027 * 9.81  # the stand-in's weight [N]
+    late = [_commanded_thrust(m.data) for _, m in at_reset["commands"][-100:]]  # the last 100 received (~1 s)
     assert len(at_reset["commands"]) > 100 and 0.8 * hover_total < np.mean(late) < 1.2 * hover_total, np.mean(late)
     assert np.linalg.norm(at_reset["position"] - hold) < 0.25, (at_reset["position"], hold)
 
@@ -468,9 +491,10 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     first = int(np.argmax(iv))
     assert iv[first:].all()  # from the first teleop message to the breach
     rows = e0[iv]
-    np.testing.assert_array_equal(tr["action"][rows], TELEOP_CLIMB)
+    climb = np.asarray(_climb_action(), dtype=np.float32)
+    np.testing.assert_array_equal(tr["action"][rows], np.broadcast_to(climb, tr["action"][rows].shape))
     scale = float(session.read_config()["residual_scale"])
-    np.testing.assert_allclose(tr["residual"][rows], np.clip((TELEOP_CLIMB - tr["base_action"][rows]) / scale, -1, 1),
+    np.testing.assert_allclose(tr["residual"][rows], np.clip((climb - tr["base_action"][rows]) / scale, -1, 1),
                                atol=1e-6)
     assert not np.isnan(tr["action"]).any()
     np.testing.assert_allclose(tr["action"][e0[~iv]], np.clip(tr["base_action"][e0[~iv]], -1.0, 1.0), atol=1e-6)

@@ -22,6 +22,7 @@ from sim2real.deploy.recording.transitions import TransitionRecorder, read_trans
 from sim2real.hardware.standins.reality_gap import REALITY_GAPS, SimulatedRobot
 
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
+CTBR_POLICY = Path(__file__).resolve().parents[2] / "fixtures" / "policies" / "hover-ctbr"  # collective thrust + rates
 
 pytestmark = pytest.mark.skipif(not (PRETRAINED / "policy.onnx").is_file(),
                                 reason=f"no pretrained hover policy shipped at {PRETRAINED}")
@@ -34,10 +35,11 @@ TRUE_LATENCY_STEPS = 2
 WEAK_MOTOR = (0.85, 1.0, 1.0, 1.0)
 
 
-def record_session(tmp_path: Path, name: str, gap: dict, minutes: float, monkeypatch, motors=None, seed: int = 3):
-    """A control session (learner off, exploring residual) of ``minutes`` robot time on a stand-in shifted by
-    ``gap`` (a dotted-key REALITY_GAPS entry registered for this test); ``motors`` ``[4]`` scales each motor's
-    thrust of that stand-in only (the simulator the identification replays is left alone)."""
+def record_session(tmp_path: Path, name: str, gap: dict, minutes: float, monkeypatch, motors=None, seed: int = 3,
+                   policy: Path = PRETRAINED):
+    """A control session (learner off, exploring residual) of ``policy`` for ``minutes`` robot time on a stand-in
+    shifted by ``gap`` (a dotted-key REALITY_GAPS entry registered for this test); ``motors`` ``[4]`` scales each
+    motor's thrust of that stand-in only (the simulator the identification replays is left alone)."""
     monkeypatch.setitem(REALITY_GAPS, f"test_{name}", gap)
     if motors is not None:
         scale = torch.tensor(motors)
@@ -49,7 +51,7 @@ def record_session(tmp_path: Path, name: str, gap: dict, minutes: float, monkeyp
             self.env.action_term.apply = lambda command, dyn: apply(command, dyn) * scale
 
         monkeypatch.setattr(SimulatedRobot, "__init__", weak_init)
-    session, cfg = ft.open_session(tmp_path / name, PRETRAINED, resume=False,
+    session, cfg = ft.open_session(tmp_path / name, policy, resume=False,
                                    overrides=[f"standin.gap=test_{name}", "standin.realtime=false", f"seed={seed}"])
     ft.run_actor(session, cfg, minutes=minutes, learner=False)
     return session
@@ -96,6 +98,19 @@ def test_unshifted_robot_identifies_as_nominal(tmp_path, monkeypatch):
     assert p["latency_steps"] in (0, 1) and set(result.spread["latency_steps"]) <= {0, 1}, p
     assert min(p["motor_thrust_scale"]) > 0.97, p
     assert set(result.outside_training()) <= {"ext_force"}, result.table()  # the force bound is an RMS estimate
+    assert result.fit_after < 0.05
+
+
+def test_a_ctbr_session_identifies_known_mass_and_latency(tmp_path, monkeypatch):
+    # Through the rate loop the replay differentiates through the recorded body rates (its input): an in-place write
+    # into them once broke every ctbr identification. The collective thrust is commanded in newtons, so the mass
+    # shows in the acceleration; the max thrust only where a motor saturates.
+    gap = {"domain_rand.mass_scale": [1.2, 1.2], "domain_rand.latency_steps": [2, 2]}
+    session = record_session(tmp_path, "ctbr", gap, 0.3, monkeypatch, seed=4, policy=CTBR_POLICY)
+    result = identify(session)
+    p = result.params
+    assert abs(p["mass_scale"] - 1.2) <= 0.1 * 1.2, p
+    assert p["latency_steps"] == 2, p
     assert result.fit_after < 0.05
 
 
