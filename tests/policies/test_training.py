@@ -179,7 +179,7 @@ def test_resume_applies_a_config_file_over_the_saved_config(tmp_path, capsys):
     assert resumed["infos"]["config"]["train"]["entropy_coef"] == 0.003
     assert yaml.safe_load((run / "config.yaml").read_text())["train"]["entropy_coef"] == 0.003
     fixed = tmp_path / "fixed.yaml"
-    for text, key in (("env: {action_interface: ctbr}\n", "env.action_interface"),
+    for text, key in (("env: {action_interface: motor_thrust}\n", "env.action_interface"),
                       ("train: {actor_hidden_dims: [32, 32]}\n", "train.actor_hidden_dims")):
         fixed.write_text(text)
         assert main(["train", "--task", "quadrotor-hover", *tiny, "--resume", "--config", str(fixed)]) == 2

@@ -14,12 +14,13 @@ from sim2real.tasks import task_config
 
 
 def _hover_policy(cfg):
+    """Every motor at the nominal hover fraction (a ``motor_thrust`` policy)."""
     frac = cfg["robot"]["mass"] * cfg["robot"]["gravity"] / (4 * cfg["robot"]["max_motor_thrust"])
     return lambda obs: torch.full((obs.shape[0], 4), 2 * frac - 1)
 
 
 def test_rollout_records_the_trajectory():
-    cfg = task_config("quadrotor-hover", ["domain_rand.enabled=false"])
+    cfg = task_config("quadrotor-hover", ["domain_rand.enabled=false", "env.action_interface=motor_thrust"])
     traj = rollout(cfg, _hover_policy(cfg), duration_s=0.5)
     assert traj["pos"].shape == (50, 3) and traj["quat"].shape == (50, 4) and traj["command"].shape == (50, 4)
     assert traj["t"][-1] == pytest.approx(0.49)

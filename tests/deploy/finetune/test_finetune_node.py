@@ -38,6 +38,16 @@ from sim2real.sim.rotations import quat_to_rotmat
 PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
 ROBOT = load_robot("crazyflie2")
 
+SMALL_BOX = ((-0.15, -0.15, 0.9), (0.15, 0.15, 1.1))  # goals and reset points: short flights
+# swap_at=episode: these flights check the between-episodes swap (the hold-boundary swap is in test_finetune_actor)
+SESSION_OVERRIDES = ["learner.prior_transitions=0", "actor.explore=false", "actor.swap_at=episode"]
+DT = 0.01
+TELEOP_CLIMB = 0.25  # normalised thrust of the operator's climb: 62.5% of full thrust (exact in float32)
+
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.skipif(not (PRETRAINED / "policy.onnx").is_file(),
+                                 reason=f"no pretrained hover policy shipped at {PRETRAINED}")]
+
 
 def _interface() -> str:
     """The shipped policy's action interface (``ctbr`` or ``motor_thrust``)."""
@@ -56,18 +66,9 @@ def _climb_action() -> list[float]:
 
 
 def _commanded_thrust(data) -> float:
-    """Total thrust [N] a command asks of the stand-in of SESSION_OVERRIDES (thrust x0.97): ``cmd/motors`` are
-    fractions of each motor's maximum thrust, ``cmd/ctbr`` starts with the collective thrust in newtons."""
+    """Total thrust [N] a command asks of the default stand-in (SimQuadrotorNode: max thrust x0.97, mass x1.05):
+    ``cmd/motors`` are fractions of each motor's maximum thrust, ``cmd/ctbr`` starts with the collective thrust [N]."""
     return sum(data) * 0.97 * ROBOT["max_motor_thrust"] if _interface() == "motor_thrust" else float(data[0])
-SMALL_BOX = ((-0.15, -0.15, 0.9), (0.15, 0.15, 1.1))  # goals and reset points: short flights
-# swap_at=episode: these flights check the between-episodes swap (the hold-boundary swap is in test_finetune_actor)
-SESSION_OVERRIDES = ["learner.prior_transitions=0", "actor.explore=false", "actor.swap_at=episode"]
-DT = 0.01
-TELEOP_CLIMB = 0.25  # normalised thrust of the operator's climb: 62.5% of full thrust (exact in float32)
-
-pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.skipif(not (PRETRAINED / "policy.onnx").is_file(),
-                                 reason=f"no pretrained hover policy shipped at {PRETRAINED}")]
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -442,7 +443,7 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     assert {k: v - faults.get(k, 0) for k, v in at_reset["faults"].items() if v != faults.get(k, 0)} == \
         {"ok": len(ticks)}
     assert len(ticks) > 100
-    hover_total = 1.05 * 0.027 * 9.81  # the stand-in's weight [N]
+    hover_total = 1.05 * ROBOT["mass"] * ROBOT["gravity"]  # the default stand-in's weight [N]
     late = [_commanded_thrust(m.data) for _, m in at_reset["commands"][-100:]]  # the last 100 received (~1 s)
     assert len(at_reset["commands"]) > 100 and 0.8 * hover_total < np.mean(late) < 1.2 * hover_total, np.mean(late)
     assert np.linalg.norm(at_reset["position"] - hold) < 0.25, (at_reset["position"], hold)
