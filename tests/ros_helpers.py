@@ -1,6 +1,6 @@
 """Test helpers for ROS 2 graphs: a node that records what arrives on topics (with the monotonic arrival time) and
-publishes on demand, a polling wait, an injected clock for a stand-in's physics timer, and starting / stopping
-``sim2real`` CLI processes.
+publishes on demand, a polling wait, an injected clock for a stand-in's physics timer, starting / stopping
+``sim2real`` CLI processes, and the command topic a quadrotor policy publishes on.
 
 Imported as ``ros_helpers`` (``tests/conftest.py`` puts ``tests/`` on ``sys.path``, as ``--import-mode=importlib``
 does not)."""
@@ -18,6 +18,17 @@ from typing import Callable
 
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
+
+
+def policy_command_topic(policy_dir) -> str:
+    """The topic (relative to the robot's namespace) the quadrotor deploy node publishes the exported policy in
+    ``policy_dir`` on: ``cmd/ctbr`` or ``cmd/motors``, by its metadata's action interface."""
+    import json
+    from pathlib import Path
+
+    from sim2real.deploy.nodes.quadrotor import COMMAND_TOPICS
+
+    return COMMAND_TOPICS[json.loads((Path(policy_dir) / "metadata.json").read_text())["action"]["interface"]]
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.005) -> bool:

@@ -201,7 +201,7 @@ def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_p
     from mcap.reader import make_reader
     from mcap_ros2.decoder import DecoderFactory
 
-    from ros_helpers import spawn_cli, stop_process, wait_until
+    from ros_helpers import policy_command_topic, spawn_cli, stop_process, wait_until
 
     ns, runs = "/watch_e2e", tmp_path / "runs"
     procs = {"standin": spawn_cli(["standin", "--namespace", ns, "--duration", "120"], tmp_path / "standin.log"),
@@ -232,9 +232,7 @@ def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_p
             if channel.topic == f"{ns}/odom":
                 assert schema.name == "nav_msgs/msg/Odometry" and schema.encoding == "ros2msg"
                 heights.append(decoded.pose.pose.position.z)
-    from sim2real.deploy.nodes.quadrotor import COMMAND_TOPICS
-
-    cmd = f"{ns}/" + COMMAND_TOPICS[json.loads((PRETRAINED / "metadata.json").read_text())["action"]["interface"]]
+    cmd = f"{ns}/{policy_command_topic(PRETRAINED)}"
     assert {f"{ns}/odom", cmd, "/diagnostics"} <= set(counts), counts
     assert counts[f"{ns}/odom"] > 50 and counts[cmd] > 50 and counts["/diagnostics"] > 0, counts
     # The first half second is the hand launch and the hover about the 1 m start; after the Ctrl-C the motors idle and

@@ -69,10 +69,9 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
 
     from sim2real.configs import load_robot
     from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
-    from ros_helpers import TopicRecorder, wait_until
+    from ros_helpers import TopicRecorder, policy_command_topic, wait_until
 
-    meta = json.loads((PRETRAINED / "metadata.json").read_text())
-    cmd_topic = {"motor_thrust": "/crazyflie/cmd/motors", "ctbr": "/crazyflie/cmd/ctbr"}[meta["action"]["interface"]]
+    cmd_topic = f"/crazyflie/{policy_command_topic(PRETRAINED)}"
     robot = load_robot("crazyflie2")
     nominal_hover = robot["mass"] * robot["gravity"] / (4 * robot["max_motor_thrust"])
     start = [str(x) for x in START]

@@ -30,8 +30,7 @@ from sim2real.deploy.finetune.node_options import FinetuneOptions
 from sim2real.deploy.recording.transitions import read_transitions
 from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY
 from sim2real.deploy.ros_runtime import BackgroundSpin
-from ros_helpers import TopicRecorder, wait_until
-from sim2real.deploy.nodes.quadrotor import COMMAND_TOPICS
+from ros_helpers import TopicRecorder, policy_command_topic, wait_until
 from sim2real.hardware.standins.quadrotor import SimQuadrotorNode
 from sim2real.sim.rotations import quat_to_rotmat
 
@@ -52,11 +51,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 def _interface() -> str:
     """The shipped policy's action interface (``ctbr`` or ``motor_thrust``)."""
     return json.loads((PRETRAINED / "metadata.json").read_text())["action"]["interface"]
-
-
-def _command_topic() -> str:
-    """The topic the shipped policy's interface publishes on (``cmd/ctbr`` or ``cmd/motors``)."""
-    return COMMAND_TOPICS[_interface()]
 
 
 def _climb_action() -> list[float]:
@@ -150,7 +144,7 @@ class Flight:
         self.node = FinetuneNode(session.path, ROBOT, options, link=link, namespace=ns, context=ctx,
                                  state_timeout_s=0.3)
         stack.callback(self.node.destroy_node)
-        self.status_topic, self.cmd_topic = f"{ns}/finetune/status", f"{ns}/{_command_topic()}"
+        self.status_topic, self.cmd_topic = f"{ns}/finetune/status", f"{ns}/{policy_command_topic(PRETRAINED)}"
         self.probe = TopicRecorder("probe", {self.status_topic: Float32MultiArray,
                                              self.cmd_topic: Float32MultiArray}, context=ctx)
         stack.callback(self.probe.destroy_node)
