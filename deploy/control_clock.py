@@ -20,6 +20,12 @@ milliseconds at the 99th percentile. The method here:
 
 The tick runs outside the executor, so a node serialises it with its subscription callbacks through a lock
 (:class:`~sim2real.deploy.nodes.base.PolicyLifecycleNode` does).
+
+:class:`SimTimeClock` is the lockstep alternative for a simulated robot stepped in lockstep with the node (``sim2real
+standin --lockstep HZ`` + ``sim2real deploy --sim-time``): it ticks once per control period of SIMULATED time, as
+soon as every input of that instant has arrived (their header stamps), so what the node computes no longer depends
+on the wall clock or on the machine's load (the end-to-end tests of a behaviour use it; timing claims stay with the
+real-time clock and the benchmarks).
 """
 
 from __future__ import annotations
@@ -207,3 +213,120 @@ class ControlClock:
                 "compute_p50_us": pct(compute, 50, 1e6), "compute_p99_us": pct(compute, 99, 1e6),
                 "overruns": self.overruns, "skipped": self.skipped, "ticks": self.ticks,
                 "scheduling": self.scheduling or "not started"}
+
+
+#: Two simulated times closer than this [s] are the same instant (stamps carry nanoseconds).
+SIM_TIME_EPS_S = 1e-6
+
+
+class SimTimeClock:
+    """Call ``tick()`` once per ``period_s`` of simulated time, in lockstep with a simulator (see the module
+    docstring): the clock's thread waits until ``input_time()`` (the simulated time [s] up to which the node has
+    every input, e.g. the oldest of its inputs' latest header stamps; None before all have arrived) reaches the next
+    tick's time, then ticks at that input time. The node calls :meth:`notify` whenever an input arrives. The same
+    interface as :class:`ControlClock` (start, stop, running, stats, ticks, overruns, skipped, scheduling, error).
+
+    Args:
+        period_s: the control period [s] of simulated time (> 0).
+        tick: the control step; it reads the tick's simulated time in :attr:`time`. An exception stops the clock,
+            is kept in :attr:`error` and handed to ``on_error``.
+        input_time: ``() -> float | None`` (see above); called with the clock's condition held, it must not block.
+        on_stall: ``(message: str) -> None``, called once per ``stall_warning_s`` of wall time that simulated time
+            does not reach the next tick (a simulator stepping at another rate than ``period_s``, or stopped).
+        stall_warning_s: see ``on_stall`` [s].
+
+    Attributes:
+        time: simulated time [s] of the current (or last) tick; None before the first.
+        skipped: ticks skipped because simulated time jumped past them (the simulator steps at a lower rate).
+        overruns: always 0 (kept for the diagnostics; a lockstep tick cannot be late).
+
+    Raises:
+        ValueError: ``period_s`` not positive.
+    """
+
+    def __init__(self, period_s: float, tick, input_time, *, name: str = "control", on_error=None, on_stall=None,
+                 stall_warning_s: float = 5.0):
+        if not period_s > 0:
+            raise ValueError(f"period_s must be positive, got {period_s}")
+        self.period_s = float(period_s)
+        self._tick, self._input_time = tick, input_time
+        self._on_error, self._on_stall = on_error, on_stall
+        self.stall_warning_s = float(stall_warning_s)
+        self.time: float | None = None
+        self.ticks = self.overruns = self.skipped = 0
+        self.scheduling: str | None = None
+        self.error: BaseException | None = None
+        self._periods: deque[float] = deque(maxlen=WINDOW_TICKS)
+        self._compute: deque[float] = deque(maxlen=WINDOW_TICKS)
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> "SimTimeClock":
+        self._thread.start()
+        return self
+
+    def notify(self) -> None:
+        """An input arrived: the clock looks at ``input_time()`` again."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop after the tick in progress (idempotent; never from inside ``tick``)."""
+        self._stop.set()
+        self.notify()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and not self._stop.is_set()
+
+    def _next_input_time(self, due: float | None) -> float | None:
+        """Wait (releasing the condition) until inputs reach ``due``; their time, or None when stopped."""
+        with self._cond:
+            waited = 0.0
+            while not self._stop.is_set():
+                t = self._input_time()
+                if t is not None and (due is None or t >= due - SIM_TIME_EPS_S):
+                    return t
+                t0 = time.monotonic()
+                self._cond.wait(timeout=self.stall_warning_s - waited)
+                waited += time.monotonic() - t0
+                if waited >= self.stall_warning_s:
+                    waited = 0.0
+                    if self._on_stall is not None:
+                        have = "no input yet" if t is None else f"the inputs are at {t:.6g} s"
+                        self._on_stall(f"lockstep: waiting for simulated time to reach "
+                                       f"{0.0 if due is None else due:.6g} s ({have}); the simulator must step in "
+                                       f"lockstep at the policy's control rate, {1.0 / self.period_s:.6g} Hz")
+        return None
+
+    def _run(self) -> None:
+        self.scheduling = "simulated time (lockstep)"
+        due = None
+        while not self._stop.is_set():
+            t = self._next_input_time(due)
+            if t is None:
+                break
+            if due is not None and t > due + SIM_TIME_EPS_S:
+                self.skipped += int(round((t - due) / self.period_s))
+            if self.time is not None:
+                self._periods.append(t - self.time)
+            self.time, due = t, t + self.period_s
+            self.ticks += 1
+            start = time.monotonic()
+            try:
+                self._tick()
+            except Exception as exc:  # noqa: BLE001 - kept and handed on, as ControlClock
+                self.error = exc
+                self._stop.set()
+                if self._on_error is not None:
+                    self._on_error(exc)
+                break
+            self._compute.append(time.monotonic() - start)
+
+    def stats(self) -> dict:
+        """As :meth:`ControlClock.stats`; the periods are of simulated time (lockstep: the period, unless the
+        simulator skipped ticks), the compute times of the wall clock."""
+        return ControlClock.stats(self)

@@ -9,6 +9,11 @@ Lifecycle (rclpy's standard services ``<namespace>/<node>/change_state``, ``get_
     (:meth:`PolicyLifecycleNode._configure_io`);
   * ``activate``: the control tick every ``period_s`` from a :class:`~sim2real.deploy.control_clock.ControlClock`
     (a dedicated thread on absolute deadlines, real-time priority where allowed), and the diagnostics at 1 Hz;
+    with ``sim_time`` (``sim2real deploy --sim-time``, a node kind that declares :attr:`PolicyLifecycleNode.
+    lockstep_inputs`) from a :class:`~sim2real.deploy.control_clock.SimTimeClock` instead: one tick per period of
+    the simulated time the inputs' header stamps carry, once every input of that instant has arrived (a simulator
+    stepped in lockstep, ``sim2real standin --lockstep HZ``); the node's time (:meth:`PolicyLifecycleNode.now`:
+    input freshness, ramps, command ages) and its command stamps are then simulated time;
   * ``deactivate`` / ``shutdown``: the clock stops, then the node's safe command (motors idle, or damping) is
     published once and its acknowledgement awaited (bounded); ``cleanup`` / ``shutdown`` release the topics.
 
@@ -40,7 +45,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Bool
 
-from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, ControlClock
+from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, ControlClock, SimTimeClock
 from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 
@@ -94,7 +99,17 @@ class PolicyLifecycleNode(LifecycleNode):
         clock: the :class:`ControlClock` of the current activation (None before the first).
         clock_enabled: activation starts the control clock (False: the caller runs ``_on_tick`` itself, as tests
             that step a node tick by tick do).
+        sim_time: lockstep with a simulator (see the module docstring).
+        lockstep_inputs: names of the inputs a lockstep tick waits for (a node kind with :attr:`LOCKSTEP` sets
+            them in ``_load``).
+
+    Raises:
+        ValueError: ``sim_time`` for a node kind that cannot run in lockstep (:attr:`LOCKSTEP` False).
     """
+
+    #: The node kind can run in lockstep with a simulator (``sim_time``): it declares :attr:`lockstep_inputs` and
+    #: takes its time from :meth:`now`, :meth:`arrival_time` and :meth:`stamp`.
+    LOCKSTEP = False
 
     #: What the safe command is called in the log (``safe command``, ``damping command``).
     SAFE_COMMAND = "safe command"
@@ -102,7 +117,11 @@ class PolicyLifecycleNode(LifecycleNode):
     ESTOP_EFFECT = "motors idle"
 
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str, node_name: str,
-                 state_timeout_s: float, context=None, rt_priority: int = DEFAULT_RT_PRIORITY):
+                 state_timeout_s: float, context=None, rt_priority: int = DEFAULT_RT_PRIORITY,
+                 sim_time: bool = False):
+        if sim_time and not self.LOCKSTEP:
+            raise ValueError(f"--sim-time (lockstep with a simulator) is implemented for legged robots' nodes, not "
+                             f"for {type(self).__name__}")
         # Before super().__init__: rclpy's LifecycleNode creates its services through create_* there.
         self._lock = threading.RLock()
         self.messages_lost: dict[str, int] = {}  # topic -> messages the middleware reports lost on the way
@@ -119,7 +138,10 @@ class PolicyLifecycleNode(LifecycleNode):
         self.rt_priority = int(rt_priority)
         self.clock_enabled = True
         self.control_error: BaseException | None = None
-        self.clock: ControlClock | None = None
+        self.clock: ControlClock | SimTimeClock | None = None
+        self.sim_time = bool(sim_time)
+        self.lockstep_inputs: tuple[str, ...] = ()
+        self._input_stamps: dict[str, float] = {}  # lockstep: input name -> simulated time [s] of its latest message
         self.inference_times: deque[float] = deque(maxlen=1000)
         self._qos = QoSProfile(depth=10)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -139,14 +161,22 @@ class PolicyLifecycleNode(LifecycleNode):
         return locked
 
     def create_subscription(self, msg_type, topic, callback, qos_profile, **kwargs):
-        """rclpy's ``create_subscription``; the callback holds the node's lock (serialised with the tick). The
+        """rclpy's ``create_subscription``; the callback holds the node's lock (serialised with the tick); in
+        lockstep the control clock looks at the inputs' simulated time after each message. The
         middleware's message-lost events (samples lost on the way, not those superseded in a keep-last queue)
         are counted per topic in :attr:`messages_lost` (diagnostics ``messages_lost``)."""
         from rclpy.event_handler import SubscriptionEventCallbacks
 
         kwargs.setdefault("event_callbacks", SubscriptionEventCallbacks(
             message_lost=lambda info, t=topic: self._on_message_lost(t, info.total_count_change)))
-        return super().create_subscription(msg_type, topic, self._locked(callback), qos_profile, **kwargs)
+        locked = self._locked(callback)
+
+        def handled(msg):
+            locked(msg)
+            if isinstance(self.clock, SimTimeClock):  # lockstep: the tick may be due now that the message is in
+                self.clock.notify()
+
+        return super().create_subscription(msg_type, topic, handled, qos_profile, **kwargs)
 
     def _on_message_lost(self, topic: str, count: int) -> None:
         self.messages_lost[topic] = self.messages_lost.get(topic, 0) + int(count)
@@ -154,6 +184,40 @@ class PolicyLifecycleNode(LifecycleNode):
     def create_timer(self, timer_period_sec, callback, *args, **kwargs):
         """rclpy's ``create_timer``; the callback holds the node's lock (serialised with the tick)."""
         return super().create_timer(timer_period_sec, self._locked(callback), *args, **kwargs)
+
+    # --- time: the monotonic clock, or simulated time in lockstep ----------------------------------------------------
+    def now(self) -> float:
+        """The node's time [s]: ``time.monotonic()``; with ``sim_time`` the simulated time of the current (or last)
+        control tick (0 before the first)."""
+        if not self.sim_time:
+            return time.monotonic()
+        clock_time = getattr(self.clock, "time", None)
+        return 0.0 if clock_time is None else float(clock_time)
+
+    def arrival_time(self, name: str, msg) -> float:
+        """When input ``name``'s message ``msg`` counts as arrived [s], for freshness: now (monotonic); with
+        ``sim_time`` its ``header.stamp`` (simulated time), which a lockstep tick waiting for it then sees."""
+        if not self.sim_time:
+            return time.monotonic()
+        stamp = msg.header.stamp
+        t = float(stamp.sec) + 1e-9 * float(stamp.nanosec)
+        self._input_stamps[name] = max(t, self._input_stamps.get(name, -float("inf")))
+        return t
+
+    def stamp(self):
+        """``builtin_interfaces/Time`` for a message the node publishes now: the ROS clock; with ``sim_time`` the
+        simulated time of the tick (what a lockstep simulator waits for)."""
+        if not self.sim_time:
+            return self.get_clock().now().to_msg()
+        from builtin_interfaces.msg import Time
+
+        ns = int(round(self.now() * 1e9))
+        return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+    def _lockstep_input_time(self) -> float | None:
+        """Simulated time [s] up to which every lockstep input has arrived (None: one has not yet)."""
+        stamps = [self._input_stamps.get(name) for name in self.lockstep_inputs]
+        return None if any(t is None for t in stamps) else min(stamps)
 
     # --- what a node kind provides ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -213,7 +277,11 @@ class PolicyLifecycleNode(LifecycleNode):
         # the GIL through a collection) for milliseconds while messages arrive at 1 kHz.
         gc.collect()
         gc.freeze()
-        if self.clock_enabled:
+        if self.clock_enabled and self.sim_time:
+            self.clock = SimTimeClock(self.period_s, self._locked(self._on_tick), self._lockstep_input_time,
+                                      name=f"control {self.get_name()}", on_error=self._on_control_error,
+                                      on_stall=lambda text: self.get_logger().warning(text)).start()
+        elif self.clock_enabled:
             self.clock = ControlClock(self.period_s, self._locked(self._on_tick), rt_priority=self.rt_priority,
                                       name=f"control {self.get_name()}", on_error=self._on_control_error).start()
             if self.rt_priority > 0 and not self.clock.scheduling.startswith("SCHED_FIFO"):

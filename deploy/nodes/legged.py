@@ -39,6 +39,12 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
     Both are published together every control tick with the same ``header.stamp``; the robot side runs
     ``tau = kp (q* - q) - kd dq`` at its own rate.
 
+Lockstep (``sim_time``, ``sim2real deploy --sim-time`` with ``sim2real standin --lockstep HZ``): the tick waits for
+the joint states and IMU (footstep policies: also odometry and both foot wrenches) stamped with the next control
+instant of simulated time, runs at that instant, and stamps its commands with it (the stand-in steps on once they
+arrive); freshness, the ramp and the command clock run on simulated time (see
+:class:`~sim2real.deploy.nodes.base.PolicyLifecycleNode`).
+
 Damping mode (e-stop, missing/stale/invalid joint states or IMU (or odometry, for footstep policies), a
 non-finite policy output, a fall (base tilt from the IMU beyond ``max_tilt_rad``, 1 rad by default, during the
 ramp or the policy: latched until the next activation), deactivate, shutdown): targets = the latest measured
@@ -165,9 +171,10 @@ class LeggedPolicyNode(PolicyLifecycleNode):
 
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str | None = None,
                  node_name: str = "policy_node", state_timeout_s: float = 0.1, ramp_s: float = 2.0,
-                 damping_kd: float = DAMPING_KD, max_tilt_rad: float = MAX_TILT_RAD, context=None):
+                 damping_kd: float = DAMPING_KD, max_tilt_rad: float = MAX_TILT_RAD, context=None,
+                 sim_time: bool = False):
         super().__init__(policy_dir, robot, namespace=namespace or f"/{robot.get('name', 'robot')}",
-                         node_name=node_name, state_timeout_s=state_timeout_s, context=context)
+                         node_name=node_name, state_timeout_s=state_timeout_s, context=context, sim_time=sim_time)
         if not (max_tilt_rad > 0):
             raise ValueError(f"max_tilt_rad must be positive, got {max_tilt_rad}")
         if not (np.isfinite(ramp_s) and ramp_s >= 0):
@@ -200,6 +207,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     SAFE_COMMAND = "damping command"
+    LOCKSTEP = True
     ESTOP_EFFECT = "damping mode"
 
     def _configure_io(self, meta: dict) -> None:
@@ -270,6 +278,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         estop = self.monitor.estop_engaged
         self.monitor = InputMonitor(INPUTS + (FOOTSTEP_INPUTS if self.footsteps is not None else ()),
                                     self.state_timeout_s)
+        self.lockstep_inputs = self.monitor.inputs + tuple(self.foot_topics if self.footsteps is not None else ())
         self.monitor.on_estop(estop)
 
     def _prepare_activation(self) -> None:
@@ -304,7 +313,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         self.monitor.on_estop(engaged)
 
     def _on_joint_states(self, msg: JointState) -> None:
-        now = time.monotonic()
+        now = self.arrival_time("joint_states", msg)
         try:
             self._joints = joint_state_to_sample(msg, self.joint_order)
         except InvalidMessage as exc:
@@ -314,7 +323,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         self.monitor.on_input("joint_states", now, True)
 
     def _on_imu(self, msg: Imu) -> None:
-        now = time.monotonic()
+        now = self.arrival_time("imu", msg)
         try:
             self._imu = imu_to_sample(msg, self.imu_to_base_quat)
         except InvalidMessage as exc:
@@ -324,7 +333,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         self.monitor.on_input("imu", now, True)
 
     def _on_odom(self, msg: Odometry) -> None:
-        now = time.monotonic()
+        now = self.arrival_time("odom", msg)
         sample = odometry_to_sample(msg)
         if sample is None:
             self.monitor.on_input("odom", now, False)
@@ -335,19 +344,20 @@ class LeggedPolicyNode(PolicyLifecycleNode):
 
     def _on_foot_wrench(self, foot: int, msg: WrenchStamped) -> None:
         """A foot sensor's wrench: its ``force.z`` is the foot's normal force [N] (NaN/Inf: discarded, logged)."""
+        now = self.arrival_time(self.foot_topics[foot], msg)
         try:
             self._foot_force[foot] = foot_force_from_wrench(msg)
         except InvalidMessage as exc:
             self.get_logger().warning(f"{self.foot_topics[foot]} discarded: {exc}", throttle_duration_sec=1.0)
             return
-        self._foot_force_time[foot] = time.monotonic()
+        self._foot_force_time[foot] = now
 
     def foot_state(self, now: float | None = None) -> FootState | None:
         """The feet now (footstep policies): the latest normal force of each foot and the foot points, by forward
         kinematics on the robot's model (the training's foot points), from the latest odometry (base pose,
         odometry frame) and joint states (by name). None when a foot's force is missing or older than
         ``state_timeout_s``, or odometry or joint states are missing."""
-        now = time.monotonic() if now is None else now
+        now = self.now() if now is None else now
         if self._odom is None or self._joints is None or not len(self._foot_force_time) or \
                 (now - self._foot_force_time > self.state_timeout_s).any():
             return None
@@ -395,7 +405,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
                                       throttle_duration_sec=1.0)
             return
         self.command = values
-        self.command_time = time.monotonic()
+        self.command_time = self.now()
         self.get_logger().info(f"jump command {np.round(values, 3).tolist()}")
 
     def _reset_command(self) -> None:
@@ -410,7 +420,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
     def robot_state(self, now: float | None = None):
         """The batch-1 :class:`RobotState` of the latest inputs (footstep policies: odometry pose, the tracker's
         command and phase)."""
-        now = time.monotonic() if now is None else now
+        now = self.now() if now is None else now
         time_s = -float("inf") if self.command_time is None else now - self.command_time
         if self.footsteps is None:
             return legged_robot_state(self._joints, self._imu, self.default_pose, self.last_action, self.command,
@@ -432,7 +442,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
         return q.copy(), np.zeros_like(self.kp), np.full_like(self.kd, self.damping_kd)
 
     def _on_tick(self) -> None:
-        now = time.monotonic()
+        now = self.now()
         self.tick_times.append(now)
         fault = self.monitor.fault(now)
         if fault is None and self.phase in ("ramp", "policy") and self.tilt() > self.max_tilt_rad:
@@ -520,7 +530,7 @@ class LeggedPolicyNode(PolicyLifecycleNode):
 
     def _publish(self, targets, kp, kd) -> None:
         targets_msg, gains_msg = joint_command_messages(self.joint_names, targets, kp, kd)
-        stamp = self.get_clock().now().to_msg()
+        stamp = self.stamp()
         targets_msg.header.stamp = gains_msg.header.stamp = stamp
         self.last_published = (np.asarray(targets, dtype=np.float64).copy(), np.asarray(kp, dtype=np.float64).copy(),
                                np.asarray(kd, dtype=np.float64).copy())
@@ -551,6 +561,6 @@ def legged_deploy_main(args, robot: dict) -> int:
     with stop_on_signals(), ros_context() as ctx:
         node = LeggedPolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
                                 state_timeout_s=args.state_timeout, ramp_s=args.ramp_s, damping_kd=damping_kd,
-                                max_tilt_rad=args.max_tilt, context=ctx)
+                                max_tilt_rad=args.max_tilt, context=ctx, sim_time=getattr(args, "sim_time", False))
         run_policy_nodes(ctx, [node], args.activate, args.duration, rt_priority=args.rt_priority)
     return 0

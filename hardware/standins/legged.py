@@ -45,7 +45,14 @@ Behaviour:
     command arrives, as a humanoid hangs in its gantry before its controller starts;
   * no command yet, or targets or gains older than ``command_timeout_s``: damping mode (kp = 0, kd =
     ``damping_kd``), as a real joint controller's watchdog;
-  * timing: a steady wall-clock timer at the model timestep; late callbacks catch up (:class:`RealTimeStepper`).
+  * timing: a steady wall-clock timer at the model timestep; late callbacks catch up (:class:`RealTimeStepper`);
+  * lockstep (``lockstep_hz``, ``sim2real standin --lockstep HZ``, with ``sim2real deploy --sim-time``): no wall
+    clock. Every ``1 / HZ`` s of simulated time (a whole number of physics steps) the stand-in publishes every topic
+    once, stamped with the simulated time, then waits for ``cmd/joint_targets`` and ``cmd/joint_gains`` stamped
+    with that instant (or later) and steps the physics to the next one under them; while it waits (before the
+    first command, or with no node) it re-sends that state every :data:`LOCKSTEP_RESEND_S` s of wall time.
+    Simulated time thus runs as fast as the node and the physics allow, and the same commands give the same
+    motion whatever the machine's load; the command timeout counts simulated time.
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ ODOM_FRAME, BASE_FRAME, IMU_FRAME = "odom", "base", "imu"
 CROUCH_POSE = {r".*_hip_joint": 0.0, r".*_thigh_joint": 1.2, r".*_calf_joint": -2.6}
 DAMPING_KD = 2.0  # N m s/rad
 SETTLE_S = 1.0
+#: Lockstep: wall-time interval [s] at which a stand-in waiting for its commands re-sends its current state.
+LOCKSTEP_RESEND_S = 0.1
 
 
 def initial_joint_pos(legged: LeggedRobot, pose: str, joint_range: np.ndarray) -> np.ndarray:
@@ -105,16 +114,19 @@ class SimLeggedNode(Node):
         initial_pose: ``crouch`` or ``default``.
         gantry: ``auto`` (bipeds), ``on`` or ``off``: hold the base until the first command.
         context: rclpy context.
+        lockstep_hz: step in lockstep with the deploy node at this control rate [Hz] (see the module docstring;
+            None: real time).
 
     Raises:
-        ValueError: robot not legged, a sensor rate above the physics rate, an unknown initial pose.
+        ValueError: robot not legged, a sensor rate above the physics rate, an unknown initial pose, a lockstep
+            rate that does not divide the physics rate.
         ConfigError: the model lacks a part the robot config names (see :func:`build_model`).
     """
 
     def __init__(self, robot: dict, *, namespace: str | None = None, node_name: str = "standin",
                  mjcf: str | None = None, sensor_rate_hz: float = 500.0, odom_rate_hz: float = 50.0,
                  command_timeout_s: float = 0.1, damping_kd: float = DAMPING_KD, initial_pose: str = "crouch",
-                 gantry: str = "auto", context=None):
+                 gantry: str = "auto", context=None, lockstep_hz: float | None = None):
         if robot.get("kind") != "legged":
             raise ValueError(f"this stand-in simulates legged robots; robot '{robot.get('name')}' is "
                              f"{robot.get('kind')!r}")
@@ -127,6 +139,14 @@ class SimLeggedNode(Node):
                              f"{1.0 / self.dt:.4g} Hz")
         super().__init__(node_name, namespace=namespace or f"/{robot['name']}", context=context)
         self.robot = robot
+        self.lockstep_steps: int | None = None  # physics steps per lockstep period (None: real time)
+        if lockstep_hz is not None:
+            steps = 1.0 / (float(lockstep_hz) * self.dt)
+            if not (steps >= 1.0 - 1e-9 and abs(steps - round(steps)) < 1e-6):
+                raise ValueError(f"lockstep rate {lockstep_hz:g} Hz does not divide the physics rate "
+                                 f"{1.0 / self.dt:.6g} Hz into whole steps")
+            self.lockstep_steps = int(round(steps))
+        self.lockstep_k = 0  # lockstep: the current instant is lockstep_k periods of simulated time
         self.damping_kd = float(damping_kd)
         self.command_timeout_s = float(command_timeout_s)
         m, i = self.model, self.index
@@ -177,9 +197,14 @@ class SimLeggedNode(Node):
         self.create_subscription(JointState, "cmd/joint_gains", self._on_gains, qos)
         self.stepper = RealTimeStepper(self.dt, time.monotonic())
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
+        if self.lockstep_steps is None:
+            self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
+        else:
+            self.timer = self.create_timer(LOCKSTEP_RESEND_S, self.publish_lockstep_state, clock=self._steady)
+        timing = "real time" if self.lockstep_steps is None else \
+            f"lockstep every {self.lockstep_steps} steps ({1.0 / (self.lockstep_steps * self.dt):g} Hz)"
         self.get_logger().info(f"stand-in {robot['name']} ({self.model.nu} actuators, dt {self.dt:g} s) from "
-                               f"{robot['mjcf']}: {initial_pose} pose, damping until the first command")
+                               f"{robot['mjcf']}: {initial_pose} pose, damping until the first command, {timing}")
 
     def _settle(self, q: np.ndarray) -> None:
         """Put the robot in joint pose ``q`` just above the floor and let it settle (PD holding ``q``) for
@@ -204,14 +229,21 @@ class SimLeggedNode(Node):
         d.time = 0.0
 
     # --- commands -------------------------------------------------------------------------------------------
+    def _command_time(self, msg: JointState) -> float:
+        """When a command counts from [s]: its arrival (monotonic); in lockstep its stamp (simulated time)."""
+        if self.lockstep_steps is None:
+            return time.monotonic()
+        return float(msg.header.stamp.sec) + 1e-9 * float(msg.header.stamp.nanosec)
+
     def _on_targets(self, msg: JointState) -> None:
         try:
             self.targets = joint_targets_from_message(msg, self.order)
         except InvalidMessage as exc:
             self.get_logger().warning(f"cmd/joint_targets ignored: {exc}", throttle_duration_sec=1.0)
             return
-        self.targets_time = time.monotonic()
+        self.targets_time = self._command_time(msg)
         self.commands_received += 1
+        self.lockstep_advance()
 
     def _on_gains(self, msg: JointState) -> None:
         try:
@@ -219,7 +251,8 @@ class SimLeggedNode(Node):
         except InvalidMessage as exc:
             self.get_logger().warning(f"cmd/joint_gains ignored: {exc}", throttle_duration_sec=1.0)
             return
-        self.gains_time = time.monotonic()
+        self.gains_time = self._command_time(msg)
+        self.lockstep_advance()
 
     def _set_gains(self, kp: np.ndarray, kd: np.ndarray) -> None:
         """Write servo gains (policy order) into the model when they differ from the current ones."""
@@ -261,6 +294,46 @@ class SimLeggedNode(Node):
             self.data.qpos[i.base_qpos:i.base_qpos + 7] = self.gantry
             self.data.qvel[i.base_qvel:i.base_qvel + 6] = 0.0
 
+    # --- lockstep -------------------------------------------------------------------------------------------
+    @property
+    def sim_time(self) -> float:
+        """Lockstep: the current instant [s] of simulated time (``lockstep_k`` periods); real time: the stepper's."""
+        if self.lockstep_steps is None:
+            return self.stepper.sim_time
+        return self.lockstep_k * self.lockstep_steps * self.dt
+
+    def lockstep_advance(self) -> int:
+        """Lockstep: while the latest targets and gains are both stamped at the current instant or later, step the
+        physics one lockstep period under them and publish the next instant's state. Returns the periods stepped
+        (0 in real time)."""
+        if self.lockstep_steps is None:
+            return 0
+        periods = 0
+        while self.targets is not None and self.gains is not None and \
+                min(self.targets_time, self.gains_time) >= self.sim_time - 1e-6:
+            now = self.sim_time
+            for _ in range(self.lockstep_steps):
+                self.physics_step(now)
+            self.lockstep_k += 1
+            periods += 1
+            self.publish_lockstep_state()
+        return periods
+
+    def publish_lockstep_state(self) -> None:
+        """Publish every topic once for the current state, stamped with the current simulated instant."""
+        mujoco.mj_forward(self.model, self.data)
+        self.publish_sensors()
+        self.publish_odometry()
+
+    def _stamp(self):
+        """Header stamp of the state published now: the ROS clock; in lockstep the simulated instant."""
+        if self.lockstep_steps is None:
+            return self.get_clock().now().to_msg()
+        from builtin_interfaces.msg import Time
+
+        ns = int(round(self.sim_time * 1e9))
+        return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
     def _on_timer(self) -> None:
         now = time.monotonic()
         n = self.stepper.due(now)
@@ -279,7 +352,7 @@ class SimLeggedNode(Node):
         """Publish ``joint_states`` (model actuator order), ``imu`` and the ``foot_wrench`` topics of the current
         state."""
         m, d, i = self.model, self.data, self.index
-        stamp = self.get_clock().now().to_msg()
+        stamp = self._stamp()
         js = JointState()
         js.header.stamp = stamp
         fill_joint_state(js, self.model_joint_names, d.qpos[self._js_qpos], d.qvel[self._js_qvel],
@@ -302,7 +375,7 @@ class SimLeggedNode(Node):
         """Publish ``odom`` (base pose, world frame; twist, base frame) and ``contacts``."""
         d, i = self.data, self.index
         odom = Odometry()
-        odom.header.stamp = self.get_clock().now().to_msg()
+        odom.header.stamp = self._stamp()
         odom.header.frame_id, odom.child_frame_id = ODOM_FRAME, BASE_FRAME
         b, v = i.base_qpos, i.base_qvel
         fill_odometry(odom, d.qpos[b:b + 3], d.qpos[b + 3:b + 7], d.qvel[v:v + 3], d.qvel[v + 3:v + 6])
@@ -353,7 +426,7 @@ def standin_main(args, robot: dict) -> int:
                 sensor_rate_hz=args.sensor_rate_hz or 500.0, command_timeout_s=args.command_timeout or 0.1,
                 odom_rate_hz=getattr(args, "odom_rate_hz", None) or 50.0,
                 damping_kd=args.damping_kd or DAMPING_KD, initial_pose=args.initial_pose,
-                gantry=getattr(args, "gantry", "auto"), context=ctx)
+                gantry=getattr(args, "gantry", "auto"), context=ctx, lockstep_hz=getattr(args, "lockstep", None))
         except ValueError as exc:  # ConfigError included
             raise ConfigError(str(exc)) from None
         spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)

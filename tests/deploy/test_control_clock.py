@@ -11,7 +11,7 @@ import time
 import pytest
 
 from sim2real.bench.soak import SequenceCounter, slope_per_minute
-from sim2real.deploy.control_clock import ControlClock, request_realtime, sleep_until
+from sim2real.deploy.control_clock import ControlClock, SimTimeClock, request_realtime, sleep_until
 from ros_helpers import wait_until
 
 
@@ -97,3 +97,60 @@ def test_sequence_counter_counts_gaps_but_not_duplicates():
 def test_slope_per_minute_is_the_least_squares_slope():
     assert slope_per_minute([0, 30, 60, 90], [100, 100.5, 101, 101.5]) == pytest.approx(1.0)
     assert math.isnan(slope_per_minute([1.0], [2.0]))
+
+
+# --- lockstep: SimTimeClock ---------------------------------------------------------------------------------------
+def test_the_sim_time_clock_ticks_once_per_period_of_input_time_and_counts_skipped_ticks():
+    """Ticks follow the inputs' simulated time, never the wall clock: a tick at the first complete input, none until
+    the inputs reach the next period, one at a later input time that jumped two periods (counted as skipped)."""
+    inputs = {"t": None}
+    seen = []
+    clock = SimTimeClock(0.025, lambda: seen.append(clock.time), lambda: inputs["t"], stall_warning_s=60.0)
+
+    def set_inputs(t):
+        inputs["t"] = t
+        clock.notify()
+
+    clock.start()
+    try:
+        assert clock.scheduling is None or clock.scheduling.startswith("simulated time")
+        set_inputs(0.5)
+        assert wait_until(lambda: seen == [0.5], 5.0), seen
+        for t in (0.51, 0.52, 0.524):  # before the next period
+            set_inputs(t)
+        assert clock.ticks == 1
+        set_inputs(0.525 - 1e-9)  # the next period (stamps are nanoseconds: closer than SIM_TIME_EPS_S is the same)
+        assert wait_until(lambda: len(seen) == 2, 5.0), seen
+        set_inputs(0.6)  # 0.55 and 0.575 were never stepped to: skipped
+        assert wait_until(lambda: len(seen) == 3, 5.0), seen
+    finally:
+        clock.stop()
+    assert seen[1] == pytest.approx(0.525) and seen[2] == pytest.approx(0.6)
+    assert clock.skipped == 2 and clock.ticks == 3 and not clock.running
+    st = clock.stats()
+    assert st["ticks"] == 3 and st["scheduling"] == "simulated time (lockstep)"
+    assert st["period_error_p50_ms"] == pytest.approx(25.0)  # periods of simulated time: 25 ms and 75 ms
+
+
+def test_a_sim_time_clock_whose_inputs_stop_warns_and_stops_cleanly():
+    warnings = []
+    clock = SimTimeClock(0.02, lambda: None, lambda: 1.0, on_stall=warnings.append, stall_warning_s=0.05).start()
+    assert wait_until(lambda: warnings, 5.0)
+    clock.stop()
+    assert clock.ticks == 1 and not clock.running
+    assert "waiting for simulated time to reach 1.02 s (the inputs are at 1 s)" in warnings[0]
+    assert "50 Hz" in warnings[0]
+    with pytest.raises(ValueError):
+        SimTimeClock(0.0, lambda: None, lambda: None)
+
+
+def test_a_sim_time_tick_that_raises_stops_the_clock_and_hands_the_error_on():
+    errors = []
+
+    def tick():
+        raise RuntimeError("boom")
+
+    clock = SimTimeClock(0.02, tick, lambda: 0.0, on_error=errors.append).start()
+    assert wait_until(lambda: errors, 5.0)
+    clock.stop()
+    assert isinstance(clock.error, RuntimeError) and errors == [clock.error] and clock.ticks == 1

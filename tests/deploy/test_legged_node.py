@@ -484,3 +484,70 @@ def test_cli_refuses_a_mismatched_policy_and_quadrotor_flags(legged_policy, caps
     assert main(["deploy", "--policy", str(legged_policy(np.zeros(J))), "--robot", "go2", "--goal", "0", "0", "1",
                  "--duration", "0.1"]) == 2
     assert "--goal applies to quadrotors" in capsys.readouterr().err
+
+
+# --- lockstep (sim_time) ---------------------------------------------------------------------------------------
+def _stamped(msg, t: float):
+    from builtin_interfaces.msg import Time
+
+    ns = int(round(t * 1e9))
+    msg.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+    return msg
+
+
+def test_in_lockstep_the_node_ticks_on_its_inputs_simulated_time_and_stamps_its_commands_with_it(
+        ros_ctx, namespace, legged_policy):
+    """sim_time: one tick per control period (20 ms) of the inputs' header stamps, only once joint states AND IMU of
+    that instant are in; the ramp (40 ms) runs on simulated time: ticks at 0, 20 and 40 ms ramp, 60 ms is the
+    policy's; each command is stamped with its tick's instant (inputs published on the node's topics)."""
+    node = configured(ros_ctx, namespace, legged_policy(THIGH_BIAS), ramp_s=0.04, sim_time=True)
+    published = []
+    publish = node._publish
+
+    def record(targets, kp, kd):
+        published.append((node.stamp(), node.phase, np.array(targets)))
+        publish(targets, kp, kd)
+
+    node._publish = record
+    probe = TopicRecorder("probe", {}, context=ros_ctx)
+    try:
+        assert node.lockstep_inputs == ("joint_states", "imu")
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        pubs = {"joint_states": probe.publisher(f"{namespace}/joint_states", JointState),
+                "imu": probe.publisher(f"{namespace}/imu", Imu)}
+        with BackgroundSpin(ros_ctx, node, probe):
+            assert wait_until(lambda: all(p.get_subscription_count() > 0 for p in pubs.values()), 10.0)
+
+            def feed(t, joints=True, imu=True):
+                if joints:
+                    pubs["joint_states"].publish(_stamped(joint_msg(DEFAULT), t))
+                if imu:
+                    pubs["imu"].publish(_stamped(imu_msg(), t))
+
+            feed(1.0)
+            assert wait_until(lambda: len(published) == 1, 5.0)
+            feed(1.01)  # half a period later: no tick
+            feed(1.02, imu=False)  # the instant's IMU missing: no tick yet
+            feed(1.02, joints=False)
+            assert wait_until(lambda: len(published) == 2, 5.0)
+            for t in (1.04, 1.06):
+                feed(t)
+                assert wait_until(lambda n=len(published): len(published) == n + 1, 5.0)
+            policy_since = node.policy_since
+    finally:
+        node.trigger_deactivate()
+        node.destroy_node()
+        probe.destroy_node()
+    stamps = [s.sec + 1e-9 * s.nanosec for s, _, _ in published[:4]]
+    np.testing.assert_allclose(stamps, [1.0, 1.02, 1.04, 1.06], atol=1e-9)
+    assert [p for _, p, _ in published[:4]] == ["ramp", "ramp", "policy", "policy"]  # took over at the 40 ms tick
+    assert node.tick_phases["ramp"] == 3 and policy_since == pytest.approx(1.04)
+    np.testing.assert_allclose(published[3][2], policy_targets(THIGH_BIAS), atol=1e-6)
+
+
+def test_sim_time_is_refused_for_quadrotor_nodes(tmp_path, capsys):
+    from sim2real.cli import main
+
+    assert main(["deploy", "--policy", str(tmp_path), "--robot", "crazyflie2", "--sim-time",
+                 "--duration", "0.1", "--no-record"]) == 2
+    assert "--sim-time (lockstep with a simulator) is implemented for legged robots" in capsys.readouterr().err

@@ -8,8 +8,10 @@ import os
 import contextlib
 from pathlib import Path
 
+import mujoco
 import numpy as np
 import pytest
+from builtin_interfaces.msg import Time
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float32MultiArray
@@ -148,3 +150,63 @@ def test_cli_dispatches_on_the_robot_kind(capsys, robot):
     assert err.startswith("error:") and "robot.mjcf" in err and "/nonexistent/scene.xml" in err
     assert main(["standin", "--mjcf", str(MENAGERIE), "--duration", "0.1"]) == 2  # crazyflie2: a quadrotor
     assert "--mjcf applies to legged robots" in capsys.readouterr().err
+
+
+def stamped_command(node: SimLeggedNode, targets: dict, t: float, kp=40.0, kd=1.0, gains=True) -> None:
+    """Deliver a (targets, gains) pair stamped with simulated time ``t`` [s] (a lockstep node's commands)."""
+    from builtin_interfaces.msg import Time
+
+    ns = int(round(t * 1e9))
+    stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+    msgs = [JointState(name=POLICY_ORDER, position=[float(targets[j]) for j in POLICY_ORDER])]
+    if gains:
+        msgs.append(JointState(name=POLICY_ORDER, position=[float(kp)] * 12, velocity=[float(kd)] * 12))
+    for m in msgs:
+        m.header.stamp = stamp
+    node._on_targets(msgs[0])
+    if gains:
+        node._on_gains(msgs[1])
+
+
+def test_in_lockstep_each_command_of_the_current_instant_steps_one_control_period(standin, monkeypatch):
+    """--lockstep 50 on Menagerie's Go2 (dt 2 ms): 10 physics steps per command stamped with the current instant,
+    the state of the next instant published at once and stamped with it; an older command, or targets without
+    their gains, step nothing; the motion equals stepping the same model under the same servo command directly."""
+    node = standin(initial_pose="default", lockstep_hz=50.0)
+    published = []
+    monkeypatch.setattr(node, "publish_sensors", lambda: published.append(("sensors", node._stamp())))
+    monkeypatch.setattr(node, "publish_odometry", lambda: published.append(("odom", node._stamp())))
+    assert node.lockstep_steps == 10 and node.sim_time == 0.0 and node.data.time == 0.0
+    ref = mujoco.MjData(node.model)  # the same state, stepped by hand under the same servo command
+    ref.qpos[:], ref.qvel[:], ref.act[:] = node.data.qpos, node.data.qvel, node.data.act
+    ref.qacc_warmstart[:] = node.data.qacc_warmstart
+
+    stamped_command(node, DEFAULT, 0.0)
+    assert node.lockstep_k == 1 and node.data.time == pytest.approx(0.02)
+    assert published == [("sensors", Time(sec=0, nanosec=20_000_000)), ("odom", Time(sec=0, nanosec=20_000_000))]
+    stamped_command(node, DEFAULT, 0.0)  # already acted on: nothing
+    stamped_command(node, DEFAULT, 0.02, gains=False)  # targets of the instant, gains still the old ones: nothing
+    assert node.lockstep_k == 1 and len(published) == 2
+    node._on_gains(JointState(name=POLICY_ORDER, position=[40.0] * 12, velocity=[1.0] * 12, header=_header(0.02)))
+    assert node.lockstep_k == 2 and node.data.time == pytest.approx(0.04)
+
+    ref.ctrl[node.index.actuator_ids] = [DEFAULT[n] for n in POLICY_ORDER]
+    for _ in range(20):
+        mujoco.mj_step(node.model, ref)
+    np.testing.assert_allclose(node.data.qpos, ref.qpos, rtol=0, atol=1e-12)
+    assert node.damping is False and node.gantry is None  # the servos took the command (Go2: no gantry)
+
+    with pytest.raises(ValueError, match="does not divide the physics rate 500 Hz"):
+        standin(lockstep_hz=30.0)
+
+
+def _header(t: float):
+    from std_msgs.msg import Header
+
+    ns = int(round(t * 1e9))
+    return Header(stamp=Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000))
+
+
+def test_cli_refuses_lockstep_for_a_quadrotor(capsys):
+    assert main(["standin", "--lockstep", "100", "--duration", "0.1"]) == 2  # crazyflie2
+    assert "--lockstep applies to legged robots" in capsys.readouterr().err
