@@ -207,6 +207,8 @@ TERM_MIRRORS: dict[str, TermMirror] = {
     "gait_clock": _fixed(signs(-1, -1)),            # phase + 1/2: the other foot's step
     "footstep_targets": _fixed(signs(1, -1, 1, -1, 1, -1, 1, -1)),  # (dx, dy, dz, dyaw) x 2
     "jump_command": _fixed(signs(1, -1, -1, 1, 1)),  # dx, dy, dyaw, obstacle height, obstacle length
+    "jump_target": _fixed(signs(1, -1, -1, 1, 1)),
+    "jump_clock": _fixed(signs(1)),
 }
 
 

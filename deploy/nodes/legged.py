@@ -26,7 +26,10 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
     command and restarts the command clock (``time_s = now - t_command``, observed through ``command_time``
     clipped to [-0.5, 2] s); before any command the vector is zeros and ``time_s = -inf`` (reads -0.5:
     waiting). Commands arriving while the policy is not in control (ramp, damping, inactive) and malformed ones
-    are ignored (logged): a robot still standing up never jumps;
+    are ignored (logged): a robot still standing up never jumps. A policy observing ``jump_target`` /
+    ``jump_clock`` (the stand command) stands until a command arrives, jumps once (the command is active for
+    ``JUMP_WINDOW_S``, 1.2 s), lands and stands again until the next one; a command arriving while one is active
+    is ignored (logged): the robot is in the air;
   * ``estop`` (``std_msgs/Bool``, in): ``true`` -> damping mode, latched until the process restarts;
   * footstep policies only (observation terms ``footstep_targets`` / ``gait_clock``; see "Footsteps" below):
     ``odom`` (``nav_msgs/Odometry``, in), ``footstep_plan`` (``nav_msgs/Path``, in), ``footstep_plan_poses``
@@ -404,9 +407,21 @@ class LeggedPolicyNode(PolicyLifecycleNode):
             self.get_logger().warning(f"jump_command ignored: the policy is not in control ({self.phase})",
                                       throttle_duration_sec=1.0)
             return
+        if self.jump_active():
+            self.get_logger().warning("jump_command ignored: a jump is under way", throttle_duration_sec=1.0)
+            return
         self.command = values
         self.command_time = self.now()
         self.get_logger().info(f"jump command {np.round(values, 3).tolist()}")
+
+    def jump_active(self, now: float | None = None) -> bool:
+        """A jump command is active now (policies with the stand command: ``jump_clock`` in the observation, for
+        ``JUMP_WINDOW_S`` after the command); False for other policies."""
+        from sim2real.tasks.observations import JUMP_WINDOW_S
+
+        if self.command_time is None or all(term.name != "jump_clock" for term, _ in self.obs_builder.terms):
+            return False
+        return 0.0 <= (self.now() if now is None else now) - self.command_time < JUMP_WINDOW_S
 
     def _reset_command(self) -> None:
         self.command = np.zeros(len(JUMP_COMMAND_NAMES))

@@ -24,6 +24,9 @@ def check_config(cfg: dict) -> None:
     require(0 <= e["wait_s"][0] <= e["wait_s"][1], "env.wait_s", f"must be a range [low, high] >= 0, got {e['wait_s']}")
     for key in ("jump_s", "termination_tilt", "airborne_min_s"):
         require(e[key] > 0, f"env.{key}", f"must be positive, got {e[key]}")
+    require(0.0 <= e["stand_prob"] <= 1.0, "env.stand_prob", f"must lie in [0, 1], got {e['stand_prob']}")
+    for key in ("stand_speed", "stand_air_s"):
+        require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
     check_mujoco_sim(cfg["sim"])
     require(c["distance_max"] >= 0, "command.distance_max", f"must be >= 0, got {c['distance_max']}")
     require(0 <= c["distance_min"] <= c["distance_start"] <= c["distance_max"], "command.distance_min",

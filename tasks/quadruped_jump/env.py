@@ -1,9 +1,18 @@
 """``quadruped-jump``: reference-free jumping to commanded landing targets (rsl-rl ``VecEnv`` on the MuJoCo backend).
 
-Episode: the robot stands for ``env.wait_s`` (``command_time`` < 0), then the jump command starts and the episode
-runs ``env.jump_s`` more seconds. Success (at the time-out) = landing xy within the tolerance of the target, yaw
-within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, a peak base height at least
-``success.min_peak_height`` above the settled standing height, and no fall or body contact.
+Episode: the robot stands for ``env.wait_s``, then the jump command starts and the episode runs ``env.jump_s`` more
+seconds; the command is active (observed through ``jump_target`` / ``jump_clock``) for the first
+:data:`~sim2real.tasks.observations.JUMP_WINDOW_S` of them, then, with ``env.stand_after_jump``, the robot is told to
+stand again (rewarded as before the command; configs saved before the stand command keep the command to the end, as
+their ``jump_command`` / ``command_time`` observation does). A fraction
+``env.stand_prob`` of training episodes has no command at all (it stands throughout); in evaluation every episode
+jumps, or none with ``eval.stand_only``. Success (at the time-out) of a jump = landing xy within the tolerance of
+the target, yaw within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, a peak base height
+at least ``success.min_peak_height`` above the settled standing height, and no fall or body contact; of a stand-only
+episode = it stood (below). Standing (every step outside an active command) is scored per phase, before the command
+(from the reset) and after the window (after the landing): it stood when the phase's mean base speed is below
+``success.stand_speed`` [m/s] and no foot stayed out of contact longer than ``success.stand_air_s`` [s] (the
+issue's stand row: both from a reset and after a landing, over 10 s in evaluation).
 
 Observation groups (TensorDict, batch ``[N]``):
   * ``policy``: ``observations.policy`` terms (:mod:`sim2real.tasks.observations`), scaled, with noise;
@@ -32,6 +41,7 @@ from sim2real.sim.rotations import (
 from sim2real.tasks.actions import JointPositionAction
 from sim2real.tasks.legged_dr import LeggedDomainRandomization
 from sim2real.tasks.legged_env import LeggedTaskEnv
+from sim2real.tasks.observations import JUMP_WINDOW_S, jump_active
 from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
@@ -91,6 +101,13 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.peak_height = torch.zeros(n, device=device)
         self.body_contact_seen = torch.zeros(n, dtype=torch.bool, device=device)
         self.difficulty = torch.zeros(n, device=device)
+        self.stand_only = torch.zeros(n, dtype=torch.bool, device=device)  # this episode never gets a command
+        # Standing, per phase (0: before the command, 1: after the command's window): steps, summed base speed
+        # [m/s], the longest time any foot stayed out of contact [steps]; and the current air streak [steps].
+        self.stand_steps = torch.zeros(n, 2, device=device)
+        self.stand_speed_sum = torch.zeros(n, 2, device=device)
+        self.stand_air_max = torch.zeros(n, 2, device=device)
+        self.stand_air_steps = torch.zeros(n, device=device)
 
         ccfg = cfg["curriculum"]
         self.curriculum = build_task_curriculum(
@@ -105,7 +122,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.bin_success = torch.zeros(len(self.distance_bins), device=device)  # EMA success per distance bin
         self.bin_count = torch.zeros(len(self.distance_bins), device=device)
         self._init_bookkeeping(n, rew.TERMS, ("success", "fall", "pos_error", "yaw_error", "peak_height", "distance",
-                                              "stage"), device)
+                                              "stage", "stand_only", "stood_before", "stood_after"), device)
         self._state = None
         self._reset_envs(torch.arange(n, device=device))
 
@@ -150,6 +167,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         started = self.time_s() > 0
         self.peak_height = torch.where(started, torch.maximum(self.peak_height, state.base_pos_w[:, 2]),
                                        self.peak_height)
+        self._track_standing(state)
         body_contact = (self._state["body_contact"] > e["body_contact_force"]).any(-1)
         tilt = tilt_from_quat(state.base_quat_w)
         unstable = self.sim.unstable.to(self.device)
@@ -158,9 +176,10 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~fall
 
         x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
-                                 self.sim.joint_torque(), fall, tilt)
+                                 self.sim.joint_torque(), fall, tilt, self.standing())
         terms = rew.compute(x, self.reward_params)
-        success = time_out & self._success(state, tilt)
+        stood = self.stood()
+        success = time_out & torch.where(self.stand_only, stood[:, 0] == 1.0, self._success(state, tilt))
         terms["success"] = success.float()
         reward = self._weighted_reward(terms, rew.ONCE)
 
@@ -175,6 +194,35 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         extras["log"]["Metrics/max_distance_80"] = self.max_successful_distance()
         extras["log"]["Metrics/unstable_worlds"] = float(self.sim.num_unstable)
         return self.get_observations(), reward, dones, extras
+
+    def standing(self) -> torch.Tensor:
+        """``[N]`` bool: the robot is told to stand now: before its command, and after the command's window
+        (:data:`~sim2real.tasks.observations.JUMP_WINDOW_S`) with ``env.stand_after_jump``."""
+        t = self.time_s()
+        if self.cfg["env"]["stand_after_jump"]:
+            return ~jump_active(t)
+        return t <= 0  # (as configs before the stand command were trained)
+
+    def _track_standing(self, state: RobotState) -> None:
+        """Accumulate this step's standing figures (see the module docstring)."""
+        t = self.time_s()
+        standing = self.standing()
+        phase = (t >= JUMP_WINDOW_S).long()  # 0 before the command, 1 after its window
+        air = (state.foot_contact < 1.0).any(-1) & standing
+        self.stand_air_steps = torch.where(air, self.stand_air_steps + 1, torch.zeros_like(self.stand_air_steps))
+        one_hot = torch.nn.functional.one_hot(phase, 2).float() * standing.float().unsqueeze(-1)
+        self.stand_steps += one_hot
+        self.stand_speed_sum += one_hot * torch.linalg.vector_norm(state.base_lin_vel_w, dim=-1).unsqueeze(-1)
+        self.stand_air_max = torch.maximum(self.stand_air_max, one_hot * self.stand_air_steps.unsqueeze(-1))
+
+    def stood(self) -> torch.Tensor:
+        """``[N, 2]`` per phase (before the command, after its window): 1 when the robot stood (mean base speed below
+        ``success.stand_speed`` and no foot out of contact longer than ``success.stand_air_s``), 0 when it did not,
+        NaN when the phase has not begun."""
+        s = self.cfg["success"]
+        mean_speed = self.stand_speed_sum / self.stand_steps.clamp_min(1.0)
+        ok = (mean_speed < s["stand_speed"]) & (self.stand_air_max * self.control_dt <= s["stand_air_s"] + 1e-6)
+        return torch.where(self.stand_steps > 0, ok.float(), torch.full_like(mean_speed, float("nan")))
 
     def _landing_errors(self, state: RobotState) -> tuple[torch.Tensor, torch.Tensor]:
         pos_err = torch.linalg.vector_norm(state.base_pos_w[:, :2] - self.target_xy, dim=-1)
@@ -195,9 +243,27 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         pos_err, yaw_err = self._landing_errors(state)
         stage, _ = split_difficulty(self.difficulty[ids], self.num_stages)
         dist = torch.linalg.vector_norm(self.command[ids, :2], dim=-1)
+        stood = self.stood()[ids]
+        stand_only = self.stand_only[ids]
+        # A jump that fell before its stand phase did not stand after landing; a fall while standing fails it.
+        no_phase = stand_only | (not self.cfg["env"]["stand_after_jump"])  # no stand after the jump is asked
+        stood_after = torch.where(no_phase, torch.full_like(fall, float("nan"), dtype=torch.float32),
+                                  torch.where(fall, torch.zeros_like(stood[:, 1]), stood[:, 1]))
+        stood_before = torch.where(fall & (self.time_s()[ids] < 0), torch.zeros_like(stood[:, 0]), stood[:, 0])
         out = {"success": success.float(), "fall": fall.float(), "pos_error": pos_err[ids], "yaw_error": yaw_err[ids],
-               "peak_height": self.peak_height[ids] - self.settled_height, "distance": dist, "stage": stage.float()}
+               "peak_height": self.peak_height[ids] - self.settled_height, "distance": dist, "stage": stage.float(),
+               "stand_only": stand_only.float(), "stood_before": stood_before, "stood_after": stood_after}
         self._record_outcomes(ids, out)
+        if stand_only.any():
+            log["Metrics/stand_success"] = success[stand_only].float().mean()
+        if (~stand_only).any() and torch.isfinite(stood_after).any():
+            log["Metrics/stand_after_landing"] = torch.nanmean(stood_after[~stand_only])
+        jump = ~stand_only  # the jump figures and the curriculum see the jump episodes only
+        ids, success, fall, ret, stage, dist = ids[jump], success[jump], fall[jump], ret[jump], stage[jump], dist[jump]
+        pos_err, yaw_err = pos_err[ids], yaw_err[ids]
+        out = {"peak_height": self.peak_height[ids] - self.settled_height}
+        if len(ids) == 0:
+            return
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/success_rate"] = success.float().mean()
         log["Metrics/peak_height"] = out["peak_height"].mean()
@@ -205,7 +271,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             mask = stage == s
             if mask.any():
                 log[f"Metrics/stage{s + 1}_success"] = success[mask].float().mean()
-                log[f"Metrics/stage{s + 1}_landing_error"] = pos_err[ids][mask].mean()
+                log[f"Metrics/stage{s + 1}_landing_error"] = pos_err[mask].mean()
         # Success per commanded-distance bin (stage-2 episodes), exponential average over episodes.
         jumps = stage == 1
         if jumps.any():
@@ -239,6 +305,14 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             self.difficulty[ids] = x
             stage, level = split_difficulty(x, self.num_stages)
             self.command[ids] = cmds.sample_commands(stage, level, self.cfg["command"])
+        if self.eval_mode:
+            stand_prob = 1.0 if self.cfg["eval"]["stand_only"] else 0.0
+        else:
+            stand_prob = float(e["stand_prob"])
+        stand_only = torch.rand(m, device=dev) < stand_prob if stand_prob > 0 else \
+            torch.zeros(m, dtype=torch.bool, device=dev)  # (no draw: the random stream of a config without them)
+        self.stand_only[ids] = stand_only
+        self.command[ids] = torch.where(stand_only.unsqueeze(-1), 0.0, self.command[ids])
         yaw = (2 * torch.rand(m, device=dev) - 1) * torch.pi
         start_xy = torch.zeros(m, 2, device=dev)
         self.start_xy[ids], self.start_yaw[ids] = start_xy, yaw
@@ -248,7 +322,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.sim.set_obstacle(ids, centre, half, direction)
         lo, hi = e["wait_s"]
         wait = lo + (hi - lo) * torch.rand(m, device=dev)
-        self.wait_steps[ids] = (wait / self.control_dt).round().long()
+        self.wait_steps[ids] = torch.where(stand_only, self.max_episode_length + 1,
+                                           (wait / self.control_dt).round().long())
         noise = (2 * torch.rand(m, self.num_actions, device=dev) - 1) * e["init_joint_noise"]
         joint_pos = self.settled_joint_pos + noise
         pos = torch.zeros(m, 3, device=dev)
@@ -260,6 +335,10 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.airborne_steps[ids] = 0
         self.max_airborne_steps[ids] = 0
         self.peak_height[ids] = self.settled_height
+        self.stand_steps[ids] = 0.0
+        self.stand_speed_sum[ids] = 0.0
+        self.stand_air_max[ids] = 0.0
+        self.stand_air_steps[ids] = 0.0
         self.episode_length_buf[ids] = 0
 
     @staticmethod
@@ -268,7 +347,11 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         ``fall_rate``, landing ``pos_error_mean`` [m] and ``yaw_error_mean`` [rad], ``peak_height_mean`` [m above
         the settled standing height, after the command's start], per-stage success and landing error, ``score``, and
         for stage-2 jumps the success rate per 0.2 m bin of commanded distance with ``max_distance_80`` [m], the
-        upper edge of the longest bin succeeding >= 80% (bins of >= 10 episodes)."""
+        upper edge of the longest bin succeeding >= 80% (bins of >= 10 episodes); ``stand_from_reset_rate`` and
+        ``stand_after_landing_rate``: the fraction of episodes that stood in that phase (see the module docstring;
+        with ``eval.stand_only`` ``success_rate`` is the stand-only episodes' standing success); ``score`` (picks
+        ``best.pt``): success, times the after-landing standing rate where the episodes have that phase, less a
+        thousandth of the landing error [m]."""
         err = torch.nan_to_num(outcome["pos_error"], nan=10.0).clamp_max(10.0)
         success = float(outcome["success"].mean())
         out = {
@@ -279,6 +362,13 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             "peak_height_mean": float(torch.nan_to_num(outcome["peak_height"], nan=0.0).mean()),
             "score": success - 1e-3 * float(err.mean()),
         }
+        # Standing (module docstring): from the reset (before the command; a stand-only episode throughout) and after
+        # the landing (after the command's window), over the episodes that have the phase.
+        for key, name in (("stood_before", "stand_from_reset_rate"), ("stood_after", "stand_after_landing_rate")):
+            if key in outcome and torch.isfinite(outcome[key]).any():
+                out[name] = float(torch.nanmean(outcome[key]))
+        if "stand_after_landing_rate" in out:  # the checkpoint that picks best.pt must also stand after its jumps
+            out["score"] = success * out["stand_after_landing_rate"] - 1e-3 * float(err.mean())
         for s in range(3):
             mask = outcome["stage"] == s
             if mask.any():

@@ -36,6 +36,8 @@ class JumpRewardInputs:
         settled_height: ``[N]`` base height standing still before the command [m].
         torque: ``[N, J]`` joint torques [N m].
         fall: ``[N]`` bool, the episode ends on a fall or body contact; ``tilt``: ``[N]`` base tilt [rad].
+        standing: ``[N]`` bool, the robot is told to stand (before the command; after its window, with
+            ``env.stand_after_jump``).
     """
 
     state: RobotState
@@ -46,6 +48,7 @@ class JumpRewardInputs:
     torque: torch.Tensor
     fall: torch.Tensor
     tilt: torch.Tensor
+    standing: torch.Tensor
 
 
 def _started(x: JumpRewardInputs) -> torch.Tensor:
@@ -100,9 +103,14 @@ def land_still(x: JumpRewardInputs, p: dict) -> torch.Tensor:
 
 
 def wait_still(x: JumpRewardInputs, p: dict) -> torch.Tensor:
-    """``exp(-|v|^2 - 0.1 |omega|^2 - |q - q0|^2)`` before the command."""
+    """``exp(-|v|^2 - 0.1 |omega|^2 - |q - q0|^2)`` while standing (``x.standing``)."""
     pose2 = (x.state.joint_pos - x.state.default_joint_pos).square().sum(-1)
-    return (x.state.time_s <= 0).float() * torch.exp(-_speed2(x) - pose2)
+    return x.standing.float() * torch.exp(-_speed2(x) - pose2)
+
+
+def stand_feet_air(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """Number of feet out of contact while standing (``x.standing``: a standing robot keeps its feet down)."""
+    return x.standing.float() * (x.state.foot_contact < 1.0).float().sum(-1)
 
 
 def upright(x: JumpRewardInputs, p: dict) -> torch.Tensor:
@@ -132,7 +140,8 @@ def termination(x: JumpRewardInputs, p: dict) -> torch.Tensor:
 
 #: Every term but ``success``, which the env sets at time-out from the task's success rule.
 STEP_TERMS = {"position": position, "yaw": yaw, "flight": flight, "height": height, "rise": rise,
-              "land_still": land_still, "wait_still": wait_still, "upright": upright, "action_rate": action_rate,
+              "land_still": land_still, "wait_still": wait_still, "stand_feet_air": stand_feet_air,
+              "upright": upright, "action_rate": action_rate,
               "torque": torque, "joint_vel": joint_vel, "termination": termination}
 TERMS = {**STEP_TERMS, "success": None}
 

@@ -53,7 +53,7 @@ def _policy_layout() -> tuple[int, dict[str, int], dict[str, float]]:
 
 
 OBS_DIM, OFFSETS, SCALES = _policy_layout()
-LAST_ACTION, JUMP_COMMAND, COMMAND_TIME = OFFSETS["last_action"], OFFSETS["jump_command"], OFFSETS["command_time"]
+LAST_ACTION, JUMP_TARGET, JUMP_CLOCK = OFFSETS["last_action"], OFFSETS["jump_target"], OFFSETS["jump_clock"]
 FL_HIP, FR_HIP, FR_CALF = (POLICY_ORDER.index(n) for n in ("FL_hip_joint", "FR_hip_joint", "FR_calf_joint"))
 
 
@@ -446,31 +446,78 @@ def test_deactivate_publishes_an_acknowledged_damping_command_then_silence(start
     assert g.probe.count(g.targets_topic) == n  # ... and no command goes out
 
 
-def test_jump_command_sets_the_command_and_restarts_its_clock(start, legged_policy):
-    # a_FL_hip = command_time (-0.5 waiting .. 2), a_FR_hip = dx.
+def test_the_robot_stands_until_a_jump_command_jumps_once_then_stands_again(ros_ctx, namespace, legged_policy):
+    """The stand command, in lockstep (simulated time, so every value is exact): a_FL_hip = jump_clock, a_FR_hip =
+    the jump target's dx. Standing (-1, 0) until a command; a command during the ramp or a malformed one is
+    ignored; a valid one is active for JUMP_WINDOW_S (1.2 s) from the tick it arrived after, its clock counting
+    the node's simulated time; a second command during the jump is ignored; then the robot stands again until the
+    next command, which restarts the clock."""
+    from sim2real.tasks.observations import JUMP_WINDOW_S
+
     w = np.zeros((OBS_DIM, J))
-    w[COMMAND_TIME, FL_HIP] = 1.0 / SCALES["command_time"]
-    w[JUMP_COMMAND, FR_HIP] = 1.0 / SCALES["jump_command"]
-    g = start(legged_policy(np.zeros(J), w))
-    jump = Float32MultiArray(data=[0.4, 0.0, 0.0, 0.0, 0.0])
-    g.publish("jump_command", Float32MultiArray, jump, times=1)  # during the ramp: ignored
-    waiting = lambda t, kp, kd: abs(t[FL_HIP] - ACTION_SCALE * -0.5) < 1e-6 and t[FR_HIP] == 0.0  # noqa: E731
-    assert g.wait_for(waiting)
-    assert g.node.phase == "policy"
-    g.publish("jump_command", Float32MultiArray, Float32MultiArray(data=[0.4, 0.0, 0.0]), times=1)  # malformed
-    assert all(waiting(*c[1:]) for c in g.commands_after(5, time.monotonic()))
-    t_cmd = time.monotonic()
-    g.publish("jump_command", Float32MultiArray, jump, times=1)
-    assert g.wait_for(lambda t, kp, kd: abs(t[FR_HIP] - ACTION_SCALE * 0.4) < 1e-6)
-    # The command clock (command_time seen by the policy) runs from the command's arrival: never more than the time
-    # since it was sent.
-    assert g.wait_for(lambda t, kp, kd: t[FL_HIP] / ACTION_SCALE >= 0.15)
-    _, targets, _, _ = g.last()
-    elapsed = targets[FL_HIP] / ACTION_SCALE
-    assert elapsed <= time.monotonic() - t_cmd + 0.01, elapsed
-    t_again = time.monotonic()
-    g.publish("jump_command", Float32MultiArray, jump, times=1)  # a new command restarts the clock
-    assert g.wait_for(lambda t, kp, kd: t[FL_HIP] / ACTION_SCALE <= time.monotonic() - t_again + 0.01)
+    w[JUMP_CLOCK, FL_HIP] = 1.0 / SCALES["jump_clock"]
+    w[JUMP_TARGET, FR_HIP] = 1.0 / SCALES["jump_target"]
+    node = configured(ros_ctx, namespace, legged_policy(np.zeros(J), w), ramp_s=0.04, sim_time=True)
+    published = []  # (tick time [s], phase, FL_hip action, FR_hip action)
+    publish = node._publish
+
+    def record(targets, kp, kd):
+        a = (np.asarray(targets) - DEFAULT_VEC) / ACTION_SCALE
+        published.append((node.now(), node.phase, round(float(a[FL_HIP]), 6), round(float(a[FR_HIP]), 6)))
+        publish(targets, kp, kd)
+
+    node._publish = record
+    probe = TopicRecorder("probe", {}, context=ros_ctx)
+    try:
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        pubs = {"joint_states": probe.publisher(f"{namespace}/joint_states", JointState),
+                "imu": probe.publisher(f"{namespace}/imu", Imu),
+                "jump_command": probe.publisher(f"{namespace}/jump_command", Float32MultiArray)}
+        with BackgroundSpin(ros_ctx, node, probe):
+            assert wait_until(lambda: all(p.get_subscription_count() > 0 for p in pubs.values()), 10.0)
+            k = [0]
+
+            def tick():  # the inputs of the next 20 ms instant; returns once the node has ticked on them
+                n = len(published)
+                pubs["joint_states"].publish(_stamped(joint_msg(DEFAULT), 0.02 * k[0]))
+                pubs["imu"].publish(_stamped(imu_msg(), 0.02 * k[0]))
+                k[0] += 1
+                assert wait_until(lambda: len(published) == n + 1, 5.0)
+                return published[-1]
+
+            def command(data, accepted: bool):
+                before = node.command_time
+                pubs["jump_command"].publish(Float32MultiArray(data=data))
+                assert pubs["jump_command"].wait_for_all_acked(Duration(seconds=10.0))
+                assert wait_until(lambda: (node.command_time != before) == accepted, 2.0)
+
+            tick()
+            command([0.4, 0.0, 0.0, 0.0, 0.0], accepted=False)  # during the ramp: ignored
+            for _ in range(3):
+                tick()
+            assert published[-1][1:] == ("policy", -1.0, 0.0)  # standing: clock -1, target zeros
+            command([0.4, 0.0, 0.0], accepted=False)  # malformed
+            assert tick()[1:] == ("policy", -1.0, 0.0)
+            t_cmd = node.now()
+            command([0.4, 0.0, 0.0, 0.0, 0.0], accepted=True)
+            assert node.command_time == t_cmd
+            first = tick()
+            assert first[2:] == (pytest.approx(0.02), pytest.approx(0.4))  # the clock counts from the last tick
+            command([0.8, 0.0, 0.0, 0.0, 0.0], accepted=False)  # under way: ignored
+            jump = [first] + [tick() for _ in range(int(round(JUMP_WINDOW_S / 0.02)) + 2)]
+            t_again = node.now()
+            command([0.3, 0.0, 0.0, 0.0, 0.0], accepted=True)
+            again = tick()
+    finally:
+        node.trigger_deactivate()
+        node.destroy_node()
+        probe.destroy_node()
+    active = [(t, clock, dx) for t, _, clock, dx in jump if clock >= 0]
+    assert len(active) == round(JUMP_WINDOW_S / 0.02) - 1  # ticks at 0.02 .. 1.18 s after the command
+    for t, clock, dx in active:
+        assert clock == pytest.approx(t - t_cmd, abs=1e-6) and dx == pytest.approx(0.4)
+    assert [(clock, dx) for _, _, clock, dx in jump[len(active):]] == [(-1.0, 0.0)] * (len(jump) - len(active))
+    assert again[2:] == (pytest.approx(again[0] - t_again), pytest.approx(0.3))
 
 
 def test_cli_refuses_a_mismatched_policy_and_quadrotor_flags(legged_policy, capsys):

@@ -114,6 +114,7 @@ COMMAND_MIRRORS = {  # each command-reading term's command layout, mirrored
     "footstep_targets": mirror_footstep_command,
     "pos_error_w": lambda c: torch.cat((flip_y(c[:, :3]), c[:, 3:]), -1),       # goal position (world)
     "jump_command": lambda c: torch.cat((c[:, :1], -c[:, 1:3], c[:, 3:]), -1),  # dx, dy, dyaw, height, length
+    "jump_target": lambda c: torch.cat((c[:, :1], -c[:, 1:3], c[:, 3:]), -1),
 }
 
 

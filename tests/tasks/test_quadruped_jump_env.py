@@ -6,6 +6,7 @@ maths, the success criterion and its wiring into the curriculum, unstable-world 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,12 +21,14 @@ from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.state import RobotState
 
 POLICY_SIZES = {"projected_gravity_b": 3, "ang_vel_b": 3, "joint_pos_rel": 12, "joint_vel": 12, "last_action": 12,
-                "jump_command": 5, "command_time": 1}
+                "jump_target": 5, "jump_clock": 1}
 PRIVILEGED = 22
 
 
 def _cfg(*overrides: str) -> dict:
-    return task_config("quadruped-jump", ["sim.nthread=1", "domain_rand.enabled=false", *overrides])
+    """The task config, one MuJoCo thread, no DR, every episode a jump (no stand-only ones) unless overridden."""
+    return task_config("quadruped-jump", ["sim.nthread=1", "domain_rand.enabled=false", "env.stand_prob=0.0",
+                                          *overrides])
 
 
 def _env(n: int = 4, *overrides: str, seed: int = 0, eval_mode: bool = False):
@@ -38,7 +41,7 @@ def test_vecenv_contract_shapes():
     env = _env(8)
     assert isinstance(env, VecEnv)
     assert env.num_envs == 8 and env.num_actions == 12 and env.device == "cpu" and env.cfg["task"] == "quadruped-jump"
-    assert env.max_episode_length == round((0.6 + 2.0) / 0.02) == 130
+    assert env.max_episode_length == round((1.0 + 2.0) / 0.02) == 150
     assert env.episode_length_buf.shape == (8,) and env.episode_length_buf.dtype == torch.long
     obs = env.get_observations()
     assert isinstance(obs, TensorDict) and obs.batch_size == torch.Size([8])
@@ -55,7 +58,7 @@ def test_vecenv_contract_shapes():
 
 def test_noise_free_policy_observation_is_the_start_of_the_critic_one():
     noise_off = "observations.noise={projected_gravity_b: 0.0, ang_vel_b: 0.0, joint_pos_rel: 0.0, joint_vel: 0.0, " \
-                "last_action: 0.0, jump_command: 0.0, command_time: 0.0}"
+                "last_action: 0.0, jump_target: 0.0, jump_clock: 0.0}"
     env = _env(4, noise_off, "domain_rand.enabled=false")
     action = torch.full((4, 12), 0.5)
     action[:, 0::3] = 0.0  # hips (abduction) stay: the same offset on every hip would lean the robot sideways
@@ -63,7 +66,10 @@ def test_noise_free_policy_observation_is_the_start_of_the_critic_one():
     torch.testing.assert_close(obs["policy"], obs["critic"][:, :48])
     sl = env.obs_builder.slices()
     torch.testing.assert_close(obs["policy"][:, sl["last_action"]], action)
-    torch.testing.assert_close(obs["policy"][:, sl["jump_command"]], env.command)
+    # one step after the reset every env still waits for its command: standing, target zeros, clock -1
+    assert (env.time_s() < 0).all()
+    torch.testing.assert_close(obs["policy"][:, sl["jump_target"]], torch.zeros(4, 5))
+    torch.testing.assert_close(obs["policy"][:, sl["jump_clock"]], torch.full((4, 1), -1.0))
     # projected gravity of an upright robot is (0, 0, -1) (the PD sag pitches it by a few degrees)
     torch.testing.assert_close(obs["policy"][:, sl["projected_gravity_b"]], torch.tensor([[0.0, 0.0, -1.0]] * 4),
                                rtol=0, atol=0.1)
@@ -287,6 +293,104 @@ def test_success_and_failure_move_the_curriculum():
     assert float(rew[0] - rew[2]) == pytest.approx(20.0, abs=0.2)
 
 
+# --- the stand command --------------------------------------------------------------------------------------------
+def test_jump_target_and_jump_clock_against_the_command_window():
+    """The stand command's observation terms at hand-picked times since the command (window 1.2 s): standing
+    (target zeros, clock -1) before it (-inf: no command yet on a robot), during the window the command and the time
+    since it, from 1.2 s on standing again."""
+    from sim2real.tasks.observations import JUMP_WINDOW_S, jump_clock, jump_target
+
+    t = torch.tensor([-float("inf"), -0.3, 0.0, 0.5, 1.19, 1.2, 5.0])
+    command = torch.tensor([0.4, -0.2, 0.1, 0.15, 0.1]).expand(len(t), 5)
+    state = RobotState(base_pos_w=None, base_quat_w=None, base_lin_vel_w=None, base_ang_vel_b=None,
+                       last_action=None, command=command, time_s=t)
+    active = [False, False, True, True, True, False, False]
+    assert JUMP_WINDOW_S == 1.2
+    expected_clock = [[x if a else -1.0] for x, a in zip(t.tolist(), active)]
+    torch.testing.assert_close(jump_clock(state), torch.tensor(expected_clock))
+    torch.testing.assert_close(jump_target(state), torch.stack([command[0] if a else torch.zeros(5) for a in active]))
+
+
+def _stand_episode(env, action_fn) -> None:
+    """Run every env of ``env`` for one full episode under ``action_fn(step) -> [N, 12]``."""
+    for k in range(env.max_episode_length):
+        env.step(action_fn(k))
+    assert (env.episodes_done == 1).all()
+
+
+def test_stand_only_episodes_succeed_by_standing_still_and_fail_by_hopping():
+    """eval.stand_only: no command ever (time_s < 0 throughout, the obstacle absent); holding the default pose
+    stands (success), a 2 Hz trot-like leg swing of 0.6 rad does not (mean base speed or a foot in the air too
+    long), and the episodes never reach the curriculum."""
+    env = _env(4, "eval.stand_only=true", "eval.difficulty=2.0", eval_mode=True)
+    assert (env.command == 0).all() and (env.wait_steps > env.max_episode_length).all()
+    _stand_episode(env, lambda k: torch.zeros(4, 12))
+    out = env.last_outcome
+    assert out["stand_only"].tolist() == [1.0] * 4 and out["success"].tolist() == [1.0] * 4
+    assert torch.isnan(out["stood_after"]).all() and out["stood_before"].tolist() == [1.0] * 4
+    summary = type(env).summarize_outcomes(out)
+    assert summary["success_rate"] == 1.0 and summary["stand_from_reset_rate"] == 1.0
+    assert "stand_after_landing_rate" not in summary
+
+    env = _env(4, "eval.stand_only=true", eval_mode=True)
+    diagonal = torch.tensor([1.0, 0.0, 0.0, 0.0] * 3).reshape(4, 3).flatten()  # FL, FR, RL, RR legs: FL and RR
+    swing = lambda k: 0.6 / 0.25 * math.sin(2 * math.pi * 2.0 * k * 0.02) * torch.tensor(  # noqa: E731
+        [0.0, 1.0, -1.0, 0.0, -1.0, 1.0, 0.0, -1.0, 1.0, 0.0, 1.0, -1.0]).expand(4, 12)
+    assert diagonal.shape == (12,)
+    _stand_episode(env, swing)
+    assert env.last_outcome["success"].tolist() == [0.0] * 4
+    assert env.last_outcome["stood_before"].tolist() == [0.0] * 4
+
+
+def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window():
+    """Training mode with every episode a jump: the default pose held throughout stands before the command and
+    after the 1.2 s window (it never jumps, so the jump fails); the stand rewards pay only outside the window."""
+    from sim2real.tasks.quadruped_jump import rewards as rew
+
+    env = _env(2, "curriculum.initial=0.5")
+    window = []
+    for k in range(env.max_episode_length):
+        _, _, dones, extras = env.step(torch.zeros(2, 12))
+        if not dones.any():
+            window.append((env.time_s().clone(), env.episode_sums["wait_still"].clone()))
+    out = env.last_outcome
+    assert out["stand_only"].tolist() == [0.0, 0.0] and out["success"].tolist() == [0.0, 0.0]
+    assert out["stood_before"].tolist() == [1.0, 1.0] and out["stood_after"].tolist() == [1.0, 1.0]
+    # wait_still accrued before the command and after the window, not inside it
+    for (t0, s0), (t1, s1) in zip(window, window[1:]):  # (a step either side of the window's edges left out)
+        inside = (t1 > 0.03) & (t1 < 1.17)
+        outside = (t1 < -0.03) | (t1 > 1.23)
+        grew = s1 > s0
+        assert not (inside & grew).any() and grew[outside].all(), (t1, s1 - s0)
+    x = rew.JumpRewardInputs(RobotState(base_pos_w=None, base_quat_w=None, base_lin_vel_w=None, base_ang_vel_b=None,
+                                        last_action=None, command=None,
+                                        foot_contact=torch.tensor([[5.0, 0.0, 0.0, 5.0]] * 3),
+                                        time_s=torch.tensor([-0.1, 0.6, 1.3])),
+                             *[None] * 7, torch.tensor([True, False, True]))
+    assert rew.stand_feet_air(x, {}).tolist() == [2.0, 0.0, 2.0]
+
+
+def test_a_policy_saved_before_the_stand_command_keeps_its_training_settings():
+    """The shipped policy's config (saved before env.stand_prob and the stand_feet_air term existed) completes with
+    the task's legacy defaults, which reproduce how it was trained: no stand-only episodes, the term off."""
+    import json
+
+    from sim2real.tasks import complete_saved_config
+
+    root = Path(__file__).resolve().parents[2]
+    meta = json.loads((root / "policies" / "pretrained" / "quadruped-jump" / "metadata.json").read_text())
+    saved = meta["training"]["task_config"]
+    for section, key in (("env", "stand_prob"), ("env", "stand_after_jump"), ("success", "stand_speed"),
+                         ("success", "stand_air_s"), ("eval", "stand_only")):
+        saved[section].pop(key, None)  # as it was saved (export --migrate has since written them in)
+    saved["rewards"]["weights"].pop("stand_feet_air", None)
+    cfg, added = complete_saved_config(saved)
+    assert cfg["env"]["stand_prob"] == 0.0 and cfg["rewards"]["weights"]["stand_feet_air"] == 0.0
+    assert cfg["env"]["stand_after_jump"] is False
+    assert cfg["observations"]["policy"][-2:] == ["jump_command", "command_time"]  # its own layout, as saved
+    assert "env.stand_prob" in added
+
+
 # --- unstable worlds ----------------------------------------------------------------------------------------------
 def test_unstable_world_is_terminated_and_reset():
     env = _env(3)
@@ -336,6 +440,8 @@ def test_metadata_lists_policy_terms_and_joint_names():
     ("command.distance_min=0.5", "command.distance_min"),
     ("domain_rand.friction=[0.0,1.0]", "domain_rand"),
     ("env.wait_s=[0.6,0.2]", "env.wait_s"),
+    ("env.stand_prob=1.5", "env.stand_prob"),
+    ("success.stand_speed=0", "success.stand_speed"),
     ("command.distance_maxx=1.0", "command.distance_maxx"),
 ])
 def test_bad_config_values_name_the_key(override, key):
