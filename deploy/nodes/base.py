@@ -195,10 +195,10 @@ class PolicyLifecycleNode(LifecycleNode):
         return 0.0 if clock_time is None else float(clock_time)
 
     def arrival_time(self, name: str, msg) -> float:
-        """When input ``name``'s message ``msg`` counts as arrived [s], for freshness: now (monotonic); with
+        """When input ``name``'s message ``msg`` counts as arrived [s], for freshness: :meth:`now`; with
         ``sim_time`` its ``header.stamp`` (simulated time), which a lockstep tick waiting for it then sees."""
         if not self.sim_time:
-            return time.monotonic()
+            return self.now()
         stamp = msg.header.stamp
         t = float(stamp.sec) + 1e-9 * float(stamp.nanosec)
         self._input_stamps[name] = max(t, self._input_stamps.get(name, -float("inf")))

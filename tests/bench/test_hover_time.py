@@ -21,7 +21,22 @@ def test_a_crossing_counts_once_a_fresh_held_out_evaluation_confirms_it(capsys):
     assert f"iteration {first['iteration']:4d}" in printed and "confirm (24 episodes, seed 12345)" in printed
 
 
-def test_an_unreached_target_stops_at_the_budget_after_regular_evaluations():
+class SteppedClock:
+    """The bench module's ``time``: ``perf_counter()`` advances 0.2 s per call, so the bench's training clock (and
+    the evaluations it schedules) follow the iterations, not the machine's load."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def perf_counter(self) -> float:
+        self.calls += 1
+        return 0.2 * (self.calls - 1)
+
+
+def test_an_unreached_target_stops_at_the_budget_after_regular_evaluations(monkeypatch):
+    from sim2real.bench import hover_time
+
+    monkeypatch.setattr(hover_time, "time", SteppedClock())
     r = hover_time_one_seed("quadrotor-hover", 1, target=1.01, budget_s=1.5, eval_every_s=0.5, confirm_episodes=24,
                             overrides=TINY)
     assert not r["reached"] and r["confirm"] is None

@@ -82,8 +82,9 @@ def walk(first: int = LEFT, n: int = 6, stride: float = 0.2, width: float = 0.1)
 
 
 class ManualClock:
-    """The legged node module's ``time`` while a test ticks a node by hand: ``monotonic()`` reads :attr:`now`, which
-    only the test moves, so inputs are exactly as fresh as the test says however slow the machine."""
+    """The node's time while a test ticks a node by hand (its :meth:`~sim2real.deploy.nodes.base.PolicyLifecycleNode.
+    now`): ``monotonic()`` reads :attr:`now`, which only the test moves, so inputs are exactly as fresh as the test
+    says however slow the machine."""
 
     def __init__(self, now: float = 1000.0):
         self.now = now
@@ -93,18 +94,16 @@ class ManualClock:
 
 
 @pytest.fixture
-def node_factory(ros_ctx, namespace, footstep_policy, monkeypatch):
+def node_factory(ros_ctx, namespace, footstep_policy):
     """``node_factory(**node_kwargs) -> LeggedPolicyNode`` (configured, ticked by hand, on ``node_factory.clock``, a
     :class:`ManualClock`)."""
-    from sim2real.deploy.nodes import legged
-
     nodes = []
     clock = ManualClock()
-    monkeypatch.setattr(legged, "time", clock)
 
     def make(**kwargs) -> LeggedPolicyNode:
         node = LeggedPolicyNode(footstep_policy(), ROBOT, namespace=namespace, context=ros_ctx, **kwargs)
         node.clock_enabled = False  # these tests run the control tick by hand
+        node.now = clock.monotonic  # the node's time: inputs' arrival, freshness, ramp, command clock
         nodes.append(node)
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.configure_error
         return node
