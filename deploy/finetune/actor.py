@@ -34,6 +34,7 @@ Each episode's line in ``metrics.jsonl`` carries ``acked``: every recorded seq b
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 
@@ -258,8 +259,10 @@ class EdgeActor:
                 self.offer(blobs)
         # ``acked``: the recording's seqs below it were durable (flushed, fsynced) before this line was written.
         acked = {"acked": self.recorder.acked} if self.recorder is not None else {}
+        # an outcome's NaN (a figure the episode has none of, e.g. standing after a jump it never made) is JSON null
+        outcome = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in (outcome or {}).items()}
         self.session.log_metrics({"event": "episode", "episode": self.episode, "version": self.version,
-                                  "steps": self.step_in_episode, **acked, **(outcome or {})})
+                                  "steps": self.step_in_episode, **acked, **outcome})
         self.episode += 1
         self.step_in_episode = 0
         self._held, self._macro_rows = None, []
