@@ -41,7 +41,7 @@ def test_vecenv_contract_shapes():
     env = _env(8)
     assert isinstance(env, VecEnv)
     assert env.num_envs == 8 and env.num_actions == 12 and env.device == "cpu" and env.cfg["task"] == "quadruped-jump"
-    assert env.max_episode_length == round((1.0 + 2.0) / 0.02) == 150
+    assert env.max_episode_length == round((0.6 + 2.0) / 0.02) == 130
     assert env.episode_length_buf.shape == (8,) and env.episode_length_buf.dtype == torch.long
     obs = env.get_observations()
     assert isinstance(obs, TensorDict) and obs.batch_size == torch.Size([8])
