@@ -52,7 +52,9 @@ Behaviour:
     with that instant (or later) and steps the physics to the next one under them; while it waits (before the
     first command, or with no node) it re-sends that state every :data:`LOCKSTEP_RESEND_S` s of wall time.
     Simulated time thus runs as fast as the node and the physics allow, and the same commands give the same
-    motion whatever the machine's load; the command timeout counts simulated time.
+    motion whatever the machine's load; the command timeout counts simulated time. A command the stand-in refuses
+    (a missing joint, NaN) does not answer the instant: simulated time stays there until a valid one arrives (the
+    deploy node never sends one: it replaces a non-finite action with its damping command).
 """
 
 from __future__ import annotations
