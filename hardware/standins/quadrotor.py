@@ -18,8 +18,9 @@ Behaviour:
     monotonic clock) and takes effect ``latency_s`` after it arrived, at the first physics step at or after that
     time (so at the 10 ms physics step the effective delay is ``latency_s`` rounded up to the step); with 0 a
     command takes effect on arrival, as before;
-  * hand launch: the drone is held still at ``initial_position`` (level) until the first command takes effect,
-    then let go with its motors already at that command's thrust (spun up in the hand);
+  * hand launch: the drone is held still at ``initial_position`` (level) until the first command other than the
+    safe one (motors idle, which a node sends while it waits for its inputs) takes effect, then let go with its
+    motors already at that command's thrust (spun up in the hand);
   * firmware watchdog: no command (taking effect) for more than ``command_timeout_s`` -> motors idle (the safe
     command);
   * ground plane at z = 0: inelastic contact with full friction (no penetration, no sliding, no spin);
@@ -227,6 +228,8 @@ class SimQuadrotorNode(Node):
         self.command = command
         self.interface = interface
         self.command_time = t
+        if not self.released and torch.equal(command, self.action_terms[interface].safe_command(1)):
+            return  # motors idle (a node's safe command while it waits for its inputs): still held in the hand
         if not self.released:  # hand launch: the motors spun up to this command in the hand, then let go
             self.dyn.motor_thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
             self.released = True

@@ -155,9 +155,22 @@ def test_nominal_hover_command_sinks_exactly_like_the_reference_dynamics(rig):
     assert z < 1.0 - 0.25  # about 0.75 m/s^2 short of hover: it sinks
 
 
+def test_idle_motors_keep_the_drone_in_the_hand_a_flight_command_lets_it_go(rig):
+    """A node sends the safe command (motors idle) while it waits for its inputs: a hand-launched drone is not let
+    go with idle motors (it was, and fell half a metre on a loaded machine before the policy took over)."""
+    r = rig()
+    r.command = ("cmd/motors", [0.0] * 4)
+    assert wait_until(lambda: r.node.command is not None, 10.0)
+    r.fresh_odom(5)
+    assert not r.node.released and r.z() == pytest.approx(1.0, abs=1e-9)
+    r.command = ("cmd/motors", [TRUE_HOVER_FRACTION] * 4)
+    r.fly(20)
+    assert r.node.released and r.z() == pytest.approx(1.0, abs=1e-3)
+
+
 def test_ground_plane_stops_the_fall(rig):
     r = rig(initial_position=(0.0, 0.0, 0.3))
-    r.command = ("cmd/motors", [0.0] * 4)
+    r.command = ("cmd/motors", [0.05] * 4)  # released (not idle), far too weak to hover
     assert wait_until(lambda: r.odom() and r.z() == 0.0, 10.0)
     r.fly(r.steps_flown() + 20)  # 0.2 s of its time later: resting
     zs = [m.pose.pose.position.z for m in r.odom()]
