@@ -180,14 +180,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         terms = rew.compute(x, self.reward_params)
         stood = self.stood()
         success = time_out & torch.where(self.stand_only, stood[:, 0] == 1.0, self._success(state, tilt))
-        # The success bonus of a jump also asks that the robot stood after its landing (the phase after the
-        # command's window, with env.stand_after_jump): jump once, land, stand. The reported success is the landing.
-        stood_after = stood[:, 1] == 1.0
-        if self.cfg["env"]["stand_after_jump"]:
-            bonus = success & (self.stand_only | stood_after | torch.isnan(stood[:, 1]))
-        else:
-            bonus = success
-        terms["success"] = bonus.float()
+        terms["success"] = success.float()
         reward = self._weighted_reward(terms, rew.ONCE)
 
         dones = fall | time_out
