@@ -104,6 +104,22 @@ def request_realtime(priority: int) -> str:
     return "default"
 
 
+def _run_tick(clock, start: float) -> bool:
+    """Run ``clock``'s tick (started at ``start``, monotonic [s]) and record its compute time; an exception it raises
+    is kept in ``clock.error``, stops the clock and goes to its ``on_error`` (the control loop must not die
+    silently). Returns whether the clock goes on."""
+    try:
+        clock._tick()
+    except Exception as exc:  # noqa: BLE001 - kept and handed on
+        clock.error = exc
+        clock._stop.set()
+        if clock._on_error is not None:
+            clock._on_error(exc)
+        return False
+    clock._compute.append(time.monotonic() - start)
+    return True
+
+
 class ControlClock:
     """Call ``tick()`` every ``period_s`` [s] on absolute deadlines from a dedicated thread (see the module
     docstring).
@@ -186,15 +202,8 @@ class ControlClock:
                     self.overruns += 1
             last = start
             self.ticks += 1
-            try:
-                self._tick()
-            except Exception as exc:  # noqa: BLE001 - kept and handed on; the control loop must not die silently
-                self.error = exc
-                self._stop.set()
-                if self._on_error is not None:
-                    self._on_error(exc)
+            if not _run_tick(self, start):
                 break
-            self._compute.append(time.monotonic() - start)
 
     def stats(self) -> dict:
         """Timing of the last :data:`WINDOW_TICKS` ticks: ``{"period_error_p50_ms", "period_error_p99_ms",
@@ -315,16 +324,8 @@ class SimTimeClock:
                 self._periods.append(t - self.time)
             self.time, due = t, t + self.period_s
             self.ticks += 1
-            start = time.monotonic()
-            try:
-                self._tick()
-            except Exception as exc:  # noqa: BLE001 - kept and handed on, as ControlClock
-                self.error = exc
-                self._stop.set()
-                if self._on_error is not None:
-                    self._on_error(exc)
+            if not _run_tick(self, time.monotonic()):
                 break
-            self._compute.append(time.monotonic() - start)
 
     def stats(self) -> dict:
         """As :meth:`ControlClock.stats`; the periods are of simulated time (lockstep: the period, unless the
