@@ -87,6 +87,8 @@ DAMPING_KD = 2.0  # N m s/rad
 SETTLE_S = 1.0
 #: Lockstep: wall-time interval [s] at which a stand-in waiting for its commands re-sends its current state.
 LOCKSTEP_RESEND_S = 0.1
+#: Lockstep: wall time [s] without the commands of the current instant (while others arrive) before a warning.
+LOCKSTEP_STALL_S = 5.0
 
 
 def initial_joint_pos(legged: LeggedRobot, pose: str, joint_range: np.ndarray) -> np.ndarray:
@@ -202,7 +204,8 @@ class SimLeggedNode(Node):
         if self.lockstep_steps is None:
             self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
         else:
-            self.timer = self.create_timer(LOCKSTEP_RESEND_S, self.publish_lockstep_state, clock=self._steady)
+            self._waiting_since = time.monotonic()  # lockstep: wall time the current instant began waiting
+            self.timer = self.create_timer(LOCKSTEP_RESEND_S, self._on_lockstep_resend, clock=self._steady)
         timing = "real time" if self.lockstep_steps is None else \
             f"lockstep every {self.lockstep_steps} steps ({1.0 / (self.lockstep_steps * self.dt):g} Hz)"
         self.get_logger().info(f"stand-in {robot['name']} ({self.model.nu} actuators, dt {self.dt:g} s) from "
@@ -318,8 +321,22 @@ class SimLeggedNode(Node):
                 self.physics_step(now)
             self.lockstep_k += 1
             periods += 1
+            self._waiting_since = time.monotonic()
             self.publish_lockstep_state()
         return periods
+
+    def _on_lockstep_resend(self) -> None:
+        """Lockstep, while waiting: re-send the current state; every :data:`LOCKSTEP_STALL_S` s of wall time that
+        commands arrive but none for this instant, say why the simulation does not move on."""
+        self.publish_lockstep_state()
+        waited = time.monotonic() - self._waiting_since
+        if self.targets is not None and waited >= LOCKSTEP_STALL_S:
+            self._waiting_since = time.monotonic()
+            latest = min(self.targets_time, self.gains_time) if self.gains is not None else self.targets_time
+            self.get_logger().warning(
+                f"lockstep: waiting {waited:.0f} s for the commands of {self.sim_time:.6g} s; the latest are stamped "
+                f"{latest:.6g} s (the deploy node, with --sim-time, must run at the lockstep rate "
+                f"{1.0 / (self.lockstep_steps * self.dt):.6g} Hz)")
 
     def publish_lockstep_state(self) -> None:
         """Publish every topic once for the current state, stamped with the current simulated instant."""
