@@ -350,8 +350,9 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         upper edge of the longest bin succeeding >= 80% (bins of >= 10 episodes); ``stand_from_reset_rate`` and
         ``stand_after_landing_rate``: the fraction of episodes that stood in that phase (see the module docstring;
         with ``eval.stand_only`` ``success_rate`` is the stand-only episodes' standing success); ``score`` (picks
-        ``best.pt``): success, times the after-landing standing rate where the episodes have that phase, less a
-        thousandth of the landing error [m]."""
+        ``best.pt``): success, times (1 + the after-landing standing rate) / 2 where the episodes have that phase
+        (a policy that stands after its jumps ranks higher; one that jumps still ranks above one that does not),
+        less a thousandth of the landing error [m]."""
         err = torch.nan_to_num(outcome["pos_error"], nan=10.0).clamp_max(10.0)
         success = float(outcome["success"].mean())
         out = {
@@ -367,8 +368,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         for key, name in (("stood_before", "stand_from_reset_rate"), ("stood_after", "stand_after_landing_rate")):
             if key in outcome and torch.isfinite(outcome[key]).any():
                 out[name] = float(torch.nanmean(outcome[key]))
-        if "stand_after_landing_rate" in out:  # the checkpoint that picks best.pt must also stand after its jumps
-            out["score"] = success * out["stand_after_landing_rate"] - 1e-3 * float(err.mean())
+        if "stand_after_landing_rate" in out:  # best.pt: jumps that also stand after landing count double
+            out["score"] = success * (1.0 + out["stand_after_landing_rate"]) / 2.0 - 1e-3 * float(err.mean())
         for s in range(3):
             mask = outcome["stage"] == s
             if mask.any():

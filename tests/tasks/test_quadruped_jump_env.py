@@ -469,3 +469,24 @@ def test_eval_summary_reports_the_longest_distance_bin_that_succeeds_80_percent(
     assert m["success_rate_to_0.8m"] == pytest.approx(0.7) and m["success_rate_to_1.0m"] == pytest.approx(0.2)
     assert m["max_distance_80"] == pytest.approx(0.6)
     assert m["success_rate"] == pytest.approx(27 / 40) and m["stage2_success_rate"] == pytest.approx(27 / 40)
+
+
+def test_the_selection_score_ranks_standing_after_landing_without_hiding_the_jumps():
+    """best.pt's score: success x (1 + after-landing standing) / 2 - 1e-3 x landing error, from the outcome alone."""
+    from sim2real.tasks.quadruped_jump.env import QuadrupedJumpEnv
+
+    def outcome(success, stood_after):
+        n = len(success)
+        return {"success": torch.tensor(success), "fall": torch.zeros(n), "pos_error": torch.full((n,), 0.1),
+                "yaw_error": torch.zeros(n), "peak_height": torch.full((n,), 0.2), "distance": torch.zeros(n),
+                "stage": torch.zeros(n), "stood_before": torch.full((n,), float("nan")),
+                "stood_after": torch.tensor(stood_after)}
+
+    jumps_and_stands = QuadrupedJumpEnv.summarize_outcomes(outcome([1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]))
+    assert jumps_and_stands["stand_after_landing_rate"] == 0.5
+    assert jumps_and_stands["score"] == pytest.approx(0.75 * 0.75 - 1e-4)
+    jumps_only = QuadrupedJumpEnv.summarize_outcomes(outcome([1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]))
+    stands_only = QuadrupedJumpEnv.summarize_outcomes(outcome([0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]))
+    assert jumps_and_stands["score"] > jumps_only["score"] > stands_only["score"]
+    legacy = outcome([1.0, 1.0, 1.0, 0.0], [float("nan")] * 4)  # no stand phase asked: the landing alone
+    assert QuadrupedJumpEnv.summarize_outcomes(legacy)["score"] == pytest.approx(0.75 - 1e-4)
