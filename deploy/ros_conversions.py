@@ -291,14 +291,26 @@ class JointOrder:
         return out
 
 
+def stamp_seconds(stamp) -> float:
+    """A ``builtin_interfaces/Time`` as seconds [s]."""
+    return stamp.sec + 1e-9 * stamp.nanosec
+
+
+def time_from_seconds(t: float):
+    """Seconds [s] (>= 0) as a ``builtin_interfaces/Time``, to the nanosecond."""
+    from builtin_interfaces.msg import Time
+
+    ns = int(round(t * 1e9))
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
 def joint_state_to_sample(msg: JointState, order: JointOrder) -> JointSample:
     """Positions and velocities of ``msg`` in ``order`` (by name).
 
     Raises:
         InvalidMessage: a joint missing, a position or velocity absent or NaN/Inf (the message must be discarded).
     """
-    stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
-    return JointSample(order.field(msg, "position"), order.field(msg, "velocity"), stamp)
+    return JointSample(order.field(msg, "position"), order.field(msg, "velocity"), stamp_seconds(msg.header.stamp))
 
 
 def imu_to_sample(msg: Imu, imu_to_base_quat=None) -> ImuSample:

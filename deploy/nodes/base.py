@@ -199,8 +199,9 @@ class PolicyLifecycleNode(LifecycleNode):
         ``sim_time`` its ``header.stamp`` (simulated time), which a lockstep tick waiting for it then sees."""
         if not self.sim_time:
             return self.now()
-        stamp = msg.header.stamp
-        t = float(stamp.sec) + 1e-9 * float(stamp.nanosec)
+        from sim2real.deploy.ros_conversions import stamp_seconds
+
+        t = stamp_seconds(msg.header.stamp)
         self._input_stamps[name] = max(t, self._input_stamps.get(name, -float("inf")))
         return t
 
@@ -209,10 +210,9 @@ class PolicyLifecycleNode(LifecycleNode):
         simulated time of the tick (what a lockstep simulator waits for)."""
         if not self.sim_time:
             return self.get_clock().now().to_msg()
-        from builtin_interfaces.msg import Time
+        from sim2real.deploy.ros_conversions import time_from_seconds
 
-        ns = int(round(self.now() * 1e9))
-        return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+        return time_from_seconds(self.now())
 
     def _lockstep_input_time(self) -> float | None:
         """Simulated time [s] up to which every lockstep input has arrived (None: one has not yet)."""

@@ -74,7 +74,7 @@ from std_msgs.msg import Float32MultiArray, MultiArrayDimension
 
 from sim2real.deploy.ros_conversions import (
     InvalidMessage, JointOrder, fill_foot_wrench, fill_imu, fill_joint_state, fill_odometry, foot_wrench_topics,
-    joint_gains_from_message, joint_targets_from_message,
+    joint_gains_from_message, joint_targets_from_message, stamp_seconds, time_from_seconds,
 )
 from sim2real.hardware.realtime import RealTimeStepper
 from sim2real.sim.mujoco_model import build_model, make_position_servos
@@ -238,7 +238,7 @@ class SimLeggedNode(Node):
         """When a command counts from [s]: its arrival (monotonic); in lockstep its stamp (simulated time)."""
         if self.lockstep_steps is None:
             return time.monotonic()
-        return float(msg.header.stamp.sec) + 1e-9 * float(msg.header.stamp.nanosec)
+        return stamp_seconds(msg.header.stamp)
 
     def _on_targets(self, msg: JointState) -> None:
         try:
@@ -348,10 +348,7 @@ class SimLeggedNode(Node):
         """Header stamp of the state published now: the ROS clock; in lockstep the simulated instant."""
         if self.lockstep_steps is None:
             return self.get_clock().now().to_msg()
-        from builtin_interfaces.msg import Time
-
-        ns = int(round(self.sim_time * 1e9))
-        return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+        return time_from_seconds(self.sim_time)
 
     def _on_timer(self) -> None:
         now = time.monotonic()
