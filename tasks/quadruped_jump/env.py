@@ -7,7 +7,8 @@ stand again (rewarded as before the command; configs saved before the stand comm
 their ``jump_command`` / ``command_time`` observation does). A fraction
 ``env.stand_prob`` of training episodes has no command at all (it stands throughout); in evaluation every episode
 jumps, or none with ``eval.stand_only``. Success (at the time-out) of a jump = landing xy within the tolerance of
-the target, yaw within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, a peak base height
+the target (the landing pose: the base's at the command window's end with ``env.stand_after_jump``, so standing
+after the window is not traded for accuracy; the final pose without it), yaw within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, a peak base height
 at least ``success.min_peak_height`` above the settled standing height, and no fall or body contact; of a stand-only
 episode = it stood (below). Standing (every step outside an active command) is scored per phase, before the command
 (from the reset) and after the window (after the landing): it stood when the phase's mean base speed is below
@@ -108,6 +109,11 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.stand_speed_sum = torch.zeros(n, 2, device=device)
         self.stand_air_max = torch.zeros(n, 2, device=device)
         self.stand_air_steps = torch.zeros(n, device=device)
+        # The landing: the base's xy [m] and yaw [rad] (world frame) at the command window's end (while the window
+        # runs, the current pose); with env.stand_after_jump the landing terms and the success rule score this pose,
+        # so a hop after the window cannot buy accuracy.
+        self.landing_xy = torch.zeros(n, 2, device=device)
+        self.landing_yaw = torch.zeros(n, device=device)
 
         ccfg = cfg["curriculum"]
         self.curriculum = build_task_curriculum(
@@ -168,6 +174,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.peak_height = torch.where(started, torch.maximum(self.peak_height, state.base_pos_w[:, 2]),
                                        self.peak_height)
         self._track_standing(state)
+        self._track_landing(state)
         body_contact = (self._state["body_contact"] > e["body_contact_force"]).any(-1)
         tilt = tilt_from_quat(state.base_quat_w)
         unstable = self.sim.unstable.to(self.device)
@@ -176,7 +183,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         time_out = (self.episode_length_buf >= self.max_episode_length) & ~fall
 
         x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
-                                 self.sim.joint_torque(), fall, tilt, self.standing())
+                                 self.sim.joint_torque(), fall, tilt, self.standing(), self.landing_xy,
+                                 self.landing_yaw)
         terms = rew.compute(x, self.reward_params)
         stood = self.stood()
         success = time_out & torch.where(self.stand_only, stood[:, 0] == 1.0, self._success(state, tilt))
@@ -224,9 +232,19 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         ok = (mean_speed < s["stand_speed"]) & (self.stand_air_max * self.control_dt <= s["stand_air_s"] + 1e-6)
         return torch.where(self.stand_steps > 0, ok.float(), torch.full_like(mean_speed, float("nan")))
 
+    def _track_landing(self, state: RobotState) -> None:
+        """Follow the base's pose while the command's window runs and hold it after (``landing_xy``/``_yaw``);
+        without ``env.stand_after_jump`` (the command lasts to the end) the pose is always the current one."""
+        follow = self.time_s() < JUMP_WINDOW_S
+        if not self.cfg["env"]["stand_after_jump"]:
+            follow = torch.ones_like(follow)
+        self.landing_xy = torch.where(follow.unsqueeze(-1), state.base_pos_w[:, :2], self.landing_xy)
+        self.landing_yaw = torch.where(follow, yaw_from_quat(state.base_quat_w), self.landing_yaw)
+
     def _landing_errors(self, state: RobotState) -> tuple[torch.Tensor, torch.Tensor]:
-        pos_err = torch.linalg.vector_norm(state.base_pos_w[:, :2] - self.target_xy, dim=-1)
-        yaw_err = wrap_angle(yaw_from_quat(state.base_quat_w) - self.target_yaw).abs()
+        """``[N]`` landing position error [m] and yaw error [rad] of the landing pose (``_track_landing``)."""
+        pos_err = torch.linalg.vector_norm(self.landing_xy - self.target_xy, dim=-1)
+        yaw_err = wrap_angle(self.landing_yaw - self.target_yaw).abs()
         return pos_err, yaw_err
 
     def _success(self, state: RobotState, tilt: torch.Tensor) -> torch.Tensor:

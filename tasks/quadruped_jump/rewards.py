@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sim2real.sim.rotations import wrap_angle, yaw_from_quat
+from sim2real.sim.rotations import wrap_angle
 from sim2real.tasks.rewards import compute_terms
 from sim2real.tasks.state import RobotState
 
@@ -38,6 +38,9 @@ class JumpRewardInputs:
         fall: ``[N]`` bool, the episode ends on a fall or body contact; ``tilt``: ``[N]`` base tilt [rad].
         standing: ``[N]`` bool, the robot is told to stand (before the command; after its window, with
             ``env.stand_after_jump``).
+        landing_xy: ``[N, 2]`` world frame [m] and ``landing_yaw``: ``[N]`` [rad], the pose the landing terms
+            score: the current one while the command's window runs, held from the window's end on with
+            ``env.stand_after_jump`` (a hop after the window cannot buy accuracy).
     """
 
     state: RobotState
@@ -49,6 +52,8 @@ class JumpRewardInputs:
     fall: torch.Tensor
     tilt: torch.Tensor
     standing: torch.Tensor
+    landing_xy: torch.Tensor
+    landing_yaw: torch.Tensor
 
 
 def _started(x: JumpRewardInputs) -> torch.Tensor:
@@ -69,14 +74,14 @@ def _speed2(x: JumpRewardInputs) -> torch.Tensor:
 
 
 def position(x: JumpRewardInputs, p: dict) -> torch.Tensor:
-    """``exp(-|xy - target| / 0.25)`` once the command started."""
-    pos_err = torch.linalg.vector_norm(x.state.base_pos_w[:, :2] - x.target_xy, dim=-1)
+    """``exp(-|landing xy - target| / 0.25)`` once the command started."""
+    pos_err = torch.linalg.vector_norm(x.landing_xy - x.target_xy, dim=-1)
     return _started(x) * torch.exp(-pos_err / 0.25)
 
 
 def yaw(x: JumpRewardInputs, p: dict) -> torch.Tensor:
-    """``exp(-|yaw error| / 0.3)`` once the command started."""
-    yaw_err = wrap_angle(yaw_from_quat(x.state.base_quat_w) - x.target_yaw).abs()
+    """``exp(-|landing yaw - target yaw| / 0.3)`` once the command started."""
+    yaw_err = wrap_angle(x.landing_yaw - x.target_yaw).abs()
     return _started(x) * torch.exp(-yaw_err / 0.3)
 
 

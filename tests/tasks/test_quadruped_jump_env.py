@@ -231,15 +231,17 @@ def test_no_obstacle_below_stage_2():
 
 
 # --- success ------------------------------------------------------------------------------------------------------
-def _landed(env, offset_xy=(0.0, 0.0), yaw_error=0.0, flight_steps=10, peak=0.1):
+def _landed(env, offset_xy=(0.0, 0.0), yaw_error=0.0, flight_steps=10, peak=0.1, set_landing=True):
     """A state of every env standing upright at its target (plus offsets) with ``flight_steps`` of flight and a
-    peak base height ``peak`` above the settled standing height."""
+    peak base height ``peak`` above the settled standing height (``set_landing``: the landing pose too)."""
     n = env.num_envs
     env.peak_height[:] = env.settled_height + peak
     pos = torch.zeros(n, 3)
     pos[:, :2] = env.target_xy + torch.tensor(offset_xy)
     pos[:, 2] = 0.3
     env.max_airborne_steps[:] = flight_steps
+    if set_landing:
+        env.landing_xy[:], env.landing_yaw[:] = pos[:, :2], env.target_yaw + yaw_error  # the window's end
     z = torch.zeros(n, 3)
     return RobotState(base_pos_w=pos, base_quat_w=quat_from_yaw(env.target_yaw + yaw_error), base_lin_vel_w=z,
                       base_ang_vel_b=z, last_action=env.actions, command=env.command,
@@ -366,7 +368,7 @@ def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window(
                                         last_action=None, command=None,
                                         foot_contact=torch.tensor([[5.0, 0.0, 0.0, 5.0]] * 3),
                                         time_s=torch.tensor([-0.1, 0.6, 1.3])),
-                             *[None] * 7, torch.tensor([True, False, True]))
+                             *[None] * 7, torch.tensor([True, False, True]), None, None)
     assert rew.stand_feet_air(x, {}).tolist() == [2.0, 0.0, 2.0]
 
 
@@ -490,3 +492,40 @@ def test_the_selection_score_ranks_standing_after_landing_without_hiding_the_jum
     assert jumps_and_stands["score"] > jumps_only["score"] > stands_only["score"]
     legacy = outcome([1.0, 1.0, 1.0, 0.0], [float("nan")] * 4)  # no stand phase asked: the landing alone
     assert QuadrupedJumpEnv.summarize_outcomes(legacy)["score"] == pytest.approx(0.75 - 1e-4)
+
+
+
+def test_the_landing_pose_is_held_from_the_windows_end_so_a_later_hop_buys_no_accuracy():
+    """With env.stand_after_jump the landing terms and the success rule score the base's pose at the command
+    window's end (1.2 s): moving the base after it changes neither; inside the window the pose follows the base.
+    A config without the stand command scores the current pose (as it was trained)."""
+    from sim2real.tasks.quadruped_jump import rewards as rew
+
+    env = _env(2, "eval.difficulty=2.0", eval_mode=True)
+    env.target_xy[:] = torch.tensor([[0.5, 0.0], [0.5, 0.0]])
+    env.target_yaw[:] = 0.0
+    env.wait_steps[:] = 0
+
+    def track(e, step, x):
+        e.episode_length_buf[:] = step
+        state = _landed(e, offset_xy=(x, 0.0), set_landing=False)
+        e._track_landing(state)
+        return state
+
+    track(env, 30, 0.30)  # 0.6 s, in flight
+    track(env, 59, 0.10)  # 1.18 s: landed 0.1 m long
+    assert torch.allclose(env.landing_xy, torch.tensor([[0.6, 0.0], [0.6, 0.0]]))
+    moved = track(env, 80, 0.0)  # 1.6 s: after the window the robot hops onto the target
+    assert torch.allclose(env.landing_xy, torch.tensor([[0.6, 0.0], [0.6, 0.0]]))
+    pos_err, _ = env._landing_errors(moved)
+    assert torch.allclose(pos_err, torch.tensor([0.1, 0.1]))
+    x = rew.JumpRewardInputs(moved, None, env.target_xy, env.target_yaw, *[None] * 4,
+                             torch.zeros(2, dtype=torch.bool), env.landing_xy, env.landing_yaw)
+    assert torch.allclose(rew.position(x, {}), torch.full((2,), math.exp(-0.1 / 0.25)))
+    # Without the stand command the pose is the current one at every time.
+    legacy = _env(2, "eval.difficulty=2.0", "env.stand_after_jump=false", eval_mode=True)
+    legacy.target_xy[:] = env.target_xy
+    legacy.wait_steps[:] = 0
+    track(legacy, 59, 0.10)
+    far = track(legacy, 80, 0.3)
+    assert torch.allclose(legacy.landing_xy, far.base_pos_w[:, :2])
