@@ -535,10 +535,9 @@ def test_cli_refuses_a_mismatched_policy_and_quadrotor_flags(legged_policy, caps
 
 # --- lockstep (sim_time) ---------------------------------------------------------------------------------------
 def _stamped(msg, t: float):
-    from builtin_interfaces.msg import Time
+    from sim2real.deploy.ros_conversions import time_from_seconds
 
-    ns = int(round(t * 1e9))
-    msg.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+    msg.header.stamp = time_from_seconds(t)
     return msg
 
 

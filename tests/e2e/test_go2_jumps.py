@@ -33,7 +33,9 @@ JUMPS = ([0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0])
 
 
 def sim_time(msg) -> float:
-    return msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+    from sim2real.deploy.ros_conversions import stamp_seconds
+
+    return stamp_seconds(msg.header.stamp)
 
 
 def yaw_of(q) -> float:

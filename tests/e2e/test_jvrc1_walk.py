@@ -77,7 +77,9 @@ def _to_odom(plan: np.ndarray, odom, foot_offset_x: float) -> np.ndarray:
 
 def sim_time(msg) -> float:
     """Simulated time [s] of a lockstep stand-in's message (its header stamp)."""
-    return msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+    from sim2real.deploy.ros_conversions import stamp_seconds
+
+    return stamp_seconds(msg.header.stamp)
 
 
 def test_the_walk_plan_is_feasible():

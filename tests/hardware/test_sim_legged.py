@@ -154,10 +154,9 @@ def test_cli_dispatches_on_the_robot_kind(capsys, robot):
 
 def stamped_command(node: SimLeggedNode, targets: dict, t: float, kp=40.0, kd=1.0, gains=True) -> None:
     """Deliver a (targets, gains) pair stamped with simulated time ``t`` [s] (a lockstep node's commands)."""
-    from builtin_interfaces.msg import Time
+    from sim2real.deploy.ros_conversions import time_from_seconds
 
-    ns = int(round(t * 1e9))
-    stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+    stamp = time_from_seconds(t)
     msgs = [JointState(name=POLICY_ORDER, position=[float(targets[j]) for j in POLICY_ORDER])]
     if gains:
         msgs.append(JointState(name=POLICY_ORDER, position=[float(kp)] * 12, velocity=[float(kd)] * 12))
@@ -203,8 +202,9 @@ def test_in_lockstep_each_command_of_the_current_instant_steps_one_control_perio
 def _header(t: float):
     from std_msgs.msg import Header
 
-    ns = int(round(t * 1e9))
-    return Header(stamp=Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000))
+    from sim2real.deploy.ros_conversions import time_from_seconds
+
+    return Header(stamp=time_from_seconds(t))
 
 
 def test_cli_refuses_lockstep_for_a_quadrotor(capsys):
