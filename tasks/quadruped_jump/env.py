@@ -9,7 +9,9 @@ their ``jump_command`` / ``command_time`` observation does). A fraction
 jumps, or none with ``eval.stand_only``. Success (at the time-out) of a jump = landing xy within the tolerance of
 the target (the landing pose: the base's at the command window's end with ``env.stand_after_jump``, so standing
 after the window is not traded for accuracy; the final pose without it), yaw within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, a peak base height
-at least ``success.min_peak_height`` above the settled standing height, and no fall or body contact; of a stand-only
+at least ``success.min_peak_height`` above the settled standing height, and no fall or body contact (with
+``env.takeoff_after_command`` flight and peak count only once every foot touched the ground after the command
+started: a hop carried over from before the command is not the jump); of a stand-only
 episode = it stood (below). Standing (every step outside an active command) is scored per phase, before the command
 (from the reset) and after the window (after the landing): it stood when the phase's mean base speed is below
 ``success.stand_speed`` [m/s] and no foot stayed out of contact longer than ``success.stand_air_s`` [s] (the
@@ -114,6 +116,9 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         # so a hop after the window cannot buy accuracy.
         self.landing_xy = torch.zeros(n, 2, device=device)
         self.landing_yaw = torch.zeros(n, device=device)
+        # Every foot touched the ground since the command started (env.takeoff_after_command): only a take-off
+        # from there is the jump (flight, height, rise, peak height); a hop carried over from before earns nothing.
+        self.grounded = torch.zeros(n, dtype=torch.bool, device=device)
 
         ccfg = cfg["curriculum"]
         self.curriculum = build_task_curriculum(
@@ -167,10 +172,11 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         state = self.robot_state()
         e = self.cfg["env"]
 
-        airborne = (state.foot_contact < 1.0).all(-1) & (self.time_s() > 0)
+        self._track_grounded(state)
+        airborne = (state.foot_contact < 1.0).all(-1) & (self.time_s() > 0) & self.grounded
         self.airborne_steps = torch.where(airborne, self.airborne_steps + 1, torch.zeros_like(self.airborne_steps))
         self.max_airborne_steps = torch.maximum(self.max_airborne_steps, self.airborne_steps)
-        started = self.time_s() > 0
+        started = (self.time_s() > 0) & self.grounded
         self.peak_height = torch.where(started, torch.maximum(self.peak_height, state.base_pos_w[:, 2]),
                                        self.peak_height)
         self._track_standing(state)
@@ -184,7 +190,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
         x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
                                  self.sim.joint_torque(), fall, tilt, self.standing(), self.landing_xy,
-                                 self.landing_yaw)
+                                 self.landing_yaw, self.grounded)
         terms = rew.compute(x, self.reward_params)
         stood = self.stood()
         success = time_out & torch.where(self.stand_only, stood[:, 0] == 1.0, self._success(state, tilt))
@@ -231,6 +237,14 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         mean_speed = self.stand_speed_sum / self.stand_steps.clamp_min(1.0)
         ok = (mean_speed < s["stand_speed"]) & (self.stand_air_max * self.control_dt <= s["stand_air_s"] + 1e-6)
         return torch.where(self.stand_steps > 0, ok.float(), torch.full_like(mean_speed, float("nan")))
+
+    def _track_grounded(self, state: RobotState) -> None:
+        """``grounded``: every foot in contact at some step since the command started (always true without
+        ``env.takeoff_after_command``, as configs before it were trained)."""
+        if not self.cfg["env"]["takeoff_after_command"]:
+            self.grounded[:] = True
+            return
+        self.grounded |= (self.time_s() > 0) & (state.foot_contact >= 1.0).all(-1)
 
     def _track_landing(self, state: RobotState) -> None:
         """Follow the base's pose while the command's window runs and hold it after (``landing_xy``/``_yaw``);
@@ -352,6 +366,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.last_actions[ids] = 0.0
         self.airborne_steps[ids] = 0
         self.max_airborne_steps[ids] = 0
+        self.grounded[ids] = False
         self.peak_height[ids] = self.settled_height
         self.stand_steps[ids] = 0.0
         self.stand_speed_sum[ids] = 0.0

@@ -41,6 +41,9 @@ class JumpRewardInputs:
         landing_xy: ``[N, 2]`` world frame [m] and ``landing_yaw``: ``[N]`` [rad], the pose the landing terms
             score: the current one while the command's window runs, held from the window's end on with
             ``env.stand_after_jump`` (a hop after the window cannot buy accuracy).
+        grounded: ``[N]`` bool, every foot touched the ground since the command started (always true without
+            ``env.takeoff_after_command``): flight, height and rise count only then, so hopping before the
+            command, to be airborne when it comes, earns nothing.
     """
 
     state: RobotState
@@ -54,6 +57,7 @@ class JumpRewardInputs:
     standing: torch.Tensor
     landing_xy: torch.Tensor
     landing_yaw: torch.Tensor
+    grounded: torch.Tensor
 
 
 def _started(x: JumpRewardInputs) -> torch.Tensor:
@@ -61,8 +65,9 @@ def _started(x: JumpRewardInputs) -> torch.Tensor:
 
 
 def _takeoff_window(x: JumpRewardInputs) -> torch.Tensor:
+    """1 within the take-off window once every foot touched the ground after the command (``x.grounded``)."""
     t = x.state.time_s
-    return ((t > 0) & (t < TAKEOFF_WINDOW_S)).float()
+    return ((t > 0) & (t < TAKEOFF_WINDOW_S) & x.grounded).float()
 
 
 def _airborne(x: JumpRewardInputs) -> torch.Tensor:
@@ -86,7 +91,7 @@ def yaw(x: JumpRewardInputs, p: dict) -> torch.Tensor:
 
 
 def flight(x: JumpRewardInputs, p: dict) -> torch.Tensor:
-    """1 while no foot touches the ground, within the take-off window."""
+    """1 while no foot touches the ground, within the take-off window (after a stance: ``x.grounded``)."""
     return _takeoff_window(x) * _airborne(x)
 
 

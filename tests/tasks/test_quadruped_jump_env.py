@@ -368,7 +368,7 @@ def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window(
                                         last_action=None, command=None,
                                         foot_contact=torch.tensor([[5.0, 0.0, 0.0, 5.0]] * 3),
                                         time_s=torch.tensor([-0.1, 0.6, 1.3])),
-                             *[None] * 7, torch.tensor([True, False, True]), None, None)
+                             *[None] * 7, torch.tensor([True, False, True]), None, None, None)
     assert rew.stand_feet_air(x, {}).tolist() == [2.0, 0.0, 2.0]
 
 
@@ -520,7 +520,7 @@ def test_the_landing_pose_is_held_from_the_windows_end_so_a_later_hop_buys_no_ac
     pos_err, _ = env._landing_errors(moved)
     assert torch.allclose(pos_err, torch.tensor([0.1, 0.1]))
     x = rew.JumpRewardInputs(moved, None, env.target_xy, env.target_yaw, *[None] * 4,
-                             torch.zeros(2, dtype=torch.bool), env.landing_xy, env.landing_yaw)
+                             torch.zeros(2, dtype=torch.bool), env.landing_xy, env.landing_yaw, env.grounded)
     assert torch.allclose(rew.position(x, {}), torch.full((2,), math.exp(-0.1 / 0.25)))
     # Without the stand command the pose is the current one at every time.
     legacy = _env(2, "eval.difficulty=2.0", "env.stand_after_jump=false", eval_mode=True)
@@ -529,3 +529,38 @@ def test_the_landing_pose_is_held_from_the_windows_end_so_a_later_hop_buys_no_ac
     track(legacy, 59, 0.10)
     far = track(legacy, 80, 0.3)
     assert torch.allclose(legacy.landing_xy, far.base_pos_w[:, :2])
+
+
+def test_a_hop_carried_over_from_before_the_command_is_not_the_jump():
+    """With env.takeoff_after_command flight, height, rise and the flight/peak the success rule needs count only
+    once every foot touched the ground after the command started; a robot already in the air when the command
+    comes earns nothing for that flight (hopping while told to stand does not pay). Without the key it does."""
+    from sim2real.tasks.quadruped_jump import rewards as rew
+
+    def airborne_at_command(*overrides):
+        e = _env(1, *overrides, eval_mode=True)
+        e.wait_steps[:] = 0
+        return e
+
+    def state(e, step, z, contact):
+        e.episode_length_buf[:] = step
+        s = _landed(e, set_landing=False)
+        s.base_pos_w[:, 2] = z
+        s.base_lin_vel_w[:, 2] = 1.0
+        s.foot_contact[:] = contact
+        s.time_s[:] = e.time_s()
+        return s
+
+    def terms(e, s):
+        e._track_grounded(s)
+        x = rew.JumpRewardInputs(s, None, None, None, e.settled_height, None, None, None,
+                                 torch.zeros(1, dtype=torch.bool), None, None, e.grounded)
+        return [float(rew.flight(x, {})), float(rew.height(x, {}) > 0), float(rew.rise(x, {}))]
+
+    gated, old = airborne_at_command(), airborne_at_command("env.takeoff_after_command=false")
+    high = float(gated.settled_height) + 0.15
+    assert terms(gated, state(gated, 5, high, 0.0)) == [0.0, 0.0, 0.0]  # 0.1 s into the command, still in the air
+    assert terms(old, state(old, 5, high, 0.0)) == [1.0, 1.0, 1.0]
+    assert terms(gated, state(gated, 10, high - 0.15, 30.0))[0] == 0.0  # touched down: a stance
+    assert terms(gated, state(gated, 15, high, 0.0)) == [1.0, 1.0, 1.0]  # the take-off after it is the jump
+    assert bool(gated.grounded) and not bool(airborne_at_command().grounded)
