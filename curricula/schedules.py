@@ -113,3 +113,53 @@ class CompetenceSchedule:
         if "k" not in state:  # not a competence schedule's state (a resume cannot switch: FIXED_ON_RESUME)
             raise ValueError("penalty schedule state of a step-annealed run; a competence schedule cannot resume it")
         self.k, self._sum, self._count = int(state["k"]), float(state["sum"]), int(state["count"])
+
+
+class ConstantSchedule:
+    """``value = 1`` always: penalties at their configured weights (``curriculum.penalty_anneal: none``)."""
+
+    value = 1.0
+
+    def record(self, scores) -> None:
+        """(Nothing moves a constant schedule.)"""
+
+    def advance(self, env_steps: int) -> None:
+        """(Nothing moves a constant schedule.)"""
+
+    def finish(self) -> None:
+        """(Already at its final value.)"""
+
+    def log(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """(No state.)"""
+
+
+def penalty_schedule(ccfg: dict, eval_mode: bool = False):
+    """The penalty-scale schedule a task's ``curriculum`` config asks for (``penalty_anneal``): ``steps``
+    (:class:`StepSchedule`, ``penalty_scale_initial`` / ``_factor`` / ``_interval`` / ``_final``), ``competence``
+    (:class:`CompetenceSchedule`, with ``penalty_competence_up`` / ``_down`` / ``_episodes``) or ``none``
+    (:class:`ConstantSchedule`). In ``eval_mode`` it starts at its final value (rewards reported at full weight).
+
+    Raises:
+        ValueError: another ``penalty_anneal``, or the schedule's own argument errors.
+    """
+    kind = ccfg["penalty_anneal"]
+    if kind == "competence":
+        sched = CompetenceSchedule(ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"],
+                                   ccfg["penalty_scale_factor"], ccfg["penalty_competence_up"],
+                                   ccfg["penalty_competence_down"], ccfg["penalty_competence_episodes"])
+    elif kind == "steps":
+        sched = StepSchedule(ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"], ccfg["penalty_scale_factor"],
+                             ccfg["penalty_scale_interval"])
+    elif kind == "none":
+        sched = ConstantSchedule()
+    else:
+        raise ValueError(f"curriculum.penalty_anneal must be steps, competence or none, got {kind!r}")
+    if eval_mode:
+        sched.finish()
+    return sched

@@ -191,3 +191,19 @@ def check_legged_robot(cfg: dict, task: str):
         raise ConfigError(f"config key 'robot': {task} needs a legged robot, '{robot.get('name')}' is a "
                           f"{robot.get('kind')}")
     return LeggedRobot.from_config(robot)
+
+
+def check_penalty_anneal(cur: dict, kinds: tuple[str, ...]) -> None:
+    """``curriculum.penalty_anneal`` one of ``kinds`` and its schedule's keys in range
+    (:func:`sim2real.curricula.schedules.penalty_schedule`)."""
+    require(cur["penalty_anneal"] in kinds, "curriculum.penalty_anneal",
+            f"must be {' or '.join(kinds)}, got {cur['penalty_anneal']!r}")
+    if cur["penalty_anneal"] == "none":
+        return
+    require(0 <= cur["penalty_competence_down"] < cur["penalty_competence_up"] <= 1, "curriculum.penalty_competence_up",
+            "need 0 <= penalty_competence_down < penalty_competence_up <= 1")
+    require(cur["penalty_competence_episodes"] >= 1, "curriculum.penalty_competence_episodes", "must be at least 1")
+    require(cur["penalty_scale_initial"] > 0 and cur["penalty_scale_final"] > 0, "curriculum.penalty_scale_initial",
+            "penalty scales must be positive")
+    if cur["penalty_anneal"] == "competence":
+        require(cur["penalty_scale_factor"] > 1, "curriculum.penalty_scale_factor", "must be above 1")

@@ -67,12 +67,14 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
         self._state = self.sim.state()
         self.episode_length_buf += 1
 
-    def _weighted_reward(self, terms: dict[str, torch.Tensor], once: tuple[str, ...]) -> torch.Tensor:
-        """``sum_k w_k term_k`` ``[N]`` (``w`` = ``reward_weights``; every term but those in ``once`` times the
-        control period), added per term to ``episode_sums``, scaled by ``rewards.scale``; a NaN/Inf is left for
-        :meth:`~sim2real.tasks.base_env.TaskEnv._contain_non_finite` to flag and reset the env."""
+    def _weighted_reward(self, terms: dict[str, torch.Tensor], once: tuple[str, ...], scaled: tuple[str, ...] = (),
+                         scale: float = 1.0) -> torch.Tensor:
+        """``sum_k w_k term_k`` ``[N]`` (``w`` = ``reward_weights``, times ``scale`` for the terms in ``scaled``;
+        every term but those in ``once`` times the control period), added per term to ``episode_sums``, scaled by
+        ``rewards.scale``; a NaN/Inf is left for :meth:`~sim2real.tasks.base_env.TaskEnv._contain_non_finite` to
+        flag and reset the env."""
         return weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt, once=once,
-                                   overall=self.cfg["rewards"]["scale"], finite=False)
+                                   scaled=scaled, scale=scale, overall=self.cfg["rewards"]["scale"], finite=False)
 
     def _refresh_state(self, ids: torch.Tensor) -> None:
         """Read the state of the worlds ``ids`` just reset into ``_state`` (the whole state on the first call)."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from sim2real.tasks.actions import QUADROTOR_INTERFACES
 from sim2real.tasks.checks import (
-    check_curriculum_choice, check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
+    check_curriculum_choice, check_device, check_observations, check_penalty_anneal, check_quadrotor_dr, check_train,
+    require as _require,
 )
 from sim2real.tasks.quadrotor_swarm.goals import SCENARIOS
 from sim2real.tasks.quadrotor_swarm.rewards import TERMS
@@ -82,13 +83,7 @@ def check_config(cfg: dict) -> None:
     _require(0 < cur["promote_at_goal"] <= 1, "curriculum.promote_at_goal", "must be in (0, 1]")
     _require(cur["demote_collisions"] > 0, "curriculum.demote_collisions", "must be positive")
     _require(cur["penalty_scale_interval"] >= 1, "curriculum.penalty_scale_interval", "must be at least 1")
-    _require(cur["penalty_anneal"] in ("steps", "competence"), "curriculum.penalty_anneal",
-             f"must be steps or competence, got {cur['penalty_anneal']!r}")
-    _require(0 <= cur["penalty_competence_down"] < cur["penalty_competence_up"] <= 1, "curriculum.penalty_competence_up",
-             "need 0 <= penalty_competence_down < penalty_competence_up <= 1")
-    _require(cur["penalty_competence_episodes"] >= 1, "curriculum.penalty_competence_episodes", "must be at least 1")
-    _require(cur["penalty_scale_initial"] > 0 and cur["penalty_scale_final"] > 0, "curriculum.penalty_scale_initial",
-             "penalty scales must be positive")
+    check_penalty_anneal(cur, ("steps", "competence"))
     rep = cfg["replay"]
     _require(0 <= rep["fraction"] <= 1, "replay.fraction", "must be in [0, 1]")
     for key in ("capacity", "max_uses"):

@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from sim2real.curricula import PerEnvLevelCurriculum, StepSchedule
-from sim2real.curricula.schedules import CompetenceSchedule
+from sim2real.curricula import PerEnvLevelCurriculum
+from sim2real.curricula.schedules import penalty_schedule
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
 from sim2real.tasks.base_env import TaskEnv
@@ -116,15 +116,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
             ccfg, self.task_spaces(), r, device, eval_mode=eval_mode,
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
             hand_written=lambda: PerEnvLevelCurriculum.from_config(ccfg, r, device, 1.0 if eval_mode else None))
-        if ccfg["penalty_anneal"] == "competence":
-            self.penalty_schedule = CompetenceSchedule(
-                ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"], ccfg["penalty_scale_factor"],
-                ccfg["penalty_competence_up"], ccfg["penalty_competence_down"], ccfg["penalty_competence_episodes"])
-        else:
-            self.penalty_schedule = StepSchedule(ccfg["penalty_scale_initial"], ccfg["penalty_scale_final"],
-                                                 ccfg["penalty_scale_factor"], ccfg["penalty_scale_interval"])
-        if eval_mode:
-            self.penalty_schedule.finish()
+        self.penalty_schedule = penalty_schedule(ccfg, eval_mode)
         rcfg = cfg["replay"]
         self.replay_enabled = bool(rcfg["enabled"]) and not eval_mode
         self.replay = StateReplayBuffer(int(rcfg["capacity"]), int(rcfg["max_uses"]), device)

@@ -23,7 +23,7 @@ SPEC = TaskSpec(
     # configs saved before the stand command: no stand-only episodes, no feet-in-the-air term, the take-off counted
     # from the command's start
     legacy_defaults=(("env.stand_prob", 0.0), ("env.stand_after_jump", False), ("rewards.weights.stand_feet_air", 0.0),
-                     ("env.takeoff_after_command", False)),
+                     ("env.takeoff_after_command", False), ("curriculum.penalty_anneal", "none")),
     finetune=FinetuneSpec(gap_metric="success_rate", higher_is_better=True),
     bench=BenchSpec(entries=("train-profile", "throughput", "curricula", "finetune", "gpu"),
                     curricula=CurriculaBenchSpec(space="landing", hand_written="stages",

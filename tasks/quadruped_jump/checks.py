@@ -6,7 +6,7 @@ Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, be
 from __future__ import annotations
 
 from sim2real.tasks.checks import (
-    check_curriculum_choice, check_device, check_legged_robot, check_mujoco_sim, check_observations,
+    check_curriculum_choice, check_device, check_legged_robot, check_mujoco_sim, check_observations, check_penalty_anneal,
     check_staged_curriculum, check_train,
     require,
 )
@@ -48,6 +48,7 @@ def check_config(cfg: dict) -> None:
     check_observations(cfg["observations"])
     check_domain_rand(cfg["domain_rand"])
     check_staged_curriculum(cfg, 3, "quadruped-jump")
+    check_penalty_anneal(cfg["curriculum"], ("competence", "none"))
     check_reward_config(cfg["rewards"], TERMS)
     check_train(cfg)
     check_device(cfg["device"])

@@ -36,6 +36,7 @@ import torch
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import build_task_curriculum
+from sim2real.curricula.schedules import penalty_schedule
 from sim2real.curricula.stages import split_difficulty, stage_space
 from sim2real.sim.backends import make_legged_backend
 from sim2real.sim.rotations import (
@@ -127,6 +128,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             hand_written=lambda: StagedLevelCurriculum.from_config(
                 ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
         self.num_stages = int(ccfg["num_stages"])
+        # The standing penalties (rewards.STAND_PENALTIES) grow with measured jump success (curriculum.penalty_anneal).
+        self.penalty_schedule = penalty_schedule(ccfg, eval_mode)
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
         self.distance_bins = cmds.max_distance_bins(cfg["command"]).to(device)
@@ -195,7 +198,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         stood = self.stood()
         success = time_out & torch.where(self.stand_only, stood[:, 0] == 1.0, self._success(state, tilt))
         terms["success"] = success.float()
-        reward = self._weighted_reward(terms, rew.ONCE)
+        reward = self._weighted_reward(terms, rew.ONCE, rew.STAND_PENALTIES, self.penalty_schedule.value)
 
         dones = fall | time_out
         extras = {"time_outs": time_out, "log": {}}
@@ -207,6 +210,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         extras["log"].update(self.curriculum.log())
         extras["log"]["Metrics/max_distance_80"] = self.max_successful_distance()
         extras["log"]["Metrics/unstable_worlds"] = float(self.sim.num_unstable)
+        extras["log"].update(self.penalty_schedule.log())
         return self.get_observations(), reward, dones, extras
 
     def standing(self) -> torch.Tensor:
@@ -298,6 +302,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             return
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/success_rate"] = success.float().mean()
+        if not self.eval_mode:
+            self.penalty_schedule.record(success.float().tolist())
         log["Metrics/peak_height"] = out["peak_height"].mean()
         for s in range(self.num_stages):
             mask = stage == s
@@ -438,9 +444,10 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
     def curriculum_state_dict(self) -> dict:
         return {"teacher": self.curriculum.state_dict(), "bin_success": self.bin_success.clone(),
-                "bin_count": self.bin_count.clone()}
+                "bin_count": self.bin_count.clone(), "penalty_schedule": self.penalty_schedule.state_dict()}
 
     def load_curriculum_state_dict(self, state: dict) -> None:
         self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["stages"])
         self.bin_success = state["bin_success"].to(self.device)
         self.bin_count = state["bin_count"].to(self.device)
+        self.penalty_schedule.load_state_dict(state.get("penalty_schedule", {}))  # (absent: a run without one)

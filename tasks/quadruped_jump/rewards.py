@@ -18,6 +18,9 @@ from sim2real.tasks.state import RobotState
 
 #: Terms paid once per episode (not multiplied by the control period).
 ONCE = ("success", "termination")
+#: Standing penalties, scaled by the curriculum's penalty schedule (``curriculum.penalty_anneal``: annealed in by
+#: measured jump success, so they cannot stop the robot from learning to jump).
+STAND_PENALTIES = ("stand_feet_air",)
 #: Window after the command's start [s] in which flight and height are rewarded.
 TAKEOFF_WINDOW_S = 0.8
 #: Time after the command's start [s] from which standing still is rewarded.

@@ -62,3 +62,39 @@ def test_the_swarm_anneals_its_penalties_by_competence_when_asked():
     assert evaluation.penalty_schedule.value == 1.0
     with pytest.raises(Exception, match="penalty_anneal"):
         task_config("quadrotor-swarm", ["curriculum.penalty_anneal=sometimes"])
+
+
+def test_the_jump_anneals_its_standing_penalty_by_jump_success():
+    """quadruped-jump: stand_feet_air is paid at weight x the schedule's scale (0.1 of -1.0 at the start), the scale
+    rises with the success of jump episodes (stand-only episodes do not count), evaluation pays the full weight, and
+    penalty_anneal none pays the weight as written; the schedule's state travels with the curriculum state."""
+    import torch
+
+    from sim2real.curricula.schedules import ConstantSchedule
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config("quadruped-jump", ["curriculum.penalty_competence_episodes=2", "env.num_envs=2",
+                                         "env.stand_prob=0.0", "sim.nthread=1"])
+    env = make_env(cfg)
+    assert env.penalty_schedule.value == pytest.approx(0.1)
+    env.wait_steps[:] = env.max_episode_length + 1  # standing the whole time
+    env.episode_sums["stand_feet_air"][:] = 0.0
+    from sim2real.sim.rotations import quat_from_yaw
+
+    ids = torch.arange(2)
+    lifted = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])  # 1 m up: every foot off the ground
+    env.sim.reset(ids, lifted, quat_from_yaw(torch.zeros(2)), env.settled_joint_pos.expand(2, -1))
+    env.step(torch.zeros(env.num_envs, env.num_actions))
+    assert ((env._state["foot_contact"] < 1.0).sum(-1) == 4).all()
+    assert torch.allclose(env.episode_sums["stand_feet_air"], torch.full((2,), -1.0 * 0.1 * 4 * env.control_dt))
+    env._record_outcome(ids, env.robot_state(), torch.tensor([True, True]), torch.tensor([False, False]), {})
+    assert env.penalty_schedule.value == pytest.approx(0.15)  # two successful jumps: one step up
+    state = env.curriculum_state_dict()
+    again = make_env(cfg)
+    again.load_curriculum_state_dict(state)
+    assert again.penalty_schedule.value == pytest.approx(0.15)
+    assert make_env(cfg, eval_mode=True).penalty_schedule.value == 1.0
+    plain = make_env(task_config("quadruped-jump", ["curriculum.penalty_anneal=none", "env.num_envs=2"]))
+    assert isinstance(plain.penalty_schedule, ConstantSchedule) and plain.penalty_schedule.value == 1.0
+    with pytest.raises(Exception, match="penalty_anneal"):
+        task_config("quadruped-jump", ["curriculum.penalty_anneal=steps"])
