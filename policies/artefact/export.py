@@ -75,19 +75,21 @@ def _make_batch_symbolic(model: onnx.ModelProto) -> None:
 def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown", overwrite: bool = True) -> Path:
     """Export ``checkpoint`` to ``out_dir/policy.onnx`` + ``out_dir/metadata.json``; returns ``out_dir``.
 
-    ``overwrite``: replace an exported policy already in ``out_dir`` (else it is refused).
+    ``overwrite``: write into an existing ``out_dir`` that holds anything, replacing an exported policy there
+    (else such a folder is refused: an export never replaces files silently; other files are left as they are).
 
     Raises:
         CheckpointError: the checkpoint is missing or corrupt.
-        ExportError: the exported graph disagrees with the torch policy, ``out_dir`` is an existing file, or it holds
-            an exported policy and ``overwrite`` is False.
+        ExportError: the exported graph disagrees with the torch policy, ``out_dir`` is an existing file, or an
+            existing folder that is not empty and ``overwrite`` is False.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"output {out_dir} exists and is not a folder")
-    if not overwrite and any((out_dir / name).exists() for name in (ONNX_FILE, METADATA_FILE)):
-        raise ExportError(f"{out_dir} already holds an exported policy: choose another --output, or pass --force to "
-                          f"replace it")
+    if not overwrite and out_dir.is_dir() and any(out_dir.iterdir()):
+        held = "an exported policy" if any((out_dir / n).exists() for n in (ONNX_FILE, METADATA_FILE)) else "files"
+        raise ExportError(f"{out_dir} already exists and holds {held}: choose another --output, or pass --force to "
+                          f"write {ONNX_FILE} and {METADATA_FILE} into it")
     runner, cfg, data = load_runner(Path(checkpoint))
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, _quiet_exporter():

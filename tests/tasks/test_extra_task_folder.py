@@ -62,9 +62,20 @@ def test_point_mass_runs_train_eval_export_check(point_mass, tmp_path, capsys):
              str(tmp_path / "exported")]
     capsys.readouterr()
     assert sim2real_main(again) == 2  # an existing export is never replaced silently
-    assert "already holds an exported policy" in capsys.readouterr().err
+    assert "already exists and holds an exported policy" in capsys.readouterr().err
     assert (tmp_path / "exported" / "policy.onnx").read_bytes() == before
     assert sim2real_main([*again, "--force"]) == 0
+    other = tmp_path / "notes"  # an existing folder holding anything is refused too; an empty one is used
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    mine = ["export", "--task", "point-mass", "--runs-root", str(runs), "--checkpoint", "latest", "--output"]
+    capsys.readouterr()
+    assert sim2real_main([*mine, str(other)]) == 2
+    assert "already exists and holds files" in capsys.readouterr().err and not (other / "policy.onnx").exists()
+    assert sim2real_main([*mine, str(other), "--force"]) == 0
+    assert (other / "keep.txt").read_text() == "mine" and (other / "policy.onnx").is_file()
+    (tmp_path / "empty").mkdir()
+    assert sim2real_main([*mine, str(tmp_path / "empty")]) == 0
 
     capsys.readouterr()
     rc = sim2real_main(["check", "--policy", str(tmp_path / "exported"), "--robot", "crazyflie2",
