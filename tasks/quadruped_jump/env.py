@@ -450,4 +450,5 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.curriculum.load_state_dict(state["teacher"] if "teacher" in state else state["stages"])
         self.bin_success = state["bin_success"].to(self.device)
         self.bin_count = state["bin_count"].to(self.device)
-        self.penalty_schedule.load_state_dict(state.get("penalty_schedule", {}))  # (absent: a run without one)
+        if "penalty_schedule" in state:  # (absent: a checkpoint saved before it; the schedule starts afresh)
+            self.penalty_schedule.load_state_dict(state["penalty_schedule"])
