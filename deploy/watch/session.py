@@ -214,6 +214,8 @@ class _WatchNode(Node):
             self._subs[topic] = self.create_subscription(
                 cls, topic, lambda data, t=topic, n=type_name, d=msgdef: self._on_message(t, n, d, data),
                 _matching_qos(publishers), raw=True)
+            self.get_logger().info(f"{'recording' if self.watch.recorder is not None else 'watching'} {topic} "
+                                   f"({type_name})")
 
     def _on_message(self, topic: str, type_name: str, msgdef: str, data: bytes) -> None:
         now = time.time_ns()

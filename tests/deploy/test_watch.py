@@ -211,6 +211,10 @@ def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_p
     log = lambda: (tmp_path / "deploy.log").read_text()  # noqa: E731
     try:
         assert wait_until(lambda: "policy in control" in log(), 90.0, poll_s=0.2), log()
+        # The recorder subscribes to each topic when its scan of the ROS graph finds a publisher (once seen 2.7 s
+        # after the policy took control, leaving 29 odometry messages of a 3 s flight): fly 3 s from then.
+        assert wait_until(lambda: f"recording {ns}/odom" in log() and f"recording {ns}/imu" in log(), 60.0,
+                          poll_s=0.1), log()
         time.sleep(3.0)  # flying: odometry, commands and a few diagnostics recorded
         assert stop_process(procs["deploy"], signal.SIGINT, timeout_s=30.0) == 0, log()
     finally:
