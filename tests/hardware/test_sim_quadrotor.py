@@ -188,12 +188,12 @@ def test_watchdog_idles_motors_after_stale_commands(rig):
     t_last = r.last_command_pub
     hover_thrust = float(r.node.dyn.motor_thrust.sum())
     assert hover_thrust == pytest.approx(MASS_SCALE * M * G, rel=1e-3)
+    assert wait_until(lambda: r.node.watchdog_tripped, 5.0)  # (no command in flight any more: the last one is in)
     # The rule at exact instants (not at the scheduler's mercy): the last command is held up to 0.2 s after it
     # took effect, then the safe command (idle) acts.
     t_cmd, cmd = r.node.command_time, r.node.command.clone()
     assert torch.equal(r.node.applied_command(t_cmd + 0.199), cmd)
     assert torch.equal(r.node.applied_command(t_cmd + 0.201), torch.zeros(1, 4))
-    assert wait_until(lambda: r.node.watchdog_tripped, 5.0)
     assert wait_until(lambda: float(r.node.dyn.motor_thrust.sum()) < 0.01 * hover_thrust, 5.0)  # idled
     assert wait_until(lambda: r.z() < 0.9, 5.0)  # falling
     held = [m.pose.pose.position.z for m in r.odom(since=t_last)]
