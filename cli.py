@@ -410,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="the task (required, but with --migrate)")
     p.add_argument("--checkpoint", default=None, help="PATH|latest|best (default best)")
     p.add_argument("--output", help="output folder (default <run>/policy)")
-    p.add_argument("--force", action="store_true", help="write into an output folder that already holds files (replacing an exported policy there)")
+    p.add_argument("--force", action="store_true",
+                   help="write into an output folder that already holds files (replacing an exported policy there)")
     p.add_argument("--runs-root", type=Path)
     p.add_argument("--migrate", metavar="POLICY_DIR",
                    help="instead: complete an exported policy's training config with the task defaults of keys added "

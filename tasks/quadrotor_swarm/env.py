@@ -26,9 +26,9 @@ import torch
 from tensordict import TensorDict
 
 from sim2real.curricula import PerEnvLevelCurriculum
-from sim2real.curricula.schedules import penalty_schedule
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import HasTaskCurriculum, build_task_curriculum
+from sim2real.curricula.schedules import penalty_schedule
 from sim2real.tasks.base_env import TaskEnv
 from sim2real.curricula.levels import LEVEL_SPACE
 from sim2real.curricula.replay import StateReplayBuffer

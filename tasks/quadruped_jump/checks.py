@@ -6,8 +6,8 @@ Raises :class:`~sim2real.configs.ConfigError` naming the first offending key, be
 from __future__ import annotations
 
 from sim2real.tasks.checks import (
-    check_curriculum_choice, check_device, check_legged_robot, check_mujoco_sim, check_observations, check_penalty_anneal,
-    check_staged_curriculum, check_train,
+    check_curriculum_choice, check_device, check_legged_robot, check_mujoco_sim, check_observations,
+    check_penalty_anneal, check_staged_curriculum, check_train,
     require,
 )
 from sim2real.tasks.legged_dr import check_domain_rand

@@ -8,8 +8,9 @@ their ``jump_command`` / ``command_time`` observation does). A fraction
 ``env.stand_prob`` of training episodes has no command at all (it stands throughout); in evaluation every episode
 jumps, or none with ``eval.stand_only``. Success (at the time-out) of a jump = landing xy within the tolerance of
 the target (the landing pose: the base's at the command window's end with ``env.stand_after_jump``, so standing
-after the window is not traded for accuracy; the final pose without it), yaw within ``success.yaw_tol``, upright, at least ``env.airborne_min_s`` of flight, a peak base height
-at least ``success.min_peak_height`` above the settled standing height, and no fall or body contact (with
+after the window is not traded for accuracy; the final pose without it), yaw within ``success.yaw_tol``, upright,
+at least ``env.airborne_min_s`` of flight, a peak base height at least ``success.min_peak_height`` above the
+settled standing height, and no fall or body contact (with
 ``env.takeoff_after_command`` flight and peak count only once every foot touched the ground after the command
 started: a hop carried over from before the command is not the jump); of a stand-only
 episode = it stood (below). Standing (every step outside an active command) is scored per phase, before the command

@@ -66,11 +66,12 @@ def test_the_swarm_anneals_its_penalties_by_competence_when_asked():
 
 def test_the_jump_anneals_its_standing_penalty_by_jump_success():
     """quadruped-jump: stand_feet_air is paid at weight x the schedule's scale (0.1 of -1.0 at the start), the scale
-    rises with the success of jump episodes (stand-only episodes do not count), evaluation pays the full weight, and
+    rises with the success of jump episodes, evaluation pays the full weight, and
     penalty_anneal none pays the weight as written; the schedule's state travels with the curriculum state."""
     import torch
 
     from sim2real.curricula.schedules import ConstantSchedule
+    from sim2real.sim.rotations import quat_from_yaw
     from sim2real.tasks import make_env, task_config
 
     cfg = task_config("quadruped-jump", ["curriculum.penalty_competence_episodes=2", "env.num_envs=2",
@@ -79,8 +80,6 @@ def test_the_jump_anneals_its_standing_penalty_by_jump_success():
     assert env.penalty_schedule.value == pytest.approx(0.1)
     env.wait_steps[:] = env.max_episode_length + 1  # standing the whole time
     env.episode_sums["stand_feet_air"][:] = 0.0
-    from sim2real.sim.rotations import quat_from_yaw
-
     ids = torch.arange(2)
     lifted = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])  # 1 m up: every foot off the ground
     env.sim.reset(ids, lifted, quat_from_yaw(torch.zeros(2)), env.settled_joint_pos.expand(2, -1))

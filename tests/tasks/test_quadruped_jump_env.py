@@ -494,7 +494,6 @@ def test_the_selection_score_ranks_standing_after_landing_without_hiding_the_jum
     assert QuadrupedJumpEnv.summarize_outcomes(legacy)["score"] == pytest.approx(0.75 - 1e-4)
 
 
-
 def test_the_landing_pose_is_held_from_the_windows_end_so_a_later_hop_buys_no_accuracy():
     """With env.stand_after_jump the landing terms and the success rule score the base's pose at the command
     window's end (1.2 s): moving the base after it changes neither; inside the window the pose follows the base.
