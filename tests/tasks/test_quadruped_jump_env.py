@@ -26,9 +26,10 @@ PRIVILEGED = 22
 
 
 def _cfg(*overrides: str) -> dict:
-    """The task config, one MuJoCo thread, no DR, every episode a jump (no stand-only ones) unless overridden."""
+    """The task config, one MuJoCo thread, no DR, every episode a jump (no stand-only ones) with 2 s after the
+    command's start, unless overridden."""
     return task_config("quadruped-jump", ["sim.nthread=1", "domain_rand.enabled=false", "env.stand_prob=0.0",
-                                          *overrides])
+                                          "env.jump_s=2.0", *overrides])
 
 
 def _env(n: int = 4, *overrides: str, seed: int = 0, eval_mode: bool = False):
@@ -367,9 +368,11 @@ def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window(
     x = rew.JumpRewardInputs(RobotState(base_pos_w=None, base_quat_w=None, base_lin_vel_w=None, base_ang_vel_b=None,
                                         last_action=None, command=None,
                                         foot_contact=torch.tensor([[5.0, 0.0, 0.0, 5.0]] * 3),
+                                        joint_vel=torch.tensor([[3.0, 4.0] + [0.0] * 10] * 3),
                                         time_s=torch.tensor([-0.1, 0.6, 1.3])),
                              *[None] * 7, torch.tensor([True, False, True]), None, None, None)
     assert rew.stand_feet_air(x, {}).tolist() == [2.0, 0.0, 2.0]
+    assert rew.stand_joint_vel(x, {}).tolist() == [25.0, 0.0, 25.0]  # |dq|^2 = 3^2 + 4^2, only while standing
 
 
 def test_a_policy_saved_before_the_stand_command_keeps_its_training_settings():
@@ -386,8 +389,10 @@ def test_a_policy_saved_before_the_stand_command_keeps_its_training_settings():
                          ("success", "stand_air_s"), ("eval", "stand_only")):
         saved[section].pop(key, None)  # as it was saved (export --migrate has since written them in)
     saved["rewards"]["weights"].pop("stand_feet_air", None)
+    saved["rewards"]["weights"].pop("stand_joint_vel", None)
     cfg, added = complete_saved_config(saved)
     assert cfg["env"]["stand_prob"] == 0.0 and cfg["rewards"]["weights"]["stand_feet_air"] == 0.0
+    assert cfg["rewards"]["weights"]["stand_joint_vel"] == 0.0
     assert cfg["env"]["stand_after_jump"] is False
     assert cfg["observations"]["policy"][-2:] == ["jump_command", "command_time"]  # its own layout, as saved
     assert "env.stand_prob" in added
