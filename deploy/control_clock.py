@@ -16,7 +16,13 @@ milliseconds at the 99th percentile. The method here:
   root, or an ``rtprio`` limit in ``/etc/security/limits.conf``);
 * **the GIL**: a thread that wakes must take the GIL from whichever thread holds it, which CPython asks for only
   after the switch interval (5 ms by default); :class:`ControlClock` lowers the process's interval to
-  :data:`SWITCH_INTERVAL_S`.
+  :data:`SWITCH_INTERVAL_S`;
+* **the garbage collector** (``collect_garbage=True``, what the deploy nodes use): CPython collects in whichever
+  thread allocates past a threshold, holding the GIL throughout (no switch interval applies); in the executor's
+  thread at 1 kHz of messages, generation-1 collections took 1.5 ms on average and up to 9 ms, long enough to make
+  a 100 Hz tick overrun. While such a clock runs, automatic collection is off and the clock's thread runs the
+  collection that is due (CPython's own thresholds and generations) right after a tick, in the slack before the
+  next deadline.
 
 The tick runs outside the executor, so a node serialises it with its subscription callbacks through a lock
 (:class:`~sim2real.deploy.nodes.base.PolicyLifecycleNode` does).
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import math
 import os
 import sys
@@ -104,6 +111,44 @@ def request_realtime(priority: int) -> str:
     return "default"
 
 
+_gc_lock = threading.Lock()
+_gc_holders = 0  # running clocks that took automatic collection over
+_gc_was_enabled = True
+
+
+def _take_over_gc() -> None:
+    """Turn automatic garbage collection off for a clock that collects itself (counted: the last to let go turns
+    it back on, if it was on)."""
+    global _gc_holders, _gc_was_enabled
+    with _gc_lock:
+        if _gc_holders == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_holders += 1
+
+
+def _hand_back_gc() -> None:
+    global _gc_holders
+    with _gc_lock:
+        _gc_holders -= 1
+        if _gc_holders == 0 and _gc_was_enabled:
+            gc.enable()
+
+
+def collect_due_garbage() -> int | None:
+    """Run the collection CPython would have run by now with automatic collection on: the oldest generation whose
+    count reached its threshold (``gc.get_threshold()``), none if generation 0's has not. Returns the generation
+    collected, or None."""
+    counts, thresholds = gc.get_count(), gc.get_threshold()
+    if thresholds[0] <= 0 or counts[0] < thresholds[0]:
+        return None
+    generation = 0
+    while generation + 1 < len(counts) and counts[generation + 1] >= thresholds[generation + 1] > 0:
+        generation += 1
+    gc.collect(generation)
+    return generation
+
+
 def _run_tick(clock, start: float) -> bool:
     """Run ``clock``'s tick (started at ``start``, monotonic [s]) and record its compute time; an exception it raises
     is kept in ``clock.error``, stops the clock and goes to its ``on_error`` (the control loop must not die
@@ -130,23 +175,28 @@ class ControlClock:
             ``on_error`` (the node publishes its safe command there).
         rt_priority: ``SCHED_FIFO`` priority to ask for (0: stay at the default policy).
         name: the thread's name.
+        collect_garbage: while the clock runs, turn the process's automatic garbage collection off and run the
+            collections that fall due in the clock's thread right after each tick (see the module docstring).
 
     Attributes:
         ticks: ticks started since :meth:`start`.
         overruns: periods longer than :data:`OVERRUN_FACTOR` nominal periods since :meth:`start`.
         skipped: deadlines skipped because a tick started more than a period late.
+        collections: garbage collections the clock's thread ran (``collect_garbage``).
         scheduling: what :func:`request_realtime` granted (None before the thread starts).
         error: the exception that stopped the clock, or None.
     """
 
     def __init__(self, period_s: float, tick, *, rt_priority: int = DEFAULT_RT_PRIORITY, name: str = "control",
-                 on_error=None):
+                 on_error=None, collect_garbage: bool = False):
         if not period_s > 0:
             raise ValueError(f"period_s must be positive, got {period_s}")
         self.period_s = float(period_s)
         self._tick = tick
         self._on_error = on_error
         self.rt_priority = int(rt_priority)
+        self.collect_garbage = bool(collect_garbage)
+        self.collections = 0
         self.ticks = 0
         self._periods: deque[float] = deque(maxlen=WINDOW_TICKS)
         self._compute: deque[float] = deque(maxlen=WINDOW_TICKS)
@@ -182,7 +232,16 @@ class ControlClock:
 
     def _run(self) -> None:
         self.scheduling = request_realtime(self.rt_priority)
+        if self.collect_garbage:
+            _take_over_gc()
         self._scheduled.set()
+        try:
+            self._loop()
+        finally:
+            if self.collect_garbage:
+                _hand_back_gc()
+
+    def _loop(self) -> None:
         period = self.period_s
         deadline = time.monotonic() + period
         last = None
@@ -204,6 +263,8 @@ class ControlClock:
             self.ticks += 1
             if not _run_tick(self, start):
                 break
+            if self.collect_garbage and collect_due_garbage() is not None:
+                self.collections += 1
 
     def stats(self) -> dict:
         """Timing of the last :data:`WINDOW_TICKS` ticks: ``{"period_error_p50_ms", "period_error_p99_ms",

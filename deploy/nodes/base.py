@@ -273,8 +273,9 @@ class PolicyLifecycleNode(LifecycleNode):
             self.control_error = None
             self.active = True
         # Everything loaded so far (torch, onnxruntime, the policy, ROS) moves to the GC's permanent generation: a
-        # full collection then scans only what was allocated since, instead of stalling the executor (which holds
-        # the GIL through a collection) for milliseconds while messages arrive at 1 kHz.
+        # full collection then scans only what was allocated since. The real-time control clock also takes the
+        # collections over (collect_garbage): they run in its thread after a tick instead of stalling the executor
+        # (which holds the GIL through a collection) for milliseconds while messages arrive at 1 kHz.
         gc.collect()
         gc.freeze()
         if self.clock_enabled and self.sim_time:
@@ -283,7 +284,8 @@ class PolicyLifecycleNode(LifecycleNode):
                                       on_stall=lambda text: self.get_logger().warning(text)).start()
         elif self.clock_enabled:
             self.clock = ControlClock(self.period_s, self._locked(self._on_tick), rt_priority=self.rt_priority,
-                                      name=f"control {self.get_name()}", on_error=self._on_control_error).start()
+                                      name=f"control {self.get_name()}", on_error=self._on_control_error,
+                                      collect_garbage=True).start()
             if self.rt_priority > 0 and not self.clock.scheduling.startswith("SCHED_FIFO"):
                 self.get_logger().warning(f"no real-time scheduling for the control thread ({self.clock.scheduling}): "
                                           "periods may slip under CPU load (run as root, with CAP_SYS_NICE or an "

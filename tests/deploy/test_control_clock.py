@@ -11,7 +11,9 @@ import time
 import pytest
 
 from sim2real.bench.soak import SequenceCounter, slope_per_minute
-from sim2real.deploy.control_clock import ControlClock, SimTimeClock, request_realtime, sleep_until
+from sim2real.deploy.control_clock import (
+    ControlClock, SimTimeClock, collect_due_garbage, request_realtime, sleep_until,
+)
 from ros_helpers import wait_until
 
 
@@ -54,6 +56,67 @@ def test_a_slow_tick_is_an_overrun_and_its_missed_deadlines_are_skipped():
     # (two deadlines missed, skipped rather than run back to back).
     assert clock.overruns >= 1
     assert clock.skipped >= 2
+
+
+def test_a_garbage_collecting_clock_runs_every_collection_in_its_own_thread_after_a_tick():
+    """collect_garbage: automatic collection is off while the clock runs (on again after, as before), and the
+    collections the allocations make due run in the clock's thread, outside its tick."""
+    import gc
+    import weakref
+
+    class Node:  # a reference cycle: only the collector frees it
+        def __init__(self):
+            self.me = self
+
+    in_tick, events, freed = threading.Event(), [], []
+
+    def tick():
+        in_tick.set()
+        for _ in range(300):  # past generation 0's threshold (700) every few ticks
+            weakref.finalize(Node(), freed.append, 1)
+        in_tick.clear()
+
+    def on_gc(phase, info):
+        if phase == "start":
+            events.append((threading.current_thread().name, in_tick.is_set()))
+
+    assert gc.isenabled()
+    gc.callbacks.append(on_gc)
+    try:
+        clock = ControlClock(0.005, tick, rt_priority=0, name="gc clock", collect_garbage=True).start()
+        assert wait_until(lambda: clock.ticks >= 20 and not gc.isenabled(), 5.0)
+        assert wait_until(lambda: len(freed) >= 300, 5.0)  # cycles made in ticks are collected while it runs
+        clock.stop()
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert gc.isenabled()
+    ours = [e for e in events if e[0] == "gc clock"]
+    assert clock.collections >= 1 and len(ours) >= clock.collections
+    assert not any(during for _, during in ours)  # never inside a tick
+    assert {name for name, _ in events} <= {"gc clock", threading.current_thread().name}, events
+
+
+def test_collect_due_garbage_follows_the_thresholds():
+    import gc
+
+    thresholds = gc.get_threshold()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        gc.set_threshold(50, 3, 1000)
+        assert collect_due_garbage() is None  # generation 0's count is below 50
+        kept, done = [], []  # kept alive: a deallocation lowers generation 0's count
+        for _ in range(3):
+            kept.append([[] for _ in range(60)])  # 61 tracked allocations
+            done.append(collect_due_garbage())
+        assert done == [0, 0, 0] and gc.get_count()[1] == 3  # each collection of generation 0 counts in generation 1
+        kept.append([[] for _ in range(60)])
+        assert collect_due_garbage() == 1 and gc.get_count()[1] == 0
+    finally:
+        gc.set_threshold(*thresholds)
+        if was:
+            gc.enable()
 
 
 def test_a_tick_that_raises_stops_the_clock_and_hands_the_error_on():

@@ -177,6 +177,42 @@ def test_node_observation_equals_the_task_observation_of_the_same_state(ros_ctx,
         node.destroy_node()
 
 
+def test_configure_refuses_a_robot_whose_imu_sits_behind_a_joint_and_accepts_one_welded_to_the_base(
+        ros_ctx, namespace, legged_policy, tmp_path):
+    """The node reads the IMU as the base (a fixed rotation at most): a robot config whose IMU site moves with a
+    joint (here the front-left thigh, as a torso IMU behind a waist) fails to configure with a message naming the
+    body and the joint; the same site on a body welded to the base (no joint between) configures."""
+    import shutil
+
+    from sim2real.sim.robot import resolve_mjcf
+
+    scene = resolve_mjcf(ROBOT["mjcf"])  # a scene that includes go2.xml
+    go2 = (scene.parent / "go2.xml").read_text()
+    site = '<site name="imu" pos="-0.02557 0 0.04232" size="0.01"/>'
+    thigh = '<body name="FL_thigh" pos="0 0.0955 0">'
+    assert site in go2 and thigh in go2
+    variants = {"thigh": go2.replace(site, "").replace(thigh, thigh + site),
+                "welded": go2.replace(site, f'<body name="imu_mount" pos="0.01 0 0.02">{site}</body>')}
+    policy = legged_policy(np.zeros(J))
+    for name, text in variants.items():
+        folder = tmp_path / name
+        shutil.copytree(scene.parent, folder)
+        (folder / "go2.xml").write_text(text)
+        robot = dict(ROBOT, mjcf=str(folder / scene.name))
+        node = LeggedPolicyNode(policy, robot, namespace=namespace, context=ros_ctx)
+        try:
+            ret = node.trigger_configure()
+            if name == "thigh":
+                assert ret == TransitionCallbackReturn.FAILURE and node.policy is None
+                assert "robot.params" in node.configure_error.fields
+                assert "site 'imu' is on body 'FL_thigh'" in str(node.configure_error)
+                assert "joint 'FL_thigh_joint'" in str(node.configure_error)
+            else:
+                assert ret == TransitionCallbackReturn.SUCCESS, node.configure_error
+        finally:
+            node.destroy_node()
+
+
 def test_configure_refuses_a_policy_for_other_gains_or_robot_kind_not_another_model_file(
         ros_ctx, namespace, legged_policy, linear_policy):
     stiffer = dict(ROBOT, stiffness={k: 1.5 * v for k, v in ROBOT["stiffness"].items()})

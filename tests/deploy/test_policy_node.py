@@ -155,6 +155,8 @@ def test_commands_follow_odometry_goal_and_last_action(start, linear_policy):
 def test_diagnostics_report_the_control_timing_and_safety_state(start, linear_policy, ros_ctx):
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 
+    from sim2real.deploy.ros_conversions import stamp_seconds
+
     g = start(linear_policy(probe_weights(), np.zeros(4)))
     rec = TopicRecorder("diag_probe", {"/diagnostics": DiagnosticArray}, context=ros_ctx)
     try:
@@ -183,6 +185,16 @@ def test_diagnostics_report_the_control_timing_and_safety_state(start, linear_po
             assert int(values["overruns"]) >= 0 and int(values["ticks"]) > 0
             assert values["scheduling"] in ("SCHED_FIFO 40", "nice -10", "default")
             assert values["messages_lost"] == "0"  # a loopback feed loses nothing on the way
+            # At 1 Hz: a 1 s timer on the steady clock; two of this node's arrays are never closer than half a
+            # second (a late one does not bring the next forward).
+            assert g.node._diag_timer.timer_period_ns == 1_000_000_000
+
+            def stamps():
+                return [stamp_seconds(m.header.stamp) for _, m in rec.messages("/diagnostics")
+                        if any(st.name == mine for st in m.status)]
+
+            assert wait_until(lambda: len(stamps()) >= 3, 10.0)
+            assert all(b - a >= 0.5 for a, b in zip(stamps(), stamps()[1:])), stamps()
             # A stale input shows as a warning with the fault as its message.
             g.odom = None
             assert wait_until(lambda: any(s.name == mine and s.level == DiagnosticStatus.WARN
