@@ -37,6 +37,17 @@ def rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
+def cpu_steal_s() -> float:
+    """CPU time [s] the hypervisor has taken from this machine's cores since boot (``/proc/stat``'s ``steal``,
+    summed over the cores); NaN where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def slope_per_minute(times_s, values) -> float:
     """Least-squares slope of ``values`` against ``times_s`` [s], per minute (NaN for fewer than 2 points)."""
     import numpy as np
@@ -117,7 +128,10 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
     Returns:
         ``{"seconds", "sensor_rate_hz", "load", "ticks", "overruns", "period_error_p99_ms", "delivered",
         "expected", "not_delivered", "lost", "superseded", "received_rate_hz", "fault_ticks", "rss_mb_start", "rss_mb_end",
-        "rss_slope_mb_per_min", "scheduling"}``.
+        "rss_slope_mb_per_min", "scheduling", "overrun_detail", "cpu_steal_s"}``: ``overrun_detail`` the control
+        clock's record of each overrun (:attr:`~sim2real.deploy.control_clock.ControlClock.overrun_log`),
+        ``cpu_steal_s`` the CPU time the hypervisor took from this machine's cores during the soak (``/proc/stat``;
+        NaN where unreadable).
 
     Raises:
         PolicyMismatchError: the policy is missing or damaged. RuntimeError: no odometry arrived within 20 s.
@@ -157,13 +171,17 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
     with policy_node_fed_by(policy_dir, feed_argv, load=load, prepare=count_odometry) as node:
         counter = SequenceCounter()  # counts from activation on
         lost_before = sum(node.messages_lost.values())
+        steal_before = cpu_steal_s()
         start = time.monotonic()
         while (now := time.monotonic()) - start < seconds:
             rss_t.append(now - start)
             rss_v.append(rss_mb())
             time.sleep(min(interval, max(0.0, seconds - (time.monotonic() - start))))
         counted, counter = counter, None
+        steal = cpu_steal_s() - steal_before
         scheduling = node.clock.scheduling
+        overrun_detail = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in o.items()}
+                          for o in node.clock.overrun_log]
         lost = sum(node.messages_lost.values()) - lost_before
     ticks = np.asarray(node.tick_times)
     periods = np.diff(ticks)
@@ -179,7 +197,8 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
             "received_rate_hz": (expected - missing) / float(seconds),
             "fault_ticks": {k: int(v) for k, v in node.tick_faults.items() if k != "ok"},
             "rss_mb_start": float(v[late][0]) if late.any() else float("nan"), "rss_mb_end": float(v[-1]),
-            "rss_slope_mb_per_min": slope_per_minute(t[late], v[late]), "scheduling": scheduling}
+            "rss_slope_mb_per_min": slope_per_minute(t[late], v[late]), "scheduling": scheduling,
+            "overrun_detail": overrun_detail, "cpu_steal_s": steal}
 
 
 #: The shortest soak ``sim2real bench soak`` runs [s] (a memory slope needs samples after the warm-up).
@@ -203,5 +222,9 @@ def run(args, task: str) -> dict:
           f"under a safety fault "
           f"(fault_ticks) {r['fault_ticks'] or 'none'}; RSS {r['rss_mb_start']:.1f} -> "
           f"{r['rss_mb_end']:.1f} MB, slope "
-          f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s")
+          f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s; CPU steal {r['cpu_steal_s']:.2f} s")
+    for o in r["overrun_detail"]:
+        print(f"  overrun at tick {o['tick']}: period {o['period_ms']:.2f} ms, woke {o['wake_late_ms']:.2f} ms after "
+              f"its deadline; the tick before took {o['compute_ms']:.2f} ms, then garbage collection "
+              f"{o['gc_ms']:.2f} ms (generation {o['gc_generation']})")
     return r

@@ -57,6 +57,8 @@ SWITCH_INTERVAL_S = 0.0002
 OVERRUN_FACTOR = 1.5
 #: Ticks kept for the rolling timing figures (:meth:`ControlClock.stats`).
 WINDOW_TICKS = 1000
+#: Overruns kept in :attr:`ControlClock.overrun_log`.
+OVERRUN_LOG = 100
 
 _CLOCK_MONOTONIC = 1
 _TIMER_ABSTIME = 1
@@ -183,6 +185,9 @@ class ControlClock:
         overruns: periods longer than :data:`OVERRUN_FACTOR` nominal periods since :meth:`start`.
         skipped: deadlines skipped because a tick started more than a period late.
         collections: garbage collections the clock's thread ran (``collect_garbage``).
+        overrun_log: the last :data:`OVERRUN_LOG` overruns, each ``{"tick", "period_ms", "wake_late_ms" (how long
+            after its deadline the thread got to run), "compute_ms", "gc_ms", "gc_generation" (the tick before it
+            and the collection after that tick)}``: where the time went.
         scheduling: what :func:`request_realtime` granted (None before the thread starts).
         error: the exception that stopped the clock, or None.
     """
@@ -197,6 +202,7 @@ class ControlClock:
         self.rt_priority = int(rt_priority)
         self.collect_garbage = bool(collect_garbage)
         self.collections = 0
+        self.overrun_log: deque[dict] = deque(maxlen=OVERRUN_LOG)
         self.ticks = 0
         self._periods: deque[float] = deque(maxlen=WINDOW_TICKS)
         self._compute: deque[float] = deque(maxlen=WINDOW_TICKS)
@@ -245,13 +251,15 @@ class ControlClock:
         period = self.period_s
         deadline = time.monotonic() + period
         last = None
+        previous = {"compute_ms": 0.0, "gc_ms": 0.0, "gc_generation": None}  # the tick before, for an overrun's record
         while not self._stop.is_set():
             sleep_until(deadline)
             if self._stop.is_set():
                 break
             start = time.monotonic()
-            if start - deadline > period:  # more than a period late: skip the missed deadlines, keep the phase
-                missed = math.floor((start - deadline) / period)
+            late = start - deadline
+            if late > period:  # more than a period late: skip the missed deadlines, keep the phase
+                missed = math.floor(late / period)
                 self.skipped += missed
                 deadline += missed * period
             deadline += period
@@ -259,12 +267,18 @@ class ControlClock:
                 self._periods.append(start - last)
                 if start - last > OVERRUN_FACTOR * period:
                     self.overruns += 1
+                    self.overrun_log.append({"tick": self.ticks, "period_ms": (start - last) * 1e3,
+                                             "wake_late_ms": late * 1e3, **previous})
             last = start
             self.ticks += 1
             if not _run_tick(self, start):
                 break
-            if self.collect_garbage and collect_due_garbage() is not None:
+            done = time.monotonic()
+            generation = collect_due_garbage() if self.collect_garbage else None
+            if generation is not None:
                 self.collections += 1
+            previous = {"compute_ms": (done - start) * 1e3, "gc_ms": (time.monotonic() - done) * 1e3,
+                        "gc_generation": generation}
 
     def stats(self) -> dict:
         """Timing of the last :data:`WINDOW_TICKS` ticks: ``{"period_error_p50_ms", "period_error_p99_ms",

@@ -56,6 +56,10 @@ def test_a_slow_tick_is_an_overrun_and_its_missed_deadlines_are_skipped():
     # (two deadlines missed, skipped rather than run back to back).
     assert clock.overruns >= 1
     assert clock.skipped >= 2
+    # Its record says where the time went: the tick before it (the 3rd) computed for >= 35 ms.
+    slow = [o for o in clock.overrun_log if o["tick"] == 3]
+    assert len(slow) == 1 and slow[0]["compute_ms"] >= 35.0 and slow[0]["period_ms"] >= 35.0, list(clock.overrun_log)
+    assert slow[0]["gc_ms"] >= 0.0 and slow[0]["gc_generation"] is None  # no collect_garbage
 
 
 def test_a_garbage_collecting_clock_runs_every_collection_in_its_own_thread_after_a_tick():
