@@ -13,6 +13,8 @@ an extra: ``deploy`` (ROS 2 wheels, MCAP recordings), ``hardware`` (robot SDKs, 
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 from typing import Iterable
 
 from sim2real.configs import ConfigError
@@ -51,6 +53,23 @@ def _is_missing(exc: ImportError, module: str) -> bool:
     return isinstance(exc, ModuleNotFoundError) and bool(name) and (module == name or module.startswith(name + "."))
 
 
+def venv_over_system_site() -> bool:
+    """Whether this interpreter runs in a venv made with ``--system-site-packages`` (its ``pyvenv.cfg`` says
+    ``include-system-site-packages = true``)."""
+    if sys.prefix == sys.base_prefix:
+        return False
+    try:
+        text = (Path(sys.prefix) / "pyvenv.cfg").read_text()
+    except OSError:
+        return False
+    return any(line.replace(" ", "").lower() == "include-system-site-packages=true" for line in text.splitlines())
+
+
+#: Where the docs say what to do when the ROS wheels' libraries are not found from a venv.
+VENV_ROS_HINT = ("in a venv made with --system-site-packages the ROS wheels' libraries are not on the library path: "
+                 "use a plain venv or install the ros-* wheels into this one (docs/deploy.md, Quadrotor)")
+
+
 def missing_extra(extra: str, command: str, module: str, exc: ImportError | None = None,
                   otherwise: str = "") -> MissingExtraError:
     """The error for ``command`` (e.g. ``sim2real deploy``) failing to import ``module`` of ``extra``: one line,
@@ -62,6 +81,8 @@ def missing_extra(extra: str, command: str, module: str, exc: ImportError | None
     else:
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         why = f"cannot import {module}: {first}"
+        if module == "rclpy" and "cannot open shared object file" in first and venv_over_system_site():
+            otherwise = f"{otherwise}; {VENV_ROS_HINT}" if otherwise else VENV_ROS_HINT
     tail = f"; {otherwise}" if otherwise else ""
     return MissingExtraError(f"{command} needs the {extra} extra: {install_command(extra)} ({why}){tail}", extra,
                              module)

@@ -14,6 +14,7 @@ separately); it is split into simulation (``env.step``), policy inference and ro
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import tempfile
 import time
@@ -40,14 +41,24 @@ def hover_time_one_seed(task: str, seed: int, target: float = 0.9, budget_s: flo
         "time_eval_s", "num_envs"}``.
     """
     from sim2real.policies.checkpoints import new_run_dir
-    from sim2real.policies.runner import Sim2RealRunner
     from sim2real.tasks import make_env, task_config
 
     cfg = task_config(task, [*(overrides or []), f"seed={seed}", "train.eval_interval=0",
                              "train.curriculum_plot_interval=0"])
     torch.manual_seed(seed)
     env = make_env(cfg)
-    run_dir = new_run_dir(task, f"bench-seed{seed}", Path(tempfile.mkdtemp(prefix="sim2real-bench-")))
+    scratch = tempfile.mkdtemp(prefix="sim2real-bench-")  # the run's files, removed at the end
+    try:
+        return _train_until(cfg, env, seed, target, budget_s, eval_every_s, confirm_episodes,
+                            new_run_dir(task, f"bench-seed{seed}", Path(scratch)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _train_until(cfg, env, seed, target, budget_s, eval_every_s, confirm_episodes, run_dir) -> dict:
+    """:func:`hover_time_one_seed`'s training and evaluations, its run files in ``run_dir``."""
+    from sim2real.policies.runner import Sim2RealRunner
+
     runner = Sim2RealRunner(env, cfg, run_dir, progress=False)
     timer = TrainingTimer(env, runner, measure_kl=False)  # nothing but training in the training time
     steps_per_it = env.num_envs * int(cfg["train"]["num_steps_per_env"])

@@ -224,7 +224,8 @@ def run(args, task: str) -> dict:
           f"{r['rss_mb_end']:.1f} MB, slope "
           f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s; CPU steal {r['cpu_steal_s']:.2f} s")
     for o in r["overrun_detail"]:
+        collected = ("no garbage collection after it" if o["gc_generation"] is None else
+                     f"then a generation-{o['gc_generation']} garbage collection of {o['gc_ms']:.2f} ms")
         print(f"  overrun at tick {o['tick']}: period {o['period_ms']:.2f} ms, woke {o['wake_late_ms']:.2f} ms after "
-              f"its deadline; the tick before took {o['compute_ms']:.2f} ms, then garbage collection "
-              f"{o['gc_ms']:.2f} ms (generation {o['gc_generation']})")
+              f"its deadline; the tick before took {o['compute_ms']:.2f} ms, {collected}")
     return r

@@ -54,6 +54,23 @@ def test_require_extra_names_the_extra_and_the_module(monkeypatch):
     require_extra("view", "sim2real view", modules=("json",))  # present: nothing raised
 
 
+def test_rclpy_without_its_libraries_in_a_venv_over_system_site_packages_points_to_the_docs(tmp_path, monkeypatch):
+    """The ROS wheels' .pth puts only the running environment's library folders on the path: from a venv made with
+    --system-site-packages over the interpreter that holds them, rclpy's libraries are not found, and reinstalling
+    the extra changes nothing, so the error says what to do instead."""
+    from sim2real import extras
+
+    broken = ImportError("librcl_action.so: cannot open shared object file: No such file or directory")
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = true\n")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    assert extras.venv_over_system_site()
+    text = str(missing_extra("deploy", "sim2real deploy", "rclpy", broken))
+    assert text.endswith("; " + extras.VENV_ROS_HINT) and "docs/deploy.md" in text and "\n" not in text
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    assert not extras.venv_over_system_site()
+    assert extras.VENV_ROS_HINT not in str(missing_extra("deploy", "sim2real deploy", "rclpy", broken))
+
+
 def test_a_module_that_fails_inside_is_not_called_missing():
     broken = ImportError("libfoo.so: cannot open shared object file\nmore detail")
     text = str(missing_extra("deploy", "sim2real deploy", "rclpy", broken))

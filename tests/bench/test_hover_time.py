@@ -8,7 +8,10 @@ from sim2real.bench.hover_time import hover_time_one_seed
 TINY = ["env.num_envs=64", "train.eval_episodes=16"]
 
 
-def test_a_crossing_counts_once_a_fresh_held_out_evaluation_confirms_it(capsys):
+def test_a_crossing_counts_once_a_fresh_held_out_evaluation_confirms_it(capsys, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the bench's scratch run folder goes
     r = hover_time_one_seed("quadrotor-hover", 2, target=0.0, budget_s=30.0, eval_every_s=0.5, confirm_episodes=24,
                             overrides=TINY)
     assert r["reached"] and r["seed"] == 2
@@ -19,6 +22,7 @@ def test_a_crossing_counts_once_a_fresh_held_out_evaluation_confirms_it(capsys):
     assert r["env_steps"] == 64 * 24 * r["iterations"]
     printed = capsys.readouterr().out  # each evaluation is reported as it happens
     assert f"iteration {first['iteration']:4d}" in printed and "confirm (24 episodes, seed 12345)" in printed
+    assert list(tmp_path.glob("sim2real-bench-*")) == []  # its run folder removed (other libraries leave their own)
 
 
 class SteppedClock:

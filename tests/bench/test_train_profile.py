@@ -10,8 +10,12 @@ from sim2real.bench.timing import ADAPTIVE_LR_MAX, TrainingTimer
 from sim2real.bench.train_profile import bench_train_profile
 
 
-def test_profile_splits_the_training_time_and_counts_its_steps():
+def test_profile_splits_the_training_time_and_counts_its_steps(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the profile's scratch run folder goes
     out = bench_train_profile("quadrotor-hover", overrides=["env.num_envs=64"], iterations=2)
+    assert list(tmp_path.glob("sim2real-bench-*")) == []  # its run folder removed (other libraries leave their own)
     base = out["baseline"]  # the settings of 2026-12-03, profiled in the same run
     assert base is not None and base["iterations"] == 2
     assert out["speedup"] == pytest.approx(out["train_env_steps_per_s"] / base["train_env_steps_per_s"])
