@@ -16,6 +16,7 @@ import time
 import types
 from typing import Callable
 
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
@@ -62,9 +63,23 @@ class TopicRecorder(Node):
         self._lock = threading.Lock()
         self._log: dict[str, list] = {t: [] for t in topics}
         self._pubs: dict[str, object] = {}
+        self._matched: dict[str, int] = {t: 0 for t in topics}
         qos = QoSProfile(depth=50)
         for topic, msg_type in topics.items():
-            self.create_subscription(msg_type, topic, lambda m, t=topic: self._record(t, m), qos)
+            events = SubscriptionEventCallbacks(matched=lambda info, t=topic: self._on_matched(t, info))
+            self.create_subscription(msg_type, topic, lambda m, t=topic: self._record(t, m), qos,
+                                     event_callbacks=events)
+
+    def _on_matched(self, topic: str, info) -> None:
+        with self._lock:
+            self._matched[topic] = int(info.current_count)
+
+    def matched(self, topic: str) -> int:
+        """Publishers this recorder's subscription to ``topic`` is connected to now (the middleware's matched
+        events): messages are delivered from then on, which a publisher in the graph (``count_publishers``) does
+        not yet mean."""
+        with self._lock:
+            return self._matched[topic]
 
     def _record(self, topic: str, msg) -> None:
         with self._lock:

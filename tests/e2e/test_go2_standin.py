@@ -90,8 +90,10 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
                     return reply is not None and reply.success
 
                 assert transition(Transition.TRANSITION_CONFIGURE), "configure failed\n" + logs()
-                assert wait_until(lambda: rec.count_publishers(targets_t) > 0 and rec.count_publishers(gains_t) > 0,
-                                  10.0), "command publishers not discovered\n" + logs()
+                # Connected, not merely listed in the graph: a suite run once lost the whole ramp's gains messages
+                # to a subscription that matched the publisher only after it (the ramp's start then read late).
+                assert wait_until(lambda: rec.matched(targets_t) > 0 and rec.matched(gains_t) > 0,
+                                  10.0), "command publishers not connected\n" + logs()
                 t_activate = time.monotonic()
                 assert transition(Transition.TRANSITION_ACTIVATE), "activate failed\n" + logs()
 
