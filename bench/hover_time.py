@@ -14,7 +14,6 @@ separately); it is split into simulation (``env.step``), policy inference and ro
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import tempfile
 import time
@@ -47,12 +46,9 @@ def hover_time_one_seed(task: str, seed: int, target: float = 0.9, budget_s: flo
                              "train.curriculum_plot_interval=0"])
     torch.manual_seed(seed)
     env = make_env(cfg)
-    scratch = tempfile.mkdtemp(prefix="sim2real-bench-")  # the run's files, removed at the end
-    try:
+    with tempfile.TemporaryDirectory(prefix="sim2real-bench-", ignore_cleanup_errors=True) as scratch:
         return _train_until(cfg, env, seed, target, budget_s, eval_every_s, confirm_episodes,
                             new_run_dir(task, f"bench-seed{seed}", Path(scratch)))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _train_until(cfg, env, seed, target, budget_s, eval_every_s, confirm_episodes, run_dir) -> dict:

@@ -13,7 +13,6 @@ the same process, and the bench prints the ratio of the two.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -53,13 +52,10 @@ def profile_config(task: str, overrides: list[str], iterations: int, quick: bool
     env_only = env_only_steps_per_s(probe, int(cfg["train"]["num_steps_per_env"]) * (2 if quick else 5))
     del probe
     env = make_env(cfg)
-    scratch = tempfile.mkdtemp(prefix="sim2real-bench-")  # the run's files, removed at the end
-    try:
+    with tempfile.TemporaryDirectory(prefix="sim2real-bench-", ignore_cleanup_errors=True) as scratch:
         runner = Sim2RealRunner(env, cfg, new_run_dir(task, "profile", Path(scratch)), progress=False)
         timer = TrainingTimer(env, runner)
         runner.learn(iterations)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     steps = int(cfg["train"]["num_steps_per_env"])
     share = timer.shares()
     return {"num_envs": env.num_envs, "steps_per_env": steps, "iterations": timer.iterations,
