@@ -28,7 +28,7 @@ Topics, relative to the node's namespace (default ``/<robot name>``, e.g. ``/go2
     waiting). Commands arriving while the policy is not in control (ramp, damping, inactive) and malformed ones
     are ignored (logged): a robot still standing up never jumps. A policy observing ``jump_target`` /
     ``jump_clock`` (the stand command) stands until a command arrives, jumps once (the command is active for
-    ``JUMP_WINDOW_S``, 1.2 s), lands and stands again until the next one; a command arriving while one is active
+    ``JUMP_WINDOW_S``, 1.6 s), lands and stands again until the next one; a command arriving while one is active
     is ignored (logged): the robot is in the air;
   * ``estop`` (``std_msgs/Bool``, in): ``true`` -> damping mode, latched until the process restarts;
   * footstep policies only (observation terms ``footstep_targets`` / ``gait_clock``; see "Footsteps" below):

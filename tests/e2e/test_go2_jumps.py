@@ -27,7 +27,7 @@ STARTUP_TIMEOUT_S = 60.0
 SIM_TIMEOUT_S = 300.0     # wall-time bound on each wait for simulated time
 RAMP_S = 0.5              # s of simulated time from the default pose (the stand-in starts in it) to the policy
 STAND_S = 2.0             # s of standing checked before each jump and after the second
-AFTER_JUMP_S = 2.5        # s from a command to its stand check: the 1.2 s command window and the landing's settling
+AFTER_JUMP_S = 2.5        # s from a command to its stand check: the 1.6 s command window and the landing's settling
 #: The two commands (dx, dy, dyaw, obstacle height, obstacle length): in place, twice.
 JUMPS = ([0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0])
 

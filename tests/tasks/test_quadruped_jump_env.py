@@ -298,17 +298,17 @@ def test_success_and_failure_move_the_curriculum():
 
 # --- the stand command --------------------------------------------------------------------------------------------
 def test_jump_target_and_jump_clock_against_the_command_window():
-    """The stand command's observation terms at hand-picked times since the command (window 1.2 s): standing
+    """The stand command's observation terms at hand-picked times since the command (window 1.6 s): standing
     (target zeros, clock -1) before it (-inf: no command yet on a robot), during the window the command and the time
-    since it, from 1.2 s on standing again."""
+    since it, from 1.6 s on standing again."""
     from sim2real.tasks.observations import JUMP_WINDOW_S, jump_clock, jump_target
 
-    t = torch.tensor([-float("inf"), -0.3, 0.0, 0.5, 1.19, 1.2, 5.0])
+    t = torch.tensor([-float("inf"), -0.3, 0.0, 0.5, 1.59, 1.6, 5.0])
     command = torch.tensor([0.4, -0.2, 0.1, 0.15, 0.1]).expand(len(t), 5)
     state = RobotState(base_pos_w=None, base_quat_w=None, base_lin_vel_w=None, base_ang_vel_b=None,
                        last_action=None, command=command, time_s=t)
     active = [False, False, True, True, True, False, False]
-    assert JUMP_WINDOW_S == 1.2
+    assert JUMP_WINDOW_S == 1.6
     expected_clock = [[x if a else -1.0] for x, a in zip(t.tolist(), active)]
     torch.testing.assert_close(jump_clock(state), torch.tensor(expected_clock))
     torch.testing.assert_close(jump_target(state), torch.stack([command[0] if a else torch.zeros(5) for a in active]))
@@ -347,7 +347,7 @@ def test_stand_only_episodes_succeed_by_standing_still_and_fail_by_hopping():
 
 def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window():
     """Training mode with every episode a jump: the default pose held throughout stands before the command and
-    after the 1.2 s window (it never jumps, so the jump fails); the stand rewards pay only outside the window."""
+    after the 1.6 s window (it never jumps, so the jump fails); the stand rewards pay only outside the window."""
     from sim2real.tasks.quadruped_jump import rewards as rew
 
     env = _env(2, "curriculum.initial=0.5")
@@ -361,15 +361,15 @@ def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window(
     assert out["stood_before"].tolist() == [1.0, 1.0] and out["stood_after"].tolist() == [1.0, 1.0]
     # wait_still accrued before the command and after the window, not inside it
     for (t0, s0), (t1, s1) in zip(window, window[1:]):  # (a step either side of the window's edges left out)
-        inside = (t1 > 0.03) & (t1 < 1.17)
-        outside = (t1 < -0.03) | (t1 > 1.23)
+        inside = (t1 > 0.03) & (t1 < 1.57)
+        outside = (t1 < -0.03) | (t1 > 1.63)
         grew = s1 > s0
         assert not (inside & grew).any() and grew[outside].all(), (t1, s1 - s0)
     x = rew.JumpRewardInputs(RobotState(base_pos_w=None, base_quat_w=None, base_lin_vel_w=None, base_ang_vel_b=None,
                                         last_action=None, command=None,
                                         foot_contact=torch.tensor([[5.0, 0.0, 0.0, 5.0]] * 3),
                                         joint_vel=torch.tensor([[3.0, 4.0] + [0.0] * 10] * 3),
-                                        time_s=torch.tensor([-0.1, 0.6, 1.3])),
+                                        time_s=torch.tensor([-0.1, 0.6, 1.7])),
                              *[None] * 7, torch.tensor([True, False, True]), None, None, None)
     assert rew.stand_feet_air(x, {}).tolist() == [2.0, 0.0, 2.0]
     assert rew.stand_joint_vel(x, {}).tolist() == [25.0, 0.0, 25.0]  # |dq|^2 = 3^2 + 4^2, only while standing
@@ -501,7 +501,7 @@ def test_the_selection_score_ranks_standing_after_landing_without_hiding_the_jum
 
 def test_the_landing_pose_is_held_from_the_windows_end_so_a_later_hop_buys_no_accuracy():
     """With env.stand_after_jump the landing terms and the success rule score the base's pose at the command
-    window's end (1.2 s): moving the base after it changes neither; inside the window the pose follows the base.
+    window's end (1.6 s): moving the base after it changes neither; inside the window the pose follows the base.
     A config without the stand command scores the current pose (as it was trained)."""
     from sim2real.tasks.quadruped_jump import rewards as rew
 
@@ -517,9 +517,9 @@ def test_the_landing_pose_is_held_from_the_windows_end_so_a_later_hop_buys_no_ac
         return state
 
     track(env, 30, 0.30)  # 0.6 s, in flight
-    track(env, 59, 0.10)  # 1.18 s: landed 0.1 m long
+    track(env, 79, 0.10)  # 1.58 s: landed 0.1 m long
     assert torch.allclose(env.landing_xy, torch.tensor([[0.6, 0.0], [0.6, 0.0]]))
-    moved = track(env, 80, 0.0)  # 1.6 s: after the window the robot hops onto the target
+    moved = track(env, 90, 0.0)  # 1.8 s: after the window the robot hops onto the target
     assert torch.allclose(env.landing_xy, torch.tensor([[0.6, 0.0], [0.6, 0.0]]))
     pos_err, _ = env._landing_errors(moved)
     assert torch.allclose(pos_err, torch.tensor([0.1, 0.1]))
