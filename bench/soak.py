@@ -205,6 +205,18 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
 MIN_SECONDS = 30.0
 
 
+def overrun_line(o: dict) -> str:
+    """One overrun of :attr:`~sim2real.deploy.control_clock.ControlClock.overrun_log` in words."""
+    collected = ("no garbage collection after it" if o["gc_generation"] is None else
+                 f"then a generation-{o['gc_generation']} garbage collection of {o['gc_ms']:.2f} ms")
+    sched = ("" if o.get("switched_in") is None else
+             f"; since then the thread waited {o['runqueue_wait_ms']:.2f} ms for a CPU, ran {o['on_cpu_ms']:.2f} ms "
+             f"and was switched in {o['switched_in']} time(s)" + (" (more than once: it also waited for the GIL or "
+                                                                   "another lock)" if o["switched_in"] > 1 else ""))
+    return (f"overrun at tick {o['tick']}: period {o['period_ms']:.2f} ms, woke {o['wake_late_ms']:.2f} ms after its "
+            f"deadline; the tick before took {o['compute_ms']:.2f} ms, {collected}{sched}")
+
+
 def run(args, task: str) -> dict:
     from sim2real.configs import ConfigError
     from sim2real.policies.artefact import PRETRAINED_DIR
@@ -224,8 +236,5 @@ def run(args, task: str) -> dict:
           f"{r['rss_mb_end']:.1f} MB, slope "
           f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s; CPU steal {r['cpu_steal_s']:.2f} s")
     for o in r["overrun_detail"]:
-        collected = ("no garbage collection after it" if o["gc_generation"] is None else
-                     f"then a generation-{o['gc_generation']} garbage collection of {o['gc_ms']:.2f} ms")
-        print(f"  overrun at tick {o['tick']}: period {o['period_ms']:.2f} ms, woke {o['wake_late_ms']:.2f} ms after "
-              f"its deadline; the tick before took {o['compute_ms']:.2f} ms, {collected}")
+        print("  " + overrun_line(o))
     return r

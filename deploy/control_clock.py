@@ -151,10 +151,38 @@ def collect_due_garbage() -> int | None:
     return generation
 
 
-def _run_tick(clock, start: float) -> bool:
+def _open_schedstat() -> int | None:
+    """A descriptor of the calling thread's ``/proc/thread-self/schedstat`` (Linux), or None."""
+    try:
+        return os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except (OSError, AttributeError):
+        return None
+
+
+def _read_schedstat(fd: int | None) -> tuple[int, int, int] | None:
+    """The thread's scheduler counters (``schedstat``: time on a CPU [ns], time runnable but waiting on a run queue
+    [ns], times switched in), or None (~3 us a read)."""
+    if fd is None:
+        return None
+    try:
+        on_cpu, waiting, switched = os.pread(fd, 128, 0).split()[:3]
+        return int(on_cpu), int(waiting), int(switched)
+    except (OSError, ValueError):
+        return None
+
+
+def _sched_delta(before: tuple | None, now: tuple | None) -> dict:
+    """The overrun record's scheduler figures between two :func:`_read_schedstat` readings (None without them)."""
+    if before is None or now is None:
+        return {"runqueue_wait_ms": None, "on_cpu_ms": None, "switched_in": None}
+    return {"runqueue_wait_ms": (now[1] - before[1]) * 1e-6, "on_cpu_ms": (now[0] - before[0]) * 1e-6,
+            "switched_in": now[2] - before[2]}
+
+
+def _run_tick(clock, start: float) -> float | None:
     """Run ``clock``'s tick (started at ``start``, monotonic [s]) and record its compute time; an exception it raises
     is kept in ``clock.error``, stops the clock and goes to its ``on_error`` (the control loop must not die
-    silently). Returns whether the clock goes on."""
+    silently). Returns the tick's end (monotonic [s]), or None when the clock stops."""
     try:
         clock._tick()
     except Exception as exc:  # noqa: BLE001 - kept and handed on
@@ -162,9 +190,10 @@ def _run_tick(clock, start: float) -> bool:
         clock._stop.set()
         if clock._on_error is not None:
             clock._on_error(exc)
-        return False
-    clock._compute.append(time.monotonic() - start)
-    return True
+        return None
+    done = time.monotonic()
+    clock._compute.append(done - start)
+    return done
 
 
 class ControlClock:
@@ -187,7 +216,10 @@ class ControlClock:
         collections: garbage collections the clock's thread ran (``collect_garbage``).
         overrun_log: the last :data:`OVERRUN_LOG` overruns, each ``{"tick", "period_ms", "wake_late_ms" (how long
             after its deadline the thread got to run), "compute_ms", "gc_ms", "gc_generation" (the tick before it
-            and the collection after that tick)}``: where the time went.
+            and the collection after that tick), "runqueue_wait_ms", "on_cpu_ms", "switched_in" (Linux, from the
+            thread's ``schedstat``, between the end of that collection and this tick's start: time runnable but
+            waiting for a CPU, time running, times switched in; a sleep that ends on time is switched in once, a
+            wait for the GIL after it again; None elsewhere)}``: where the time went.
         scheduling: what :func:`request_realtime` granted (None before the thread starts).
         error: the exception that stopped the clock, or None.
     """
@@ -252,33 +284,41 @@ class ControlClock:
         deadline = time.monotonic() + period
         last = None
         previous = {"compute_ms": 0.0, "gc_ms": 0.0, "gc_generation": None}  # the tick before, for an overrun's record
-        while not self._stop.is_set():
-            sleep_until(deadline)
-            if self._stop.is_set():
-                break
-            start = time.monotonic()
-            late = start - deadline
-            if late > period:  # more than a period late: skip the missed deadlines, keep the phase
-                missed = math.floor(late / period)
-                self.skipped += missed
-                deadline += missed * period
-            deadline += period
-            if last is not None:
-                self._periods.append(start - last)
-                if start - last > OVERRUN_FACTOR * period:
-                    self.overruns += 1
-                    self.overrun_log.append({"tick": self.ticks, "period_ms": (start - last) * 1e3,
-                                             "wake_late_ms": late * 1e3, **previous})
-            last = start
-            self.ticks += 1
-            if not _run_tick(self, start):
-                break
-            done = time.monotonic()
-            generation = collect_due_garbage() if self.collect_garbage else None
-            if generation is not None:
-                self.collections += 1
-            previous = {"compute_ms": (done - start) * 1e3, "gc_ms": (time.monotonic() - done) * 1e3,
-                        "gc_generation": generation}
+        sched_fd = _open_schedstat()
+        sched_before = _read_schedstat(sched_fd)
+        try:
+            while not self._stop.is_set():
+                sleep_until(deadline)
+                if self._stop.is_set():
+                    break
+                start = time.monotonic()
+                late = start - deadline
+                if late > period:  # more than a period late: skip the missed deadlines, keep the phase
+                    missed = math.floor(late / period)
+                    self.skipped += missed
+                    deadline += missed * period
+                deadline += period
+                if last is not None:
+                    self._periods.append(start - last)
+                    if start - last > OVERRUN_FACTOR * period:
+                        self.overruns += 1
+                        self.overrun_log.append({"tick": self.ticks, "period_ms": (start - last) * 1e3,
+                                                 "wake_late_ms": late * 1e3, **previous,
+                                                 **_sched_delta(sched_before, _read_schedstat(sched_fd))})
+                last = start
+                self.ticks += 1
+                done = _run_tick(self, start)
+                if done is None:
+                    break
+                generation = collect_due_garbage() if self.collect_garbage else None
+                if generation is not None:
+                    self.collections += 1
+                previous = {"compute_ms": (done - start) * 1e3, "gc_ms": (time.monotonic() - done) * 1e3,
+                            "gc_generation": generation}
+                sched_before = _read_schedstat(sched_fd)
+        finally:
+            if sched_fd is not None:
+                os.close(sched_fd)
 
     def stats(self) -> dict:
         """Timing of the last :data:`WINDOW_TICKS` ticks: ``{"period_error_p50_ms", "period_error_p99_ms",
@@ -399,7 +439,7 @@ class SimTimeClock:
                 self._periods.append(t - self.time)
             self.time, due = t, t + self.period_s
             self.ticks += 1
-            if not _run_tick(self, time.monotonic()):
+            if _run_tick(self, time.monotonic()) is None:
                 break
 
     def stats(self) -> dict:

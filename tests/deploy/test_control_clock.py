@@ -5,6 +5,8 @@ machine is: timing figures live in ``sim2real bench inference`` and ``sim2real b
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import time
 
@@ -60,6 +62,58 @@ def test_a_slow_tick_is_an_overrun_and_its_missed_deadlines_are_skipped():
     slow = [o for o in clock.overrun_log if o["tick"] == 3]
     assert len(slow) == 1 and slow[0]["compute_ms"] >= 35.0 and slow[0]["period_ms"] >= 35.0, list(clock.overrun_log)
     assert slow[0]["gc_ms"] >= 0.0 and slow[0]["gc_generation"] is None  # no collect_garbage
+    if sys.platform.startswith("linux"):  # the thread's scheduler counters since that tick ended
+        assert slow[0]["runqueue_wait_ms"] >= 0.0 and slow[0]["on_cpu_ms"] >= 0.0 and slow[0]["switched_in"] >= 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat is Linux's")
+def test_the_schedstat_reading_counts_the_threads_own_cpu_time():
+    """The overrun record's scheduler figures come from the thread's schedstat: its on-CPU time over a 50 ms busy
+    loop matches the thread's CPU clock (time.thread_time_ns) to 5 ms."""
+    from sim2real.deploy.control_clock import _open_schedstat, _read_schedstat, _sched_delta
+
+    fd = _open_schedstat()
+    try:
+        before, cpu0 = _read_schedstat(fd), time.thread_time_ns()
+        t_end = time.perf_counter() + 0.05
+        while time.perf_counter() < t_end:
+            pass
+        delta, cpu = _sched_delta(before, _read_schedstat(fd)), (time.thread_time_ns() - cpu0) * 1e-6
+    finally:
+        os.close(fd)
+    assert cpu >= 10.0 and abs(delta["on_cpu_ms"] - cpu) < 5.0, (delta, cpu)
+    assert delta["runqueue_wait_ms"] >= 0.0 and delta["switched_in"] >= 0
+    assert _sched_delta(None, (1, 2, 3)) == {"runqueue_wait_ms": None, "on_cpu_ms": None, "switched_in": None}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat is Linux's")
+def test_a_late_wake_behind_the_gil_is_switched_in_more_than_once():
+    """Another thread holding the GIL for ~0.2 s in one C call (sorting a long list) makes the clock's thread late:
+    its overrun record shows the thread was switched in more than once between its last tick and its late start
+    (woken by its timer, then again by the GIL), where a late timer alone switches it in once."""
+    started, done = threading.Event(), threading.Event()
+    data = list(range(3_000_000, 0, -1))
+
+    def hog():
+        started.wait(5.0)
+        sorted(data)  # one C call holding the GIL throughout
+        done.set()
+
+    count = [0]
+
+    def tick():
+        count[0] += 1
+        if count[0] == 3:
+            started.set()
+
+    threading.Thread(target=hog, daemon=True).start()
+    clock = ControlClock(0.005, tick, rt_priority=0).start()
+    assert done.wait(10.0)
+    assert wait_until(lambda: count[0] >= 10, 5.0)
+    clock.stop()
+    late = [o for o in clock.overrun_log if o["wake_late_ms"] > 20.0]
+    assert late, list(clock.overrun_log)
+    assert max(o["switched_in"] for o in late) >= 2, late
 
 
 def test_a_garbage_collecting_clock_runs_every_collection_in_its_own_thread_after_a_tick():

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from sim2real.bench.soak import rss_mb, soak
+from sim2real.bench.soak import overrun_line, rss_mb, soak
 
 
 def test_a_short_soak_counts_the_feed_and_the_memory(linear_policy):
@@ -34,3 +34,15 @@ def test_rss_is_this_process_resident_memory():
     block[::4096] = b"x" * len(block[::4096])
     assert rss_mb() - before == pytest.approx(64 * 1.048576, abs=8.0)
     del block
+
+
+def test_an_overrun_is_told_with_where_its_time_went():
+    o = {"tick": 7, "period_ms": 31.0, "wake_late_ms": 18.9, "compute_ms": 2.2, "gc_ms": 0.01, "gc_generation": None,
+         "runqueue_wait_ms": 0.05, "on_cpu_ms": 0.4, "switched_in": 1}
+    assert overrun_line(o) == ("overrun at tick 7: period 31.00 ms, woke 18.90 ms after its deadline; the tick before "
+                               "took 2.20 ms, no garbage collection after it; since then the thread waited 0.05 ms "
+                               "for a CPU, ran 0.40 ms and was switched in 1 time(s)")
+    gil = overrun_line({**o, "gc_generation": 0, "switched_in": 30})
+    assert "generation-0 garbage collection of 0.01 ms" in gil and gil.endswith("(more than once: it also waited for "
+                                                                                "the GIL or another lock)")
+    assert overrun_line({**o, "switched_in": None}).endswith("no garbage collection after it")
