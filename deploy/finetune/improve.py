@@ -37,8 +37,8 @@ run continues from it while that version is the one to beat (budgets add up, e.g
 (:func:`offer_improved`), and a running learner's loop could call :func:`improve` beside SAC (the ``sim`` learner
 method, not wired yet).
 
-Only the quadrotor is supported (legged robots are identified by ``finetune identify`` but not improved yet);
-:class:`ImproveError` (one line) otherwise.
+Quadrotors and legged robots (the identified friction, motor strength, floor time constant and latency as the
+task's DR keys; no correction term); :class:`ImproveError` (one line) otherwise.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ from sim2real.deploy.finetune.runner import IMPROVE_FILE, improved_versions, off
 #: ``<session>/learner/`` file: PPO's state behind the last version ``finetune improve`` published (the next run
 #: continues from it while that version is the one to beat).
 IMPROVE_STATE = "improve.pt"
-#: The DR keys identified as scales (widened by the relative margin) and the time constant.
-_SCALED_KEYS = ("mass_scale", "thrust_scale", "inertia_scale", "motor_time_constant")
+#: Per robot kind, the identified DR keys widened by the relative margin (scales and time constants).
+_SCALED_KEYS = {"quadrotor": ("mass_scale", "thrust_scale", "inertia_scale", "motor_time_constant"),
+                "legged": ("friction", "motor_strength", "floor_timeconst")}
 
 
 class ImproveError(ValueError):
@@ -76,37 +77,44 @@ def identified_task_config(task_cfg: dict, identified: dict, *, spread: bool = T
     """The task config of the identified robot.
 
     Args:
-        task_cfg: the base policy's task config (quadrotor).
+        task_cfg: the base policy's task config (a quadrotor's or a legged robot's).
         identified: ``identified.json`` as a dict (:meth:`~sim2real.deploy.finetune.identify.Identified.to_json`):
             ``params``, ``spread``, ``correction``.
         spread: use each value's per-episode range (what the robot varied between episodes) instead of its median.
-        margin: widen ``mass_scale``, ``thrust_scale``, ``inertia_scale`` and ``motor_time_constant`` [s] by this
-            fraction of their value on each side (``[lo (1 - m), hi (1 + m)]``; 0: pinned).
-        correction: apply ``correction.motor_thrust_scale`` ``[4]`` as ``domain_rand.motor_thrust_scale``.
+        margin: widen each identified scale or time constant by this fraction of its value on each side
+            (``[lo (1 - m), hi (1 + m)]``; 0: pinned): a quadrotor's ``mass_scale``, ``thrust_scale``,
+            ``inertia_scale`` and ``motor_time_constant`` [s]; a legged robot's ``friction``, ``motor_strength`` and
+            ``floor_timeconst`` [s].
+        correction: a quadrotor's ``correction.motor_thrust_scale`` ``[4]`` as ``domain_rand.motor_thrust_scale``
+            (a legged robot's identified parameters are all DR keys: nothing to correct).
 
     Returns:
-        a deep copy of ``task_cfg`` with ``domain_rand`` set (enabled, ADR off).
+        a deep copy of ``task_cfg`` with ``domain_rand`` set (enabled, ADR off). ``latency_steps`` is the identified
+        range; a quadrotor's ``ext_force`` the identified bound. A legged robot keeps its training ranges of what a
+        robot varies every episode and the identification fits per episode only (body masses, added mass, centre
+        of mass, PD gain scales, pushes).
 
     Raises:
-        ImproveError: not a quadrotor task config, or ``identified`` lacks a value.
+        ImproveError: neither a quadrotor nor a legged task config, a bad margin, or ``identified`` lacks a value.
     """
-    if task_cfg.get("robot", {}).get("kind") != "quadrotor":
-        raise ImproveError(f"improving in the identified simulator needs a quadrotor (improving "
-                           f"{task_cfg.get('robot', {}).get('kind')} robots is not implemented yet)")
+    kind = task_cfg.get("robot", {}).get("kind")
+    if kind not in _SCALED_KEYS:
+        raise ImproveError(f"improving in the identified simulator needs a quadrotor or a legged robot, not {kind!r}")
     if not 0.0 <= float(margin) < 1.0:
         raise ImproveError(f"margin must be in [0, 1), got {margin}")
     out = copy.deepcopy(task_cfg)
     dr = out["domain_rand"]
     try:
         params, ranges = identified["params"], identified.get("spread", {}) if spread else {}
-        for key in _SCALED_KEYS:
+        for key in _SCALED_KEYS[kind]:
             lo, hi = (float(v) for v in ranges.get(key, (params[key], params[key])))
             dr[key] = [lo * (1.0 - margin), hi * (1.0 + margin)]
         lo, hi = ranges.get("latency_steps", (params["latency_steps"], params["latency_steps"]))
         dr["latency_steps"] = [int(lo), int(hi)]
-        dr["ext_force"] = float(params["ext_force"])
-        if correction:
-            dr["motor_thrust_scale"] = [float(v) for v in identified["correction"]["motor_thrust_scale"]]
+        if kind == "quadrotor":
+            dr["ext_force"] = float(params["ext_force"])
+            if correction:
+                dr["motor_thrust_scale"] = [float(v) for v in identified["correction"]["motor_thrust_scale"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise ImproveError(f"the identified model lacks a value ({type(exc).__name__}: {exc}): identify again") \
             from None
@@ -413,7 +421,7 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
         never offered to the actor (only recorded ones are).
 
     Raises:
-        ImproveError: not a quadrotor session, or no usable identified model.
+        ImproveError: neither a quadrotor nor a legged session, or no usable identified model.
         IdentificationError: the recordings cannot be identified (no state, too short).
     """
     from sim2real.configs.durable import append_jsonl, atomic_torch_save, sha256_bytes
@@ -430,10 +438,6 @@ def improve(session, minutes: float | None = None, options: SimOptions | None = 
     cfg = session_config(session)
     spec = residual_spec(session, cfg)
     base, task_cfg = base_policy(session, cfg)
-    if task_cfg["robot"].get("kind") != "quadrotor":
-        raise ImproveError(f"{session.path}: improving in simulation is implemented for quadrotors only; "
-                           f"{task_cfg['robot'].get('kind')} robots are identified (finetune identify) but not "
-                           "improved yet")
     identified = load_identified(session, log=say)
     sim_cfg = identified_task_config(task_cfg, identified, spread=opts.spread, margin=opts.margin)
     hold = int(cfg["hold_steps"])

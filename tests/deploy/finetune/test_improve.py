@@ -75,12 +75,51 @@ def test_identified_env_has_the_identified_parameters_and_correction(hover):
     assert make_env(cfg, num_envs=2, eval_mode=True).action_term.motor_gain is None
 
 
-def test_identified_config_refuses_legged_and_incomplete_models(hover):
+def test_identified_config_refuses_unknown_kinds_and_incomplete_models(hover):
     base, cfg, spec = hover
-    with pytest.raises(ImproveError, match="quadrotor"):
-        identified_task_config({**cfg, "robot": {"kind": "legged"}}, IDENTIFIED)
+    with pytest.raises(ImproveError, match="quadrotor or a legged robot, not 'wheeled'"):
+        identified_task_config({**cfg, "robot": {"kind": "wheeled"}}, IDENTIFIED)
     with pytest.raises(ImproveError, match="identify again"):
         identified_task_config(cfg, {"params": {"mass_scale": 1.2}})
+    with pytest.raises(ImproveError, match="margin"):
+        identified_task_config(cfg, IDENTIFIED, margin=1.0)
+
+
+#: A legged robot as ``identified.json`` holds it (the jump's compliant-floor gap: friction 0.25, strength x0.8,
+#: floor time constant 0.05 s, 2-3 steps of latency).
+IDENTIFIED_LEGGED = {"params": {"friction": 0.25, "motor_strength": 0.8, "floor_timeconst": 0.05,
+                                "latency_steps": 3},
+                     "spread": {"latency_steps": [2, 3]}, "correction": {}}
+
+
+def test_legged_identified_env_simulates_the_identified_floor_strength_and_latency():
+    """A legged robot's identified model becomes the jump task's DR keys (friction, strength, floor time constant
+    widened by the margin, the per-episode latency range); what a robot varies every episode keeps its training
+    range; the env built from it draws its robots inside those ranges and sets the floor's solref per world."""
+    from sim2real.configs import resolve_task_config
+
+    cfg = resolve_task_config(Path(sim2real.__file__).parent / "tasks" / "quadruped_jump" / "config.yaml")
+    sim = identified_task_config(cfg, IDENTIFIED_LEGGED, spread=True, margin=0.1)
+    dr = sim["domain_rand"]
+    assert dr["friction"] == pytest.approx([0.225, 0.275]) and dr["motor_strength"] == pytest.approx([0.72, 0.88])
+    assert dr["floor_timeconst"] == pytest.approx([0.045, 0.055]) and dr["latency_steps"] == [2, 3]
+    assert dr["enabled"] and "ext_force" not in dr and "motor_thrust_scale" not in dr
+    for key in ("mass_scale", "base_added_mass", "kp_scale", "kd_scale", "push_prob"):
+        assert dr[key] == cfg["domain_rand"][key], key
+    assert cfg["domain_rand"]["floor_timeconst"] == [0.0, 0.0]  # the input is left alone
+    pinned = identified_task_config(cfg, IDENTIFIED_LEGGED, spread=False, margin=0.0)["domain_rand"]
+    assert pinned["friction"] == [0.25, 0.25] and pinned["latency_steps"] == [3, 3]
+
+    torch.manual_seed(0)
+    env = make_env(sim, num_envs=64, eval_mode=True)
+    p = env.dr.params
+    for key in ("friction", "motor_strength"):
+        lo, hi = dr[key]
+        assert float(p[key].min()) >= lo - 1e-6 and float(p[key].max()) <= hi + 1e-6, key
+        assert float(p[key].max() - p[key].min()) > 0.5 * (hi - lo), key  # randomised around the value
+    tc = env.dr.floor_timeconst
+    assert float(tc.min()) >= 0.045 - 1e-6 and float(tc.max()) <= 0.055 + 1e-6
+    assert set(env.dr.latency.tolist()) == {2, 3}
 
 
 def test_ppo_actor_exports_to_the_edge_actors_residual(hover):
