@@ -65,6 +65,7 @@ import mujoco
 import torch
 
 from sim2real.configs import ConfigError
+from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.mujoco_model import OBSTACLE_PARK
 from sim2real.sim.mujoco_warp_backend import quiet_iteration_limits
@@ -407,6 +408,8 @@ class IsaacLabBackend:
         bad = torch.zeros(self.num_envs, dtype=torch.bool, device=self.torch_device)
         for arr in (d.joint_pos, d.joint_vel, d.root_link_pose_w, d.root_link_vel_w):
             bad |= ~(self._t(arr).reshape(self.num_envs, -1).abs() <= MAXVAL).all(1)  # NaN compares False
+        for arr in (d.joint_vel, d.root_link_vel_w):
+            bad |= ~(self._t(arr).reshape(self.num_envs, -1).abs() <= MAX_PLAUSIBLE_VELOCITY).all(1)
         self.unstable = bad
         self.num_unstable += int(bad.sum())
 

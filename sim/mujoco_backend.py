@@ -11,7 +11,8 @@ w, x, y, z, body-to-world); base linear velocity in the world frame and angular 
 free joint's ``qvel`` convention); SI units.
 
 Per-env domain randomisation uses ``Batch.expand`` (per-simulation model fields): friction, masses, base centre
-of mass, PD gains and motor strength. A world that goes unstable (NaN/Inf or MuJoCo's bad-qacc reset) is flagged in
+of mass, PD gains and motor strength. A world that goes unstable (NaN/Inf, MuJoCo's bad-qacc reset, or a velocity
+beyond :data:`~sim2real.sim.backends.MAX_PLAUSIBLE_VELOCITY`) is flagged in
 :attr:`MujocoBackend.unstable` after the step that broke it; the task resets it, and :attr:`num_unstable` counts them.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
+from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.kinematics import foot_yaw_from_xmat
 from sim2real.sim.mujoco_model import (
     OBSTACLE_PARK, UNSTABLE_WARNINGS, batch_class, build_model, make_position_servos,
@@ -143,7 +145,8 @@ class MujocoBackend:
         self._ctrl[:, self.index.actuator_ids] = t.cpu().double().numpy()
         self.batch.step(nstep=self.decimation)
         count = self._warning_count()
-        bad = (count > self._warn_count) | ~np.isfinite(self._qpos).all(1) | ~np.isfinite(self._qvel).all(1)
+        bad = (count > self._warn_count) | ~np.isfinite(self._qpos).all(1) \
+            | ~(np.abs(self._qvel) <= MAX_PLAUSIBLE_VELOCITY).all(1)  # NaN compares False
         if count.any():  # MuJoCo sets a re-broken world's counter back to 1: clear them so each break shows
             self.batch.warning[:, self._warn_ids, 1] = 0
         self._warn_count = np.zeros_like(count)

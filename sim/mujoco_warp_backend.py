@@ -58,6 +58,7 @@ import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
+from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.mujoco_model import OBSTACLE_PARK
 
@@ -243,6 +244,7 @@ class MujocoWarpBackend:
         bad = torch.zeros(self.num_envs, dtype=torch.bool, device=self.torch_device)
         for arr in (self._qpos, self._qvel, self._qacc):
             bad |= ~(arr.abs() <= MAXVAL).all(1)  # NaN compares False
+        bad |= ~(self._qvel.abs() <= MAX_PLAUSIBLE_VELOCITY).all(1)
         self.unstable = bad
         self.num_unstable += int(bad.sum())
 

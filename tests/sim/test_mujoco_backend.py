@@ -297,6 +297,24 @@ def test_unstable_world_is_flagged_alone(bad):
     assert sim.unstable.tolist() == [False, True, True] and sim.num_unstable == 3
 
 
+def test_a_world_moving_implausibly_fast_is_flagged_before_mujoco_would():
+    """A finite base velocity of 2e3 m/s (upwards, away from every contact: MuJoCo's own checks start at 1e10 and
+    the world goes on stepping, as worlds on a compliant floor were seen to with joints at 1e7 rad/s) flags the world
+    (MAX_PLAUSIBLE_VELOCITY, 1e3); 5 m/s, a jump's take-off speed, does not."""
+    from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
+
+    assert MAX_PLAUSIBLE_VELOCITY == 1e3
+    sim = _backend(3)
+    _place(sim, sim.standing_height())
+    q0 = sim.default_joint_pos.expand(3, -1)
+    sim.step(q0)
+    sim.batch.bind("qvel")[1, 2] = 2e3  # DOF 2: base z velocity
+    sim.batch.bind("qvel")[2, 2] = 5.0
+    sim.step(q0)
+    assert sim.unstable.tolist() == [False, True, False] and sim.num_unstable == 1
+    assert float(sim.state()["base_lin_vel_w"][1, 2]) > MAX_PLAUSIBLE_VELOCITY  # not reset by MuJoCo: the task must
+
+
 def test_reset_clears_the_unstable_flag():
     sim = _backend(2)
     _place(sim, sim.standing_height())

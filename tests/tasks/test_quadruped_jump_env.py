@@ -568,3 +568,17 @@ def test_a_hop_carried_over_from_before_the_command_is_not_the_jump():
     assert terms(gated, state(gated, 10, high - 0.15, 30.0))[0] == 0.0  # touched down: a stance
     assert terms(gated, state(gated, 15, high, 0.0)) == [1.0, 1.0, 1.0]  # the take-off after it is the jump
     assert bool(gated.grounded) and not bool(airborne_at_command().grounded)
+
+
+def test_a_world_the_simulator_flags_unstable_earns_only_its_termination_penalty():
+    """A world whose base was set flying up at 2e3 m/s (finite: MuJoCo steps on) is flagged unstable, ends as a fall
+    and earns the termination penalty alone: what its state would pay (the take-off terms reward upward speed) reaches
+    neither the reward nor the episode sums. The other world's reward is untouched."""
+    env = _env(2)
+    env.step(torch.zeros(2, 12))
+    env.sim._qvel[0, 2] = 2e3
+    _, rew, dones, extras = env.step(torch.zeros(2, 12))
+    assert dones.tolist() == [True, False]
+    assert float(rew[0]) == pytest.approx(env.reward_weights["termination"] * env.cfg["rewards"]["scale"])
+    assert env.last_outcome["fall"][0] == 1.0
+    assert -1.0 < float(rew[1]) < 1.0
