@@ -78,7 +78,8 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
         unstable = getattr(self.sim, "unstable", None)
         if unstable is not None and bool(unstable.any()):
             bad = unstable.to(self.device)
-            terms = {k: (v if k == "termination" else torch.where(bad, torch.zeros_like(v), v)) for k, v in terms.items()}
+            terms = {k: (v if k == "termination" else torch.where(bad, torch.zeros_like(v), v))
+                     for k, v in terms.items()}
         return weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt, once=once,
                                    scaled=scaled, scale=scale, overall=self.cfg["rewards"]["scale"], finite=False)
 
