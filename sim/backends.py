@@ -16,13 +16,6 @@ from sim2real.configs import ConfigError
 
 BACKENDS = ("mujoco", "mujoco-warp", "isaaclab")
 
-#: |generalised velocity| [m/s, rad/s] beyond which every backend flags a world unstable besides non-finite values and
-#: the simulator's own checks (MuJoCo's start at 1e10): no legged robot's base or joint moves at 1000 m/s or rad/s
-#: (a Go2's joints top out near 30 rad/s), but a world can blow up far below 1e10 and go on stepping: on a
-#: compliant floor (contact time constant 0.05 s) joint velocities of 1e7 rad/s were seen, whose squared-velocity
-#: penalty (1e15) would reach the learner. Such a world ends as a fall and is reset.
-MAX_PLAUSIBLE_VELOCITY = 1e3
-
 
 def check_backend(name: str) -> None:
     """Raise ConfigError (one line) unless ``name`` is a known backend whose packages are importable."""

@@ -65,11 +65,10 @@ import mujoco
 import torch
 
 from sim2real.configs import ConfigError
-from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.mujoco_backend import MujocoBackend
 from sim2real.sim.mujoco_model import OBSTACLE_PARK
 from sim2real.sim.mujoco_warp_backend import quiet_iteration_limits
-from sim2real.sim.robot import resolve_mjcf
+from sim2real.sim.robot import MAX_PLAUSIBLE_VELOCITY, resolve_mjcf
 from sim2real.sim.weld import weld_patterns
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ free joint's ``qvel`` convention); SI units.
 
 Per-env domain randomisation uses ``Batch.expand`` (per-simulation model fields): friction, masses, base centre
 of mass, PD gains and motor strength. A world that goes unstable (NaN/Inf, MuJoCo's bad-qacc reset, or a velocity
-beyond :data:`~sim2real.sim.backends.MAX_PLAUSIBLE_VELOCITY`) is flagged in
+beyond :data:`~sim2real.sim.robot.MAX_PLAUSIBLE_VELOCITY`) is flagged in
 :attr:`MujocoBackend.unstable` after the step that broke it; the task resets it, and :attr:`num_unstable` counts them.
 """
 
@@ -23,12 +23,11 @@ import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
-from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.kinematics import foot_yaw_from_xmat
 from sim2real.sim.mujoco_model import (
     OBSTACLE_PARK, UNSTABLE_WARNINGS, batch_class, build_model, make_position_servos,
 )
-from sim2real.sim.robot import LeggedRobot
+from sim2real.sim.robot import MAX_PLAUSIBLE_VELOCITY, LeggedRobot
 
 
 class MujocoBackend:

@@ -58,8 +58,8 @@ import numpy as np
 import torch
 
 from sim2real.configs import ConfigError
-from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.mujoco_backend import MujocoBackend
+from sim2real.sim.robot import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.mujoco_model import OBSTACLE_PARK
 
 log = logging.getLogger(__name__)

@@ -22,6 +22,13 @@ import numpy as np
 from sim2real.configs import ConfigError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+#: |generalised velocity| [m/s, rad/s] beyond which every backend flags a world unstable besides non-finite values and
+#: the simulator's own checks (MuJoCo's start at 1e10): no legged robot's base or joint moves at 1000 m/s or rad/s
+#: (a Go2's joints top out near 30 rad/s), but a world can blow up far below 1e10 and go on stepping: on a
+#: compliant floor (contact time constant 0.05 s) joint velocities of 1e7 rad/s were seen, whose squared-velocity
+#: penalty (1e15) would reach the learner. Such a world ends as a fall and is reset.
+MAX_PLAUSIBLE_VELOCITY = 1e3
+
 LEGGED_KEYS = ("mjcf", "base_body", "imu_site", "joint_names", "default_pose", "actuation",
                "stiffness", "damping", "action_scale", "action_clip")
 

@@ -301,7 +301,7 @@ def test_a_world_moving_implausibly_fast_is_flagged_before_mujoco_would():
     """A finite base velocity of 2e3 m/s (upwards, away from every contact: MuJoCo's own checks start at 1e10 and
     the world goes on stepping, as worlds on a compliant floor were seen to with joints at 1e7 rad/s) flags the world
     (MAX_PLAUSIBLE_VELOCITY, 1e3); 5 m/s, a jump's take-off speed, does not."""
-    from sim2real.sim.backends import MAX_PLAUSIBLE_VELOCITY
+    from sim2real.sim.robot import MAX_PLAUSIBLE_VELOCITY
 
     assert MAX_PLAUSIBLE_VELOCITY == 1e3
     sim = _backend(3)
