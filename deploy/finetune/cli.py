@@ -231,6 +231,8 @@ def _finetune_command(args) -> int:
                               spread=not args.no_spread, seed=args.seed)
             record = improve(session, args.minutes, opts, log=log)
         g, t = record["gate"], record["train"]
+        print("identified: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                         for k, v in sorted(record["identified"].items())))
         print(f"trained {t['iterations']} PPO iterations, {t['control_steps']} simulated control steps in "
               f"{t['wall_s']:.0f} s")
         print(f"identified simulator, held-out {g['metric']}: candidate {g['candidate']:.4f}, running version "

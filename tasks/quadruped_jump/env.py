@@ -1,10 +1,11 @@
 """``quadruped-jump``: reference-free jumping to commanded landing targets (rsl-rl ``VecEnv`` on the MuJoCo backend).
 
-Episode: the robot stands for ``env.wait_s``, then the jump command starts and the episode runs ``env.jump_s`` more
-seconds; the command is active (observed through ``jump_target`` / ``jump_clock``) for the first
-:data:`~sim2real.tasks.observations.JUMP_WINDOW_S` of them, then, with ``env.stand_after_jump``, the robot is told to
-stand again (rewarded as before the command; configs saved before the stand command keep the command to the end, as
-their ``jump_command`` / ``command_time`` observation does). A fraction
+Episode: the robot stands for a draw from ``env.wait_s``, then the jump command starts; the episode lasts
+``env.wait_s[1] + env.jump_s`` in all (at least ``env.jump_s`` after the command); the command is active
+(observed through ``jump_target`` / ``jump_clock``) for the first :data:`~sim2real.tasks.observations.JUMP_WINDOW_S`
+of them, then, with ``env.stand_after_jump``, the robot is told to stand again (rewarded as before the command;
+configs saved before the stand command keep the command to the end, as their ``jump_command`` / ``command_time``
+observation does). A fraction
 ``env.stand_prob`` of training episodes has no command at all (it stands throughout); in evaluation every episode
 jumps, or none with ``eval.stand_only``. Success (at the time-out) of a jump = landing xy within the tolerance of
 the target (the landing pose: the base's at the command window's end with ``env.stand_after_jump``, so standing

@@ -210,6 +210,7 @@ def _improve_end_to_end(tmp_path, capsys):
     assert (Path(session.path) / "identified.json").is_file()  # identified first: it was missing
     record = json.loads((Path(session.path) / IMPROVE_FILE).read_text().splitlines()[-1])
     assert record["version"] == 1 and "published version 1" in out, out
+    assert "identified: ext_force" in out and "mass_scale 1." in out, out  # the identified values, sorted
     assert improved_versions(session) == [1]
     scores = ft.score_session(session, cfg, version=1)
     before, after = scores["before"]["pos_error_mean"], scores["after"]["pos_error_mean"]
