@@ -34,8 +34,8 @@ The gate (:func:`gate`)
 recordings, train, gate, publish as the session's next signed version) and appends its record to
 ``<session>/improve.jsonl``; PPO's state behind a published version is kept (``learner/improve.pt``), and the next
 run continues from it while that version is the one to beat (budgets add up, e.g. in a learner's loop). The edge actor on the stand-in takes the newest gated version when it starts
-(:func:`offer_improved`), and a running learner's loop could call :func:`improve` beside SAC (the ``sim`` learner
-method, not wired yet).
+(:func:`offer_improved`), and the ``sim`` learner method calls :func:`improve` in rounds while the robot runs
+(:mod:`~sim2real.deploy.finetune.sim_learner`).
 
 Quadrotors and legged robots (the identified friction, motor strength, floor time constant and latency as the
 task's DR keys; no correction term); :class:`ImproveError` (one line) otherwise.
