@@ -33,7 +33,7 @@ class OnnxPolicy:
 
         self.policy_dir = Path(policy_dir)
         if not self.policy_dir.is_dir():
-            raise PolicyMismatchError([("policy", f"policy folder not found: {self.policy_dir}")])
+            raise PolicyMismatchError([("policy", f"folder not found: {self.policy_dir}")])
         self.metadata = load_metadata(self.policy_dir) if metadata is None else metadata
         robot = robot if robot is not None else self.metadata.get("robot", {}).get("params", {})
         validate_metadata(self.metadata, robot, self.policy_dir, control_period_s)

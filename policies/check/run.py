@@ -74,7 +74,7 @@ def deploy_gate(policy_dir: str | Path, robot: dict, force: bool = False, log=No
     t0 = time.perf_counter()
     policy_dir = Path(policy_dir)
     if not policy_dir.is_dir():
-        raise PolicyMismatchError([("policy", f"policy folder not found: {policy_dir}")])
+        raise PolicyMismatchError([("policy", f"folder not found: {policy_dir}")])
     sections = [check_metadata(policy_dir, robot), check_onnx(policy_dir, use_torch=False)]
     fp = fingerprint(policy_dir, robot)
     stored, note, unreadable = stored_check(policy_dir, fp)

@@ -74,7 +74,7 @@ def test_cli_refuses_an_unloadable_onnx_file_even_with_a_matching_checksum(tmp_p
 
 def test_cli_refuses_a_missing_policy_and_unknown_robot(tmp_path, linear_policy, capsys):
     assert main(["deploy", "--policy", str(tmp_path / "nope"), "--robot", "crazyflie2"]) == 2
-    assert "policy folder not found" in capsys.readouterr().err
+    assert "policy refused: policy: folder not found" in capsys.readouterr().err
     policy = linear_policy(np.zeros((22, 4)), np.zeros(4))
     assert main(["deploy", "--policy", str(policy), "--robot", "no-such-robot"]) == 2
     assert "unknown robot 'no-such-robot'" in capsys.readouterr().err
