@@ -405,10 +405,9 @@ class IsaacLabBackend:
             self.scene.update(self.timestep)
         d = self.robot.data
         bad = torch.zeros(self.num_envs, dtype=torch.bool, device=self.torch_device)
-        for arr in (d.joint_pos, d.joint_vel, d.root_link_pose_w, d.root_link_vel_w):
-            bad |= ~(self._t(arr).reshape(self.num_envs, -1).abs() <= MAXVAL).all(1)  # NaN compares False
-        for arr in (d.joint_vel, d.root_link_vel_w):
-            bad |= ~(self._t(arr).reshape(self.num_envs, -1).abs() <= MAX_PLAUSIBLE_VELOCITY).all(1)
+        for arr, bound in ((d.joint_pos, MAXVAL), (d.joint_vel, MAX_PLAUSIBLE_VELOCITY), (d.root_link_pose_w, MAXVAL),
+                           (d.root_link_vel_w, MAX_PLAUSIBLE_VELOCITY)):
+            bad |= ~(self._t(arr).reshape(self.num_envs, -1).abs() <= bound).all(1)  # NaN compares False
         self.unstable = bad
         self.num_unstable += int(bad.sum())
 

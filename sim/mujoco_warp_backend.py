@@ -59,8 +59,8 @@ import torch
 
 from sim2real.configs import ConfigError
 from sim2real.sim.mujoco_backend import MujocoBackend
-from sim2real.sim.robot import MAX_PLAUSIBLE_VELOCITY
 from sim2real.sim.mujoco_model import OBSTACLE_PARK
+from sim2real.sim.robot import MAX_PLAUSIBLE_VELOCITY
 
 log = logging.getLogger(__name__)
 
@@ -242,9 +242,8 @@ class MujocoWarpBackend:
         self._ctrl[:, self._act_ids] = torch.maximum(torch.minimum(t, self._target_hi), self._target_lo)
         self._run("step")
         bad = torch.zeros(self.num_envs, dtype=torch.bool, device=self.torch_device)
-        for arr in (self._qpos, self._qvel, self._qacc):
-            bad |= ~(arr.abs() <= MAXVAL).all(1)  # NaN compares False
-        bad |= ~(self._qvel.abs() <= MAX_PLAUSIBLE_VELOCITY).all(1)
+        for arr, bound in ((self._qpos, MAXVAL), (self._qvel, MAX_PLAUSIBLE_VELOCITY), (self._qacc, MAXVAL)):
+            bad |= ~(arr.abs() <= bound).all(1)  # NaN compares False
         self.unstable = bad
         self.num_unstable += int(bad.sum())
 

@@ -75,9 +75,8 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
         flag and reset the env. A world the simulator flagged unstable this step (``sim.unstable``: its state may be
         finite but huge, e.g. joint velocities of 1e4 rad/s) earns only its ``termination`` term (it ends as a fall):
         its other terms are zeroed, so no such value reaches the learner or the episode sums."""
-        unstable = getattr(self.sim, "unstable", None)
-        if unstable is not None and bool(unstable.any()):
-            bad = unstable.to(self.device)
+        if bool(self.sim.unstable.any()):
+            bad = self.sim.unstable.to(self.device)
             terms = {k: (v if k == "termination" else torch.where(bad, torch.zeros_like(v), v))
                      for k, v in terms.items()}
         return weighted_reward_sum(terms, self.reward_weights, self.episode_sums, self.control_dt, once=once,

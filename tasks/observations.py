@@ -288,7 +288,8 @@ def jump_target(s: RobotState) -> torch.Tensor:
 
 @obs_term("jump_clock", 1, "s", "-",
           f"time since the active jump command's start, in [0, JUMP_WINDOW_S = {JUMP_WINDOW_S}); -1 while standing "
-          "(no command yet, or the window is over): no countdown to a command, so standing looks the same however long it lasts")
+          "(no command yet, or the window is over): no countdown to a command, so standing looks the same however "
+          "long it lasts")
 def jump_clock(s: RobotState) -> torch.Tensor:
     t = s.time_s
     return torch.where(jump_active(t), t, torch.full_like(t, -1.0)).unsqueeze(-1)
