@@ -89,10 +89,11 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                         "fall: damping mode until the node is activated again; --finetune: a tilt beyond this ends "
                         "the episode (safety envelope) (rad, default 1.0)")
     p.add_argument("--sim-time", action="store_true",
-                   help="legged robot: lockstep with a simulator (sim2real standin --lockstep HZ at the policy's "
-                        "control rate): tick once per control period of the simulated time the inputs' header stamps "
-                        "carry, as soon as every input of that instant has arrived, and stamp the commands with it; "
-                        "the result no longer depends on the machine's load (tests, sim-to-sim checks)")
+                   help="lockstep with a simulator (sim2real standin --lockstep HZ at the policy's control "
+                        "rate): tick once per control period of the simulated time the inputs' "
+                        "header stamps carry, as soon as every input of that instant has arrived, and stamp the "
+                        "commands with it; the result no longer depends on the machine's load (tests, sim-to-sim "
+                        "checks)")
     add_viz_argument(p)
     p.add_argument("--record", action=argparse.BooleanOptionalAction, default=True,
                    help="record every topic under the namespace and /diagnostics to an MCAP file (ROS 2 CDR, "
@@ -249,11 +250,11 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
                    help="legged robot: simulate this MJCF model instead of the robot config's (e.g. MuJoCo "
                         "Menagerie's unitree_go2/scene.xml)")
     p.add_argument("--lockstep", type=positive_float, default=None, metavar="HZ",
-                   help="legged robot: step in lockstep with the deploy node (sim2real deploy --sim-time) at this "
-                        "control rate instead of in real time: every 1/HZ s of simulated time publish the state "
-                        "(every topic, stamped with simulated time) and wait for the joint targets and gains "
-                        "stamped with that instant; HZ must be the policy's control rate and divide the physics "
-                        "rate")
+                   help="step in lockstep with the deploy node (sim2real deploy --sim-time) at this control rate "
+                        "instead of in real time: every 1/HZ s of simulated time publish the state (every topic, "
+                        "stamped with simulated time) and wait for that instant's commands (legged: joint targets "
+                        "and gains stamped with it; quadrotor: one command per drone); HZ must be the policy's "
+                        "control rate and divide the physics rate")
     p.add_argument("--gantry", choices=["auto", "on", "off"], default="auto",
                    help="legged robot: hold the base where it starts (a gantry) until the first joint command "
                         "arrives (auto: on for bipeds, which cannot stand in damping mode; off for others)")

@@ -57,9 +57,8 @@ def _standin(args, robot: dict, kind: str) -> int:
         from sim2real.hardware.standins.legged import standin_main as legged_standin_main
 
         return legged_standin_main(args, robot)
-    for flag, value in (("--mjcf", args.mjcf), ("--lockstep", getattr(args, "lockstep", None))):
-        if value is not None:
-            raise ConfigError(f"{flag} applies to legged robots; robot '{robot.get('name')}' is {kind!r}")
+    if args.mjcf is not None:
+        raise ConfigError(f"--mjcf applies to legged robots; robot '{robot.get('name')}' is {kind!r}")
     args.sensor_rate_hz = 100.0 if args.sensor_rate_hz is None else args.sensor_rate_hz
     args.command_timeout = 0.2 if args.command_timeout is None else args.command_timeout
     if args.drones is not None:

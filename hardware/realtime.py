@@ -54,3 +54,24 @@ class RealTimeStepper:
     def sim_time(self) -> float:
         """Simulated time [s] of the steps taken so far."""
         return self.steps_taken * self.dt
+
+
+#: Lockstep: wall time [s] between re-sends of the current state while a stand-in waits for the commands of the
+#: current instant (a node that started late, or lost a message, still gets it).
+LOCKSTEP_RESEND_S = 0.1
+#: Lockstep: wall time [s] of waiting after which a stand-in says (once per such interval) why simulated time does
+#: not move on.
+LOCKSTEP_STALL_S = 5.0
+
+
+def lockstep_steps(rate_hz: float, dt: float) -> int:
+    """Physics steps of ``dt`` [s] in one lockstep period at ``rate_hz`` [Hz] (the controller's rate).
+
+    Raises:
+        ValueError: the rate does not divide the physics rate ``1 / dt`` into whole steps (or is above it).
+    """
+    steps = 1.0 / (float(rate_hz) * float(dt))
+    if not (steps >= 1.0 - 1e-9 and abs(steps - round(steps)) < 1e-6):
+        raise ValueError(f"lockstep rate {rate_hz:g} Hz does not divide the physics rate {1.0 / dt:.6g} Hz into "
+                         f"whole steps")
+    return int(round(steps))

@@ -120,8 +120,8 @@ class PolicyLifecycleNode(LifecycleNode):
                  state_timeout_s: float, context=None, rt_priority: int = DEFAULT_RT_PRIORITY,
                  sim_time: bool = False):
         if sim_time and not self.LOCKSTEP:
-            raise ValueError(f"--sim-time (lockstep with a simulator) is implemented for legged robots' nodes, not "
-                             f"for {type(self).__name__}")
+            raise ValueError(f"--sim-time (lockstep with a simulator) is implemented for the legged and swarm nodes, "
+                             f"not for {type(self).__name__}")
         # Before super().__init__: rclpy's LifecycleNode creates its services through create_* there.
         self._lock = threading.RLock()
         self.messages_lost: dict[str, int] = {}  # topic -> messages the middleware reports lost on the way

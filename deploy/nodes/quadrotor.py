@@ -24,7 +24,6 @@ out and starts at configure) -> onnxruntime -> :class:`SafetyLayer` -> the actio
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -110,13 +109,18 @@ class PolicyNode(PolicyLifecycleNode):
         rate_hz: override of the control rate [Hz] (benchmarks only; a deployed policy runs at its training
             rate).
         context: rclpy context (default: the global one).
+        sim_time: lockstep with a simulator (``sim2real deploy --sim-time`` with ``sim2real standin --lockstep
+            HZ``): the tick waits for the odometry stamped with the instant; freshness counts simulated time.
     """
+
+    LOCKSTEP = True
 
     def __init__(self, policy_dir: str | Path, robot: dict, *, namespace: str = "/crazyflie",
                  node_name: str = "policy_node", state_timeout_s: float = 0.1,
-                 goal: list[float] | None = None, rate_hz: float | None = None, context=None):
+                 goal: list[float] | None = None, rate_hz: float | None = None, context=None,
+                 sim_time: bool = False):
         super().__init__(policy_dir, robot, namespace=namespace, node_name=node_name,
-                         state_timeout_s=state_timeout_s, context=context)
+                         state_timeout_s=state_timeout_s, context=context, sim_time=sim_time)
         self.initial_goal = None if goal is None else np.asarray(goal, dtype=np.float64).reshape(3)
         self.rate_hz = rate_hz
         self.tick_faults: Counter = Counter()  # ticks per outcome: "ok" (policy in control) or a fault name
@@ -171,6 +175,7 @@ class PolicyNode(PolicyLifecycleNode):
         self._observed = None  # the history starts at the first tick the policy acts
         reset_goal(self, self.initial_goal)
         self._pub = self.create_lifecycle_publisher(Float32MultiArray, self.command_topic, self._qos)
+        self.lockstep_inputs = ("odom",)
         self._subs = [self.create_subscription(Odometry, "odom", self._on_odom, self._qos),
                       self.create_subscription(PoseStamped, "goal", self._on_goal, self._qos)]
 
@@ -200,7 +205,7 @@ class PolicyNode(PolicyLifecycleNode):
             self.safety.on_estop(engaged)
 
     def _on_odom(self, msg: Odometry) -> None:
-        accept_odometry(self, msg, time.monotonic(), self.get_logger())
+        accept_odometry(self, msg, self.arrival_time("odom", msg), self.get_logger())
 
     def _on_goal(self, msg: PoseStamped) -> None:
         accept_goal(self, msg, self.get_logger())
@@ -222,7 +227,7 @@ class PolicyNode(PolicyLifecycleNode):
         self.last_action = action.clamp(-1.0, 1.0)
 
     def _on_tick(self) -> None:
-        now = time.monotonic()
+        now = self.now()
         self.tick_times.append(now)
         fault = self.safety.input_fault(now)
         if fault is None:

@@ -30,6 +30,10 @@ observed by :meth:`SwarmObservation.build` (the training code) with one room hol
 peers whose latest valid odometry is at most ``peer_timeout_s`` old (the others are left out of the neighbour
 slots, their slots masked, and counted in :attr:`SwarmPolicyNode.stale_peer_ticks`) and all K slots visible; then
 onnxruntime, then the safety layer's action filter (non-finite -> safe command; clamped to the command limits).
+
+Lockstep (``sim_time``, ``sim2real deploy --drones ... --sim-time`` with ``sim2real standin --drones ... --lockstep
+HZ``): the tick waits for the odometry of every peer stamped with the instant (simulated time), so each node answers
+each instant once, with one command per drone it flies; odometry freshness and peer timeouts count simulated time.
 """
 
 from __future__ import annotations
@@ -165,6 +169,7 @@ class SwarmPolicyNode(PolicyNode):
         expect_swarm: refuse a policy whose ``swarm`` section differs (see :func:`check_swarm_policy`).
         rate_hz: override of the control rate [Hz] (benchmarks only).
         context: rclpy context.
+        sim_time: lockstep with a simulator (see the module docstring).
 
     Raises:
         ValueError: no drone, a drone twice, or a drone missing from ``peers``.
@@ -174,7 +179,7 @@ class SwarmPolicyNode(PolicyNode):
                  swarm_ns: str = "/swarm", namespace: str | None = None, node_name: str = "policy_node",
                  state_timeout_s: float = 0.1, peer_timeout_s: float | None = None, goals: dict | None = None,
                  no_obstacles: bool = False, expect_swarm: dict | None = None, rate_hz: float | None = None,
-                 context=None):
+                 context=None, sim_time: bool = False):
         drones = list(drones)
         peers = list(peers) if peers is not None else list(drones)
         if not drones or len(set(drones)) != len(drones) or len(set(peers)) != len(peers):
@@ -186,7 +191,8 @@ class SwarmPolicyNode(PolicyNode):
         if namespace is None:
             namespace = f"{swarm_ns}/{drones[0]}" if len(drones) == 1 else (swarm_ns or "/")
         super().__init__(policy_dir, robot, namespace=namespace, node_name=node_name,
-                         state_timeout_s=state_timeout_s, goal=None, rate_hz=rate_hz, context=context)
+                         state_timeout_s=state_timeout_s, goal=None, rate_hz=rate_hz, context=context,
+                         sim_time=sim_time)
         self.swarm_ns, self.peers = swarm_ns, peers
         self.peer_timeout_s = float(state_timeout_s if peer_timeout_s is None else peer_timeout_s)
         self.no_obstacles, self.expect_swarm = bool(no_obstacles), dict(expect_swarm or {})
@@ -224,6 +230,7 @@ class SwarmPolicyNode(PolicyNode):
         self.peer_samples.clear()
         self.peer_times.clear()
         self.centers = torch.zeros(0, 2) if self.no_obstacles else None
+        self.lockstep_inputs = tuple(f"{p}/odom" for p in self.peers)
         self._subs = [self.create_subscription(Odometry, f"{self.swarm_ns}/{p}/odom",
                                                lambda msg, p=p: self._on_peer_odom(msg, p), self._qos)
                       for p in self.peers]
@@ -271,7 +278,7 @@ class SwarmPolicyNode(PolicyNode):
                 slot.safety.on_estop(bool(msg.data))
 
     def _on_peer_odom(self, msg: Odometry, name: str) -> None:
-        now = time.monotonic()
+        now = self.arrival_time(f"{name}/odom", msg)
         slot = self.drones.get(name)
         if slot is not None and slot.safety is not None:
             sample = accept_odometry(slot, msg, now, self.get_logger(), f"{name}: ")
@@ -334,9 +341,10 @@ class SwarmPolicyNode(PolicyNode):
 
     def observation(self, names: list[str] | None = None, now: float | None = None) -> np.ndarray:
         """The policy observations ``[E, D]`` (float32) of the drones ``names`` (default: all of this node's, in
-        order), from the latest odometry of every peer fresh at ``now`` (default: the monotonic clock)."""
+        order), from the latest odometry of every peer fresh at ``now`` (default: :meth:`now`, the monotonic clock
+        or, in lockstep, simulated time)."""
         names = list(self.drones) if names is None else list(names)
-        now = time.monotonic() if now is None else now
+        now = self.now() if now is None else now
         known = self.known_peers(now)
         stale = {p for p, k in zip(self.peers, known.tolist()) if not k and p not in names}
         for p in stale:
@@ -366,7 +374,7 @@ class SwarmPolicyNode(PolicyNode):
         return None
 
     def _on_tick(self) -> None:
-        now = time.monotonic()
+        now = self.now()
         self.tick_times.append(now)
         node_fault = self._node_fault()
         faults = {n: s.safety.input_fault(now) or node_fault for n, s in self.drones.items()}
@@ -436,7 +444,8 @@ def swarm_deploy_main(args, robot: dict) -> int:
     with stop_on_signals(), ros_context() as ctx:
         common = dict(peers=peers, swarm_ns=args.swarm_ns, node_name=args.node_name,
                       state_timeout_s=args.state_timeout, peer_timeout_s=args.peer_timeout, goals=goals,
-                      no_obstacles=args.no_obstacles, expect_swarm=expect, rate_hz=args.rate_hz, context=ctx)
+                      no_obstacles=args.no_obstacles, expect_swarm=expect, rate_hz=args.rate_hz, context=ctx,
+                      sim_time=getattr(args, "sim_time", False))
         ns = "/" + args.swarm_ns.strip("/")
         groups = [(drones, ns)] if args.one_node else [([d], f"{ns.rstrip('/')}/{d}") for d in drones]
         nodes = []

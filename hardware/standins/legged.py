@@ -50,7 +50,8 @@ Behaviour:
     clock. Every ``1 / HZ`` s of simulated time (a whole number of physics steps) the stand-in publishes every topic
     once, stamped with the simulated time, then waits for ``cmd/joint_targets`` and ``cmd/joint_gains`` stamped
     with that instant (or later) and steps the physics to the next one under them; while it waits (before the
-    first command, or with no node) it re-sends that state every :data:`LOCKSTEP_RESEND_S` s of wall time.
+    first command, or with no node) it re-sends that state every
+    :data:`~sim2real.hardware.realtime.LOCKSTEP_RESEND_S` s of wall time.
     Simulated time thus runs as fast as the node and the physics allow, and the same commands give the same
     motion whatever the machine's load; the command timeout counts simulated time. A command the stand-in refuses
     (a missing joint, NaN) does not answer the instant: simulated time stays there until a valid one arrives (the
@@ -76,7 +77,8 @@ from sim2real.deploy.ros_conversions import (
     InvalidMessage, JointOrder, fill_foot_wrench, fill_imu, fill_joint_state, fill_odometry, foot_wrench_topics,
     joint_gains_from_message, joint_targets_from_message, stamp_seconds, time_from_seconds,
 )
-from sim2real.hardware.realtime import RealTimeStepper
+from sim2real.hardware import realtime
+from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, lockstep_steps
 from sim2real.sim.mujoco_model import build_model, make_position_servos
 from sim2real.sim.robot import LeggedRobot
 
@@ -85,10 +87,6 @@ ODOM_FRAME, BASE_FRAME, IMU_FRAME = "odom", "base", "imu"
 CROUCH_POSE = {r".*_hip_joint": 0.0, r".*_thigh_joint": 1.2, r".*_calf_joint": -2.6}
 DAMPING_KD = 2.0  # N m s/rad
 SETTLE_S = 1.0
-#: Lockstep: wall-time interval [s] at which a stand-in waiting for its commands re-sends its current state.
-LOCKSTEP_RESEND_S = 0.1
-#: Lockstep: wall time [s] without the commands of the current instant (while others arrive) before a warning.
-LOCKSTEP_STALL_S = 5.0
 
 
 def initial_joint_pos(legged: LeggedRobot, pose: str, joint_range: np.ndarray) -> np.ndarray:
@@ -145,11 +143,7 @@ class SimLeggedNode(Node):
         self.robot = robot
         self.lockstep_steps: int | None = None  # physics steps per lockstep period (None: real time)
         if lockstep_hz is not None:
-            steps = 1.0 / (float(lockstep_hz) * self.dt)
-            if not (steps >= 1.0 - 1e-9 and abs(steps - round(steps)) < 1e-6):
-                raise ValueError(f"lockstep rate {lockstep_hz:g} Hz does not divide the physics rate "
-                                 f"{1.0 / self.dt:.6g} Hz into whole steps")
-            self.lockstep_steps = int(round(steps))
+            self.lockstep_steps = lockstep_steps(lockstep_hz, self.dt)
         self.lockstep_k = 0  # lockstep: the current instant is lockstep_k periods of simulated time
         self.damping_kd = float(damping_kd)
         self.command_timeout_s = float(command_timeout_s)
@@ -326,11 +320,12 @@ class SimLeggedNode(Node):
         return periods
 
     def _on_lockstep_resend(self) -> None:
-        """Lockstep, while waiting: re-send the current state; every :data:`LOCKSTEP_STALL_S` s of wall time that
+        """Lockstep, while waiting: re-send the current state; every
+        :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s of wall time that
         commands arrive but none for this instant, say why the simulation does not move on."""
         self.publish_lockstep_state()
         waited = time.monotonic() - self._waiting_since
-        if self.targets is not None and waited >= LOCKSTEP_STALL_S:
+        if self.targets is not None and waited >= realtime.LOCKSTEP_STALL_S:
             self._waiting_since = time.monotonic()
             latest = min(self.targets_time, self.gains_time) if self.gains is not None else self.targets_time
             self.get_logger().warning(

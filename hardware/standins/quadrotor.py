@@ -25,7 +25,14 @@ Behaviour:
     command);
   * ground plane at z = 0: inelastic contact with full friction (no penetration, no sliding, no spin);
   * timing: a steady wall-clock timer at the physics step ``dt`` (0.01 s); late callbacks catch up
-    (:class:`RealTimeStepper`), so simulated time tracks the wall clock instead of drifting.
+    (:class:`RealTimeStepper`), so simulated time tracks the wall clock instead of drifting;
+  * lockstep (``lockstep_hz``, ``sim2real standin --lockstep HZ``, with ``sim2real deploy --sim-time``): no wall
+    clock. Every ``1 / HZ`` s of simulated time (a whole number of physics steps) the stand-in publishes odometry and
+    IMU once, stamped with the simulated time, then waits for a valid command that arrived after that publication
+    (a lockstep deploy node answers each instant with one command: the policy's or its safe one) and steps the
+    physics to the next instant; while it waits it re-sends that state every
+    :data:`~sim2real.hardware.realtime.LOCKSTEP_RESEND_S` s of wall time. Latency and the watchdog count simulated
+    time; the same commands give the same flight whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import Float32MultiArray
 
 from sim2real.deploy.ros_conversions import command_from_message, fill_imu, fill_odometry
-from sim2real.hardware.realtime import RealTimeStepper
+from sim2real.deploy.ros_conversions import time_from_seconds
+from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, lockstep_steps
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.sim.rotations import quat_rotate_inverse
 from sim2real.tasks.actions import QuadrotorAction
@@ -147,17 +155,25 @@ class SimQuadrotorNode(Node):
         dt: physics timestep [s].
         latency_s: extra command latency [s]: a command takes effect this long after it arrives (FIFO).
         context: rclpy context.
+        lockstep_hz: step in lockstep with the deploy node at this control rate [Hz] (see the module docstring;
+            None: real time); odometry and IMU then go out once per lockstep period.
 
     Raises:
-        ValueError: robot not a quadrotor, ``sensor_rate_hz`` above the physics rate, or a negative latency.
+        ValueError: robot not a quadrotor, ``sensor_rate_hz`` above the physics rate, a negative latency, or a
+            lockstep rate that does not divide the physics rate.
     """
 
     def __init__(self, robot: dict, *, namespace: str = "/crazyflie", node_name: str = "standin",
                  initial_position=(0.0, 0.0, 1.0), mass_scale: float = 1.05, thrust_scale: float = 0.97,
                  inertia_scale: float = 1.03, motor_time_constant: float | None = None, ext_force=(0.0, 0.0, 0.0),
                  sensor_rate_hz: float = 100.0, command_timeout_s: float = 0.2, dt: float = 0.01,
-                 latency_s: float = 0.0, context=None):
+                 latency_s: float = 0.0, context=None, lockstep_hz: float | None = None):
         check_standin_args(robot, sensor_rate_hz, dt, "the stand-in")
+        #: physics steps per lockstep period (None: real time)
+        self.lockstep_steps = None if lockstep_hz is None else lockstep_steps(lockstep_hz, dt)
+        self.lockstep_k = 0  # lockstep: the current instant is lockstep_k periods of simulated time
+        self._answered = False  # lockstep: a command arrived since the current instant went out
+        self._lockstep_steps_done = 0  # lockstep: physics steps completed
         if not (math.isfinite(latency_s) and latency_s >= 0.0):
             raise ValueError(f"latency_s must be a finite number >= 0, got {latency_s}")
         super().__init__(node_name, namespace=namespace, context=context)
@@ -192,11 +208,17 @@ class SimQuadrotorNode(Node):
                                      lambda msg, i=interface: self._on_command(msg, i), qos)
         self.stepper = RealTimeStepper(self.dt, time.monotonic())
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
+        if self.lockstep_steps is None:
+            self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
+        else:
+            self.timer = self.create_timer(LOCKSTEP_RESEND_S, self.publish_sensors, clock=self._steady)
+            self.publish_sensors()
+        timing = "real time" if self.lockstep_steps is None else \
+            f"lockstep every {self.lockstep_steps} steps ({1.0 / (self.lockstep_steps * self.dt):g} Hz)"
         self.get_logger().info(
             f"stand-in {robot['name']}: mass x{mass_scale}, thrust x{thrust_scale}, inertia x{inertia_scale}, "
             f"latency {self.latency_s * 1000:g} ms; "
-            f"held at {[round(float(x), 3) for x in initial_position]} until the first command")
+            f"held at {[round(float(x), 3) for x in initial_position]} until the first command; {timing}")
 
     # --- commands -------------------------------------------------------------------------------------------
     def _on_command(self, msg: Float32MultiArray, interface: str) -> None:
@@ -205,11 +227,17 @@ class SimQuadrotorNode(Node):
             self.get_logger().warning(f"{COMMAND_TOPICS[interface]}: command ignored (need 4 finite values)",
                                       throttle_duration_sec=1.0)
             return
-        self.receive_command(values, interface, time.monotonic())
+        if self.lockstep_steps is None:
+            self.receive_command(values, interface, time.monotonic())
+            return
+        self.receive_command(values, interface, self.sim_time)
+        self._answered = True
+        self.lockstep_advance()
 
     def receive_command(self, values, interface: str, now: float) -> None:
-        """A valid command (4 finite values of ``interface``) arrived at ``now`` [s, monotonic]: it takes effect
-        now, or with ``latency_s`` > 0 at the first physics step at or after ``now + latency_s``."""
+        """A valid command (4 finite values of ``interface``) arrived at ``now`` [s, monotonic; lockstep:
+        simulated]: it takes effect now, or with ``latency_s`` > 0 at the first physics step at or after
+        ``now + latency_s``."""
         self.commands_received += 1
         command = torch.as_tensor(values, dtype=torch.float32).reshape(1, 4)
         if self.latency_s > 0.0:
@@ -233,11 +261,12 @@ class SimQuadrotorNode(Node):
         if not self.released:  # hand launch: the motors spun up to this command in the hand, then let go
             self.dyn.motor_thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
             self.released = True
-            self.released_at_step = self.stepper.steps_taken
+            self.released_at_step = self.steps_taken
             self.get_logger().info(f"first command on {COMMAND_TOPICS[interface]}: released")
 
     def applied_command(self, now: float) -> torch.Tensor:
-        """The command ``[1, 4]`` acting at wall time ``now``: the held one, or the safe one once stale."""
+        """The command ``[1, 4]`` acting at time ``now`` [s] (wall; lockstep: simulated): the held one, or the safe
+        one once stale."""
         term = self.action_terms[self.interface]
         if now - self.command_time > self.command_timeout_s:
             if not self.watchdog_tripped:
@@ -249,8 +278,8 @@ class SimQuadrotorNode(Node):
 
     # --- physics --------------------------------------------------------------------------------------------
     def physics_step(self, now: float) -> None:
-        """One ``dt`` step at wall time ``now`` [s] (nothing moves while held before the first command); first
-        takes the queued commands due by ``now``."""
+        """One ``dt`` step at time ``now`` [s] (wall; lockstep: simulated; nothing moves while held before the
+        first command); first takes the queued commands due by ``now``."""
         self._apply_due(now)
         if not self.released:
             return
@@ -274,10 +303,40 @@ class SimQuadrotorNode(Node):
         if self.stepper.passed_multiple_of(self.sensor_every, n):
             self.publish_sensors()
 
+    # --- lockstep -------------------------------------------------------------------------------------------
+    @property
+    def sim_time(self) -> float:
+        """Simulated time [s]: lockstep: the current instant (``lockstep_k`` periods); real time: the stepper's."""
+        if self.lockstep_steps is None:
+            return self.stepper.sim_time
+        return self.lockstep_k * self.lockstep_steps * self.dt
+
+    @property
+    def steps_taken(self) -> int:
+        """Physics steps taken since the start (real time: counted per timer callback, its catch-up included;
+        lockstep: completed steps)."""
+        return self.stepper.steps_taken if self.lockstep_steps is None else self._lockstep_steps_done
+
+    def lockstep_advance(self) -> int:
+        """Lockstep: once a command answered the current instant, step the physics one lockstep period (each step
+        at its own simulated time, for the latency queue) and publish the next instant's state. Returns the periods
+        stepped (0 in real time or before the answer)."""
+        if self.lockstep_steps is None or not self._answered:
+            return 0
+        t0 = self.sim_time
+        for j in range(self.lockstep_steps):
+            self.physics_step(t0 + j * self.dt)
+            self._lockstep_steps_done += 1
+        self.lockstep_k += 1
+        self._answered = False
+        self.publish_sensors()
+        return 1
+
     def publish_sensors(self) -> None:
-        """Publish odometry and IMU of the current state, stamped with the node clock."""
+        """Publish odometry and IMU of the current state, stamped with the node clock (lockstep: the simulated
+        instant)."""
         d = self.dyn
-        stamp = self.get_clock().now().to_msg()
+        stamp = self.get_clock().now().to_msg() if self.lockstep_steps is None else time_from_seconds(self.sim_time)
         odom = odometry_message(stamp, d, 0)
         imu = Imu()
         imu.header.stamp, imu.header.frame_id = stamp, BODY_FRAME
@@ -322,7 +381,7 @@ def standin_main(args) -> int:
                 mass_scale=args.mass_scale, thrust_scale=args.thrust_scale, inertia_scale=args.inertia_scale,
                 motor_time_constant=args.motor_time_constant, ext_force=args.ext_force,
                 sensor_rate_hz=args.sensor_rate_hz, command_timeout_s=args.command_timeout,
-                latency_s=args.latency_s, context=ctx)
+                latency_s=args.latency_s, context=ctx, lockstep_hz=getattr(args, "lockstep", None))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)

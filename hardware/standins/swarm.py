@@ -36,6 +36,17 @@ Behaviour:
     (counted for both drones), a column event per drone, floor and wall (or ceiling) events per drone; a new
     drone-drone or column event kicks the drone's body rates (``env.collision_spin``, as in training);
   * timing: a steady wall-clock timer at the physics step ``dt`` with catch-up (:class:`RealTimeStepper`);
+  * lockstep (``lockstep_hz``, ``sim2real standin --drones ... --lockstep HZ``, with ``sim2real deploy --drones ...
+    --sim-time``): no wall clock. Every ``1 / HZ`` s of simulated time (a whole number of physics steps) the
+    stand-in publishes every drone's odometry once, stamped with the simulated time, then waits until EVERY drone
+    has a command that arrived after that publication (a lockstep deploy node answers each instant with one command
+    per drone: the policy's, or its safe command) and steps the physics to the next instant under them; while it
+    waits it re-sends that odometry every :data:`~sim2real.hardware.realtime.LOCKSTEP_RESEND_S` s of wall time.
+    (Swarm commands, ``Float32MultiArray``, carry no stamp: the instant a command answers is the latest one
+    published before it arrived.) Simulated time thus runs as fast as the nodes and the physics allow, and the same
+    commands give the same flight whatever the machine's load; the watchdog counts simulated time. A drone no node
+    commands holds simulated time still (the stand-in says which after
+    :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s), as does an ignored (non-finite) command;
   * ``write_report(path)`` (``--report``, at exit): per drone the final position, contact counts (``collisions``:
     drone-drone + column events, as the task counts them; ``boundary``: floor + wall/ceiling events), whether it
     was released and the commands received (JSON).
@@ -57,10 +68,13 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from std_msgs.msg import Float32MultiArray, Int32MultiArray, MultiArrayDimension
 
-from sim2real.deploy.ros_conversions import command_from_message, obstacles_to_message, world_to_message
+from sim2real.deploy.ros_conversions import (
+    command_from_message, obstacles_to_message, time_from_seconds, world_to_message,
+)
 from sim2real.deploy.ros_names import check_swarm_names, drone_names, parse_positions
 from sim2real.deploy.ros_runtime import latched_qos
-from sim2real.hardware.realtime import RealTimeStepper
+from sim2real.hardware import realtime
+from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, lockstep_steps
 from sim2real.hardware.standins.quadrotor import (
     COMMAND_TOPICS, WORLD_FRAME, check_standin_args, odometry_message, standin_params,
 )
@@ -180,18 +194,23 @@ class SimSwarmNode(Node):
         dt: physics timestep [s].
         seed: seed of the collision spin kicks.
         context: rclpy context.
+        lockstep_hz: step in lockstep with the deploy node(s) at this control rate [Hz] (see the module docstring;
+            None: real time); the odometry then goes out once per lockstep period.
 
     Raises:
-        ValueError: not a quadrotor, a sensor rate above the physics rate, positions of another count, or a start
-            outside the room or inside a column.
+        ValueError: not a quadrotor, a sensor rate above the physics rate, positions of another count, a start
+            outside the room or inside a column, or a lockstep rate that does not divide the physics rate.
     """
 
     def __init__(self, robot: dict, names: list[str], world: SwarmWorld, centers: torch.Tensor,
                  occupied: torch.Tensor, positions, *, swarm_ns: str = "/swarm", node_name: str = "swarm_standin",
                  mass_scale: float = 1.05, thrust_scale: float = 0.97, inertia_scale: float = 1.03,
                  motor_time_constant: float | None = None, ext_force=(0.0, 0.0, 0.0), sensor_rate_hz: float = 100.0,
-                 command_timeout_s: float = 0.2, dt: float = 0.01, seed: int = 0, context=None):
+                 command_timeout_s: float = 0.2, dt: float = 0.01, seed: int = 0, context=None,
+                 lockstep_hz: float | None = None):
         check_standin_args(robot, sensor_rate_hz, dt, "the swarm stand-in")
+        #: physics steps per lockstep period (None: real time)
+        self.lockstep_steps = None if lockstep_hz is None else lockstep_steps(lockstep_hz, dt)
         n = len(names)
         pos = torch.as_tensor(positions, dtype=torch.float32).reshape(-1, 3)
         if pos.shape[0] != n:
@@ -220,6 +239,8 @@ class SimSwarmNode(Node):
         self._touching = torch.zeros(n, len(CONTACT_KINDS) - 1, dtype=torch.bool)  # obstacle, floor, wall
         self._spin_generator = torch.Generator().manual_seed(int(seed))
         self._collisions_changed = False
+        self.lockstep_k = 0  # lockstep: the current instant is lockstep_k periods of simulated time
+        self._answered = torch.zeros(n, dtype=torch.bool)  # lockstep: a command arrived since the instant went out
 
         qos = QoSProfile(depth=10)
         self.odom_pubs = [self.create_publisher(Odometry, f"{name}/odom", qos) for name in self.names]
@@ -233,12 +254,19 @@ class SimSwarmNode(Node):
         self.publish_collisions()
         self.stepper = RealTimeStepper(self.dt, time.monotonic())
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
+        if self.lockstep_steps is None:
+            self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
+        else:
+            self._waiting_since = time.monotonic()  # wall time the current instant began waiting
+            self.timer = self.create_timer(LOCKSTEP_RESEND_S, self._on_lockstep_resend, clock=self._steady)
+            self.publish_odometry()
         self.create_timer(1.0, self.publish_collisions, clock=self._steady)
+        timing = "real time" if self.lockstep_steps is None else \
+            f"lockstep every {self.lockstep_steps} steps ({1.0 / (self.lockstep_steps * self.dt):g} Hz)"
         self.get_logger().info(
             f"swarm stand-in: {n} x {robot['name']} ({', '.join(self.names)}) under {self.get_namespace()}, "
             f"{int(self.occupied.sum())} columns of {self.room.num_cells} cells; held at their starts until their "
-            f"first command")
+            f"first command; {timing}")
 
     def _check_starts(self, names: list[str], pos: torch.Tensor) -> None:
         from sim2real.tasks.quadrotor_swarm.world import min_column_clearance
@@ -268,9 +296,18 @@ class SimSwarmNode(Node):
             self.get_logger().warning(f"{self.names[i]}/{COMMAND_TOPICS[interface]}: command ignored (need 4 "
                                       f"finite values)", throttle_duration_sec=1.0)
             return
+        self.take_command(values, i, interface)
+        if self.lockstep_steps is not None:
+            self._answered[i] = True
+            self.lockstep_advance()
+
+    def take_command(self, values, i: int, interface: str) -> None:
+        """Drone ``i``'s valid command ``values`` (4 finite numbers of ``interface``) arrived now (the monotonic
+        clock; in lockstep the current simulated instant): held from now on; a held drone whose motors run is
+        released (hand launch)."""
         self.command[i] = torch.as_tensor(values, dtype=torch.float32)
         self.interface[i] = interface
-        self.command_time[i] = time.monotonic()
+        self.command_time[i] = self.sim_time if self.lockstep_steps is not None else time.monotonic()
         self.commands_received[i] += 1
         if not self.released[i]:
             # Hand launch: the motors spin up to this command in the hand, then it lets go; an idle command (the
@@ -284,7 +321,7 @@ class SimSwarmNode(Node):
                                    f"{COMMAND_TOPICS[interface]}: released")
 
     def motor_commands(self, now: float) -> torch.Tensor:
-        """Rotor thrust commands ``[N, 4]`` N at wall time ``now``: each drone's held command through its
+        """Rotor thrust commands ``[N, 4]`` N at time ``now`` [s] (wall; lockstep: simulated): each drone's held command through its
         interface's action term, or motors idle once the command is older than the watchdog timeout."""
         stale = (now - self.command_time) > self.command_timeout_s
         for i in torch.nonzero(stale & ~self.watchdog_tripped & self.released).flatten().tolist():
@@ -299,7 +336,7 @@ class SimSwarmNode(Node):
 
     # --- physics --------------------------------------------------------------------------------------------
     def physics_step(self, now: float) -> None:
-        """One ``dt`` step of every drone at wall time ``now`` [s], then the collision model and contact events."""
+        """One ``dt`` step of every drone at time ``now`` [s] (wall; lockstep: simulated), then the collision model and contact events."""
         dyn, held = self.dyn, ~self.released
         if self.world.downwash:
             apply_downwash(dyn, 1)
@@ -353,10 +390,51 @@ class SimSwarmNode(Node):
         if self._collisions_changed:
             self.publish_collisions()
 
+    # --- lockstep -------------------------------------------------------------------------------------------
+    @property
+    def sim_time(self) -> float:
+        """Simulated time [s]: lockstep: the current instant (``lockstep_k`` periods); real time: the stepper's."""
+        if self.lockstep_steps is None:
+            return self.stepper.sim_time
+        return self.lockstep_k * self.lockstep_steps * self.dt
+
+    def lockstep_advance(self) -> int:
+        """Lockstep: once every drone has a command for the current instant, step the physics one lockstep period
+        under them and publish the next instant's odometry (and the collisions, if new ones). Returns the periods
+        stepped (0 in real time or while a drone's command is missing)."""
+        if self.lockstep_steps is None or not bool(self._answered.all()):
+            return 0
+        now = self.sim_time
+        self._collisions_changed = False
+        for _ in range(self.lockstep_steps):
+            self.physics_step(now)
+        self.lockstep_k += 1
+        self._answered[:] = False
+        self._waiting_since = time.monotonic()
+        self.publish_odometry()
+        if self._collisions_changed:
+            self.publish_collisions()
+        return 1
+
+    def _on_lockstep_resend(self) -> None:
+        """Lockstep, while waiting: re-send the current odometry; every
+        :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s of wall time that some drones have their command of
+        this instant and others not, name the others."""
+        self.publish_odometry()
+        waited = time.monotonic() - self._waiting_since
+        if bool(self._answered.any()) and waited >= realtime.LOCKSTEP_STALL_S:
+            self._waiting_since = time.monotonic()
+            missing = [n for n, a in zip(self.names, self._answered.tolist()) if not a]
+            self.get_logger().warning(
+                f"lockstep: waiting {waited:.0f} s at {self.sim_time:.6g} s for the commands of {', '.join(missing)} "
+                f"(every drone must be commanded at the lockstep rate "
+                f"{1.0 / (self.lockstep_steps * self.dt):.6g} Hz, by deploy nodes with --sim-time)")
+
     # --- outputs --------------------------------------------------------------------------------------------
     def publish_odometry(self) -> None:
-        """Every drone's odometry of the current state, stamped with the node clock."""
-        stamp = self.get_clock().now().to_msg()
+        """Every drone's odometry of the current state, stamped with the node clock (lockstep: the simulated
+        instant)."""
+        stamp = self.get_clock().now().to_msg() if self.lockstep_steps is None else time_from_seconds(self.sim_time)
         for i, pub in enumerate(self.odom_pubs):
             pub.publish(odometry_message(stamp, self.dyn, i))
 
@@ -395,7 +473,7 @@ class SimSwarmNode(Node):
                             "released": bool(self.released[i]), "commands_received": self.commands_received[i]}
         return {"drones": drones, "total_collisions": sum(d["collisions"] for d in drones.values()),
                 "total_boundary": sum(d["boundary"] for d in drones.values()),
-                "sim_time_s": self.stepper.sim_time, "dropped_steps": self.stepper.dropped_steps,
+                "sim_time_s": self.sim_time, "dropped_steps": self.stepper.dropped_steps,
                 "room": dict(vars(self.room)), "restitution": self.world.restitution,
                 "columns": [[round(float(v), 4) for v in c] for c in self.centers[self.occupied[0]].tolist()]}
 
@@ -443,7 +521,8 @@ def swarm_standin_main(args, robot: dict) -> int:
                 node_name=args.node_name, mass_scale=args.mass_scale, thrust_scale=args.thrust_scale,
                 inertia_scale=args.inertia_scale, motor_time_constant=args.motor_time_constant,
                 ext_force=args.ext_force, sensor_rate_hz=args.sensor_rate_hz,
-                command_timeout_s=args.command_timeout, seed=args.seed, context=ctx)
+                command_timeout_s=args.command_timeout, seed=args.seed, context=ctx,
+                lockstep_hz=getattr(args, "lockstep", None))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         try:

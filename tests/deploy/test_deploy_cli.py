@@ -80,6 +80,12 @@ def test_cli_refuses_a_missing_policy_and_unknown_robot(tmp_path, linear_policy,
     assert "unknown robot 'no-such-robot'" in capsys.readouterr().err
 
 
+def test_cli_refuses_sim_time_for_a_finetuning_session(tmp_path, capsys):
+    assert main(["deploy", "--finetune", str(tmp_path), "--robot", "crazyflie2", "--sim-time", "--no-record"]) == 2
+    assert "--sim-time (lockstep with a simulator) is for policy nodes, not fine-tuning sessions" \
+        in capsys.readouterr().err
+
+
 def test_cli_rejects_non_finite_goal(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["deploy", "--policy", "p", "--robot", "crazyflie2", "--goal", "0", "nan", "1"])

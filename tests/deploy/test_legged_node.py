@@ -625,11 +625,3 @@ def test_in_lockstep_the_node_ticks_on_its_inputs_simulated_time_and_stamps_its_
     assert [p for _, p, _ in published[:4]] == ["ramp", "ramp", "policy", "policy"]  # took over at the 40 ms tick
     assert node.tick_phases["ramp"] == 3 and policy_since == pytest.approx(1.04)
     np.testing.assert_allclose(published[3][2], policy_targets(THIGH_BIAS), atol=1e-6)
-
-
-def test_sim_time_is_refused_for_quadrotor_nodes(tmp_path, capsys):
-    from sim2real.cli import main
-
-    assert main(["deploy", "--policy", str(tmp_path), "--robot", "crazyflie2", "--sim-time",
-                 "--duration", "0.1", "--no-record"]) == 2
-    assert "--sim-time (lockstep with a simulator) is implemented for legged robots" in capsys.readouterr().err

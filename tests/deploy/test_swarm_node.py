@@ -244,6 +244,63 @@ def test_one_node_per_drone_and_one_node_for_all_publish_the_same_commands(ros_c
     assert np.abs(expected[:, 1:]).max() > 0.1  # the commands depend on the observation
 
 
+def test_in_lockstep_the_node_ticks_once_per_instant_on_every_peers_odometry(ros_ctx, namespace, nodes, swarm_policy):
+    """sim_time: one tick per control period (20 ms) of the odometry stamps, once the odometry of EVERY peer of that
+    instant is in (the tick sees cf1's new position), one command per drone per tick; freshness counts simulated time
+    (cf0's odometry of an instant, 0.3 s of wall time older than cf1's, is not stale at a 0.05 s timeout)."""
+    from sim2real.deploy.ros_conversions import time_from_seconds
+
+    node = nodes(swarm_policy([0.1, 0.0, 0.0, 0.0]), ["cf0", "cf1"], swarm_ns=namespace, namespace=namespace,
+                 goals=GOALS, state_timeout_s=0.05, sim_time=True)
+    assert node.lockstep_inputs == ("cf0/odom", "cf1/odom")
+    ticks = []  # (simulated time [s], cf1's x [m] as the tick saw it, cf0's fault)
+    tick = node._on_tick
+
+    def record():
+        tick()
+        ticks.append((round(node.now(), 9), float(node.peer_samples["cf1"].pos_w[0]), node.drones["cf0"].fault))
+
+    node._on_tick = record  # (before activation: the clock calls the method it finds then)
+    states = random_states(2, seed=3)
+    probe = TopicRecorder("probe", {f"{namespace}/{n}/cmd/ctbr": Float32MultiArray for n in ("cf0", "cf1")},
+                          context=ros_ctx)
+    pubs = [probe.publisher(f"{namespace}/{n}/odom", Odometry) for n in ("cf0", "cf1")]
+    probe.create_publisher(PoseArray, f"{namespace}/obstacles", latched_qos()).publish(obstacles_to_message(COLUMNS))
+
+    def feed(t: float, drones=(0, 1), x=None):
+        for i in drones:
+            msg = odom(states, i)
+            msg.header.stamp = time_from_seconds(t)
+            if x is not None:
+                msg.pose.pose.position.x = x
+            pubs[i].publish(msg)
+
+    try:
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        with BackgroundSpin(ros_ctx, node, probe):
+            assert wait_until(lambda: all(p.get_subscription_count() > 0 for p in pubs), 10.0)
+            assert wait_until(lambda: node.centers is not None, 10.0)  # the obstacle map is in
+            feed(1.0)
+            assert wait_until(lambda: len(ticks) == 1, 5.0)
+            feed(1.01)  # half a period later: no tick
+            feed(1.02, drones=(0,))  # cf1's odometry of the instant missing: no tick yet
+            assert all(p.wait_for_all_acked(Duration(seconds=10.0)) for p in pubs)
+            feed(1.02, drones=(1,), x=0.75)
+            assert wait_until(lambda: len(ticks) == 2, 5.0)
+            feed(1.04, drones=(0,))
+            time.sleep(0.3)  # wall time passes (what is tested: it does not count)
+            feed(1.04, drones=(1,), x=0.5)
+            assert wait_until(lambda: len(ticks) == 3, 5.0)
+            cmds = {n: len(probe.messages(f"{namespace}/{n}/cmd/ctbr")) for n in ("cf0", "cf1")}
+            assert wait_until(lambda: all(len(probe.messages(f"{namespace}/{n}/cmd/ctbr")) == 3
+                                          for n in ("cf0", "cf1")), 5.0), cmds
+    finally:
+        probe.destroy_node()
+    assert [t for t, _, _ in ticks] == [1.0, 1.02, 1.04]
+    assert [x for _, x, _ in ticks[1:]] == pytest.approx([0.75, 0.5])
+    assert [f for _, _, f in ticks] == [None, None, None]
+
+
 def test_safety_paths_per_drone(ros_ctx, namespace, nodes, swarm_policy):
     bias = [0.0, 0.1, 0.0, 0.0]
     policy = swarm_policy(bias)

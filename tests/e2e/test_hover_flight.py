@@ -1,6 +1,11 @@
 """End to end over ROS 2, in separate processes: ``sim2real standin`` + ``sim2real deploy`` with the shipped
 pretrained policy fly to a goal 0.5 m away and hold it within 10 cm for 5 s; a second stand-in given a constant
-nominal hover-thrust command instead of the policy (the naive baseline), under the same check, does not."""
+nominal hover-thrust command instead of the policy (the naive baseline), under the same check, does not.
+
+The policy's stand-in and node run in LOCKSTEP (``standin --lockstep`` at the policy's control rate, ``deploy
+--sim-time``): the times of the policy's flight are simulated time, so the result does not depend on the machine's
+load. The baseline's stand-in runs in real time (its check does not depend on timing: a starved command stream
+only trips its watchdog, and it falls)."""
 
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ PRETRAINED = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadr
 START = np.array([0.0, 0.0, 1.0])
 GOAL = START + np.array([0.3, 0.0, 0.4])  # 0.5 m away
 TOLERANCE_M, HOLD_S, MAX_GAP_S = 0.10, 5.0, 0.1
-REACH_DEADLINE_S = 15.0  # after the goal is sent
+REACH_DEADLINE_S = 15.0  # of simulated time after the goal is sent
+WALL_TIMEOUT_S = 300.0  # wall-time bound on the lockstep flight
 
 
 def hold_check(samples, goal, t_from: float, tol=TOLERANCE_M, hold_s=HOLD_S, max_gap_s=MAX_GAP_S) -> dict:
@@ -71,17 +77,20 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
     from sim2real.deploy.ros_runtime import BackgroundSpin, ros_context
     from ros_helpers import TopicRecorder, policy_command_topic, wait_until
 
+    from sim2real.deploy.ros_conversions import stamp_seconds
+
     cmd_topic = f"/crazyflie/{policy_command_topic(PRETRAINED)}"
+    rate_hz = 1.0 / json.loads((PRETRAINED / "metadata.json").read_text())["control_period_s"]
     robot = load_robot("crazyflie2")
     nominal_hover = robot["mass"] * robot["gravity"] / (4 * robot["max_motor_thrust"])
     start = [str(x) for x in START]
     procs = {
         "standin": spawn_cli(["standin", "--namespace", "/crazyflie", "--initial-position", *start,
-                           "--duration", "60"], tmp_path / "standin.log"),
+                              "--lockstep", f"{rate_hz:.10g}", "--duration", "900"], tmp_path / "standin.log"),
         "baseline": spawn_cli(["standin", "--namespace", "/baseline", "--initial-position", *start,
-                            "--duration", "60"], tmp_path / "baseline.log"),
+                            "--duration", "900"], tmp_path / "baseline.log"),
         "deploy": spawn_cli(["deploy", "--policy", str(PRETRAINED), "--robot", "crazyflie2", "--namespace",
-                          "/crazyflie", "--activate", "--duration", "60"], tmp_path / "deploy.log"),
+                             "/crazyflie", "--activate", "--sim-time", "--duration", "900"], tmp_path / "deploy.log"),
     }
     logs = lambda: "\n".join(f"--- {n}:\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in procs)  # noqa: E731
     try:
@@ -104,25 +113,30 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
 
             rec.create_timer(0.05, tick)
 
-            def track(topic):  # timed by the stand-in's stamps (wall clock), not by when this process read them
-                return [(m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec, m.pose.pose.position.x,
-                         m.pose.pose.position.y, m.pose.pose.position.z) for _, m in rec.messages(topic)]
+            def track(topic):  # timed by the stand-in's stamps (policy: simulated time; baseline: wall clock)
+                return [(stamp_seconds(m.header.stamp), m.pose.pose.position.x, m.pose.pose.position.y,
+                         m.pose.pose.position.z) for _, m in rec.messages(topic)]
+
+            def sim_now() -> float:  # the policy's stand-in's latest instant [s]
+                return stamp_seconds(rec.last("/crazyflie/odom")[1].header.stamp)
+
+            def flown():  # the policy's track up to the deadline
+                return [s for s in track("/crazyflie/odom") if s[0] <= t_goal + REACH_DEADLINE_S]
 
             with BackgroundSpin(ctx, rec):
                 # Both robots publish, and the policy node has released its drone (its first command).
                 ready = wait_until(lambda: rec.count("/baseline/odom") > 0 and rec.count(cmd_topic) > 0, 40.0)
                 assert ready, "stand-ins or policy node did not come up\n" + logs()
                 flags["baseline"] = True
-                time.sleep(1.0)  # the policy holds its first position meanwhile
-                t_goal = time.time()  # the clock of the odometry stamps
+                t_first = sim_now()  # the policy holds its first position for 1 s of simulated time
+                assert wait_until(lambda: sim_now() >= t_first + 1.0, WALL_TIMEOUT_S), "no flight\n" + logs()
+                t_goal, t_goal_wall = sim_now(), time.time()  # the clocks of the two stand-ins' stamps
                 flags["goal"] = True
-                deadline = time.monotonic() + REACH_DEADLINE_S
-                while time.monotonic() < deadline:
-                    time.sleep(0.25)
-                    if hold_check(track("/crazyflie/odom"), GOAL, t_goal)["success"]:
-                        break
-                policy = hold_check(track("/crazyflie/odom"), GOAL, t_goal)
-                baseline = hold_check(track("/baseline/odom"), GOAL, t_goal)
+                wait_until(lambda: sim_now() > t_goal + REACH_DEADLINE_S
+                           or hold_check(flown(), GOAL, t_goal)["success"], WALL_TIMEOUT_S, poll_s=0.1)
+                policy = hold_check(flown(), GOAL, t_goal)
+                wait_until(lambda: time.time() > t_goal_wall + HOLD_S + 1.0, WALL_TIMEOUT_S)
+                baseline = hold_check(track("/baseline/odom"), GOAL, t_goal_wall)
                 flags["baseline"] = False
                 # Stopping the policy node (SIGTERM, like Ctrl-C) idles the motors with one last command.
                 t_stop = time.monotonic()

@@ -272,6 +272,41 @@ def test_latency_zero_applies_commands_on_arrival(ros_ctx, namespace):
         node.destroy_node()
 
 
+def test_in_lockstep_each_command_steps_one_period_with_latency_and_watchdog_in_simulated_time(ros_ctx, namespace):
+    """--lockstep 50 (dt 10 ms): odometry and IMU of each instant go out stamped with its simulated time; each valid
+    command that arrives after them steps 2 physics steps (an ignored non-finite one does not); a 25 ms latency
+    counts simulated time (the command of 0 s takes effect at the 30 ms step, the first at or after 25 ms), and so
+    does the watchdog: the flight is the reference dynamics', however long this machine takes between commands."""
+    from sim2real.deploy.ros_conversions import stamp_seconds
+
+    node = SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx, latency_s=0.025, lockstep_hz=50.0)
+    try:
+        sent = []  # simulated stamps [s] of the odometry and IMU messages
+        node.odom_pub = type("P", (), {"publish": lambda self, m: sent.append(("odom", stamp_seconds(m.header.stamp)))})()
+        node.imu_pub = type("P", (), {"publish": lambda self, m: sent.append(("imu", stamp_seconds(m.header.stamp)))})()
+        assert node.lockstep_steps == 2 and node.sim_time == 0.0
+        node.publish_sensors()  # a re-send while waiting: the same instant
+        cmd = Float32MultiArray(data=[TRUE_HOVER_FRACTION] * 4)
+        node._on_command(Float32MultiArray(data=[math.nan] * 4), "motor_thrust")
+        assert node.lockstep_k == 0
+        node._on_command(cmd, "motor_thrust")  # instant 0: queued, acts from 30 ms
+        assert node.lockstep_k == 1 and not node.released  # 0 and 10 ms: still held
+        node._on_command(cmd, "motor_thrust")  # instant 20 ms: the first command acts at the 30 ms step
+        assert node.lockstep_k == 2 and node.released and node.command_time == pytest.approx(0.025)
+        assert node.released_at_step == 3  # released in the 4th step (30 ms), which it flew
+        for k in range(3, 51):
+            time.sleep(0.25 if k == 10 else 0.0)  # wall time passes (what is tested: it does not count)
+            node._on_command(cmd, "motor_thrust")
+            assert node.lockstep_k == k
+        assert not node.watchdog_tripped
+        assert sent[:2] == [("odom", 0.0), ("imu", 0.0)]
+        assert [t for k, t in sent if k == "odom"][1:] == pytest.approx([0.02 * k for k in range(1, 51)])
+        ref = reference_dynamics(node.steps_taken - node.released_at_step, TRUE_HOVER_FRACTION)
+        assert node.position().tolist() == pytest.approx(ref.pos_w[0].tolist(), abs=1e-5)
+    finally:
+        node.destroy_node()
+
+
 def test_standin_gap_presets_and_explicit_flags():
     from sim2real.cli import build_parser
     from sim2real.hardware.standins.quadrotor import gap_standin_settings, resolve_standin_options

@@ -213,6 +213,51 @@ def test_standin_cli_writes_the_report(tmp_path, namespace):
     assert sorted(map(tuple, data["columns"])) == sorted(map(tuple, CENTERS[occupied].tolist()))
 
 
+def test_in_lockstep_each_instant_steps_once_every_drone_has_its_command(swarm, monkeypatch):
+    """--lockstep 50 on the 10 ms physics step: each instant's odometry goes out stamped with its simulated time; 2
+    physics steps once EVERY drone has a command that arrived after it (a second command of the same drone, or an
+    ignored non-finite one, does not answer for another drone); the watchdog counts simulated time."""
+    from sim2real.deploy.ros_conversions import stamp_seconds
+    from sim2real.hardware import realtime
+
+    node = swarm([[0.0, -4.0, 1.0], [1.0, -4.0, 1.0]], lockstep_hz=50.0, command_timeout_s=0.05)
+    sent = []  # (drone, simulated stamp [s], z [m]) of each odometry message
+    node.odom_pubs = [type("P", (), {"publish": lambda self, m, i=i: sent.append(
+        (i, round(stamp_seconds(m.header.stamp), 9), m.pose.pose.position.z))})() for i in range(2)]
+    steps = count_calls(node, "physics_step")
+    hover = command_to_message([float(ROBOT["mass"]) * float(ROBOT["gravity"]), 0.0, 0.0, 0.0], ["t", "p", "q", "r"])
+    nan = command_to_message([math.nan, 0.0, 0.0, 0.0], ["t", "p", "q", "r"])
+    assert node.lockstep_steps == 2 and node.sim_time == 0.0
+    node._on_lockstep_resend()  # waiting: the instant's odometry again, same stamp
+    assert [(i, t) for i, t, _ in sent] == [(0, 0.0), (1, 0.0)]
+    node._on_command(hover, 0, "ctbr")
+    node._on_command(hover, 0, "ctbr")
+    node._on_command(nan, 1, "ctbr")
+    assert node.lockstep_k == 0 and steps[0] == 0
+    node._on_command(hover, 1, "ctbr")
+    assert node.lockstep_k == 1 and steps[0] == 2 and node.sim_time == pytest.approx(0.02)
+    assert [(i, t) for i, t, _ in sent[2:]] == [(0, 0.02), (1, 0.02)]
+    for k in range(2, 50):  # 1 s of hover, however long this machine takes
+        node._on_command(hover, 0, "ctbr")
+        node._on_command(hover, 1, "ctbr")
+        assert node.lockstep_k == k
+    assert node.released.tolist() == [True, True] and not node.watchdog_tripped.any()
+    assert [z for _, t, z in sent if t == pytest.approx(0.98)] == pytest.approx([1.0, 1.0], abs=0.02)
+    # Some drones answered, one never does: the stand-in names it (after LOCKSTEP_STALL_S of wall time).
+    warnings = []
+    monkeypatch.setattr(node, "get_logger", lambda: type("L", (), {"warning": lambda self, m, **k: warnings.append(m)})())
+    monkeypatch.setattr(realtime, "LOCKSTEP_STALL_S", 0.0)
+    node._on_command(hover, 0, "ctbr")
+    node._on_lockstep_resend()
+    assert node.lockstep_k == 49 and len(warnings) == 1
+    assert "for the commands of cf1" in warnings[0] and "50 Hz" in warnings[0], warnings
+
+
+def test_a_lockstep_rate_that_does_not_divide_the_physics_rate_is_refused(swarm):
+    with pytest.raises(ValueError, match="lockstep rate 30 Hz does not divide the physics rate 100 Hz"):
+        swarm([[0.0, -4.0, 1.0]], lockstep_hz=30.0)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--drones", "2", "--positions", "0,-4,1"], "1 positions for 2 drones"),
     (["--drones", "1", "--positions", "0.5,0.5,1"], "inside a column"),
