@@ -321,8 +321,9 @@ class SimSwarmNode(Node):
                                    f"{COMMAND_TOPICS[interface]}: released")
 
     def motor_commands(self, now: float) -> torch.Tensor:
-        """Rotor thrust commands ``[N, 4]`` N at time ``now`` [s] (wall; lockstep: simulated): each drone's held command through its
-        interface's action term, or motors idle once the command is older than the watchdog timeout."""
+        """Rotor thrust commands ``[N, 4]`` N at time ``now`` [s] (wall; lockstep: simulated): each drone's held
+        command through its interface's action term, or motors idle once the command is older than the watchdog
+        timeout."""
         stale = (now - self.command_time) > self.command_timeout_s
         for i in torch.nonzero(stale & ~self.watchdog_tripped & self.released).flatten().tolist():
             self.get_logger().warning(f"{self.names[i]}: no command for {self.command_timeout_s} s: motors idle")
@@ -336,7 +337,8 @@ class SimSwarmNode(Node):
 
     # --- physics --------------------------------------------------------------------------------------------
     def physics_step(self, now: float) -> None:
-        """One ``dt`` step of every drone at time ``now`` [s] (wall; lockstep: simulated), then the collision model and contact events."""
+        """One ``dt`` step of every drone at time ``now`` [s] (wall; lockstep: simulated), then the collision model
+        and contact events."""
         dyn, held = self.dyn, ~self.released
         if self.world.downwash:
             apply_downwash(dyn, 1)
