@@ -75,3 +75,18 @@ def lockstep_steps(rate_hz: float, dt: float) -> int:
         raise ValueError(f"lockstep rate {rate_hz:g} Hz does not divide the physics rate {1.0 / dt:.6g} Hz into "
                          f"whole steps")
     return int(round(steps))
+
+
+class StandInClock:
+    """Mixin of the simulated stand-ins: their simulated time, in real time or in lockstep.
+
+    Expects the attributes ``stepper`` (:class:`RealTimeStepper`), ``dt`` (physics step [s]), ``lockstep_steps``
+    (physics steps per lockstep period, None in real time) and ``lockstep_k`` (lockstep instants so far).
+    """
+
+    @property
+    def sim_time(self) -> float:
+        """Simulated time [s]: in lockstep the current instant (``lockstep_k`` periods), else the stepper's."""
+        if self.lockstep_steps is None:
+            return self.stepper.sim_time
+        return self.lockstep_k * self.lockstep_steps * self.dt

@@ -78,7 +78,7 @@ from sim2real.deploy.ros_conversions import (
     joint_gains_from_message, joint_targets_from_message, stamp_seconds, time_from_seconds,
 )
 from sim2real.hardware import realtime
-from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, lockstep_steps
+from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
 from sim2real.sim.mujoco_model import build_model, make_position_servos
 from sim2real.sim.robot import LeggedRobot
 
@@ -102,7 +102,7 @@ def initial_joint_pos(legged: LeggedRobot, pose: str, joint_range: np.ndarray) -
     return np.clip(q, joint_range[:, 0], joint_range[:, 1])
 
 
-class SimLeggedNode(Node):
+class SimLeggedNode(StandInClock, Node):
     """A real-time simulated legged robot on the legged deploy topics (see the module docstring).
 
     Args:
@@ -294,13 +294,6 @@ class SimLeggedNode(Node):
             self.data.qvel[i.base_qvel:i.base_qvel + 6] = 0.0
 
     # --- lockstep -------------------------------------------------------------------------------------------
-    @property
-    def sim_time(self) -> float:
-        """Lockstep: the current instant [s] of simulated time (``lockstep_k`` periods); real time: the stepper's."""
-        if self.lockstep_steps is None:
-            return self.stepper.sim_time
-        return self.lockstep_k * self.lockstep_steps * self.dt
-
     def lockstep_advance(self) -> int:
         """Lockstep: while the latest targets and gains are both stamped at the current instant or later, step the
         physics one lockstep period under them and publish the next instant's state. Returns the periods stepped

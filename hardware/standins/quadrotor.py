@@ -52,7 +52,7 @@ from std_msgs.msg import Float32MultiArray
 
 from sim2real.deploy.ros_conversions import command_from_message, fill_imu, fill_odometry
 from sim2real.deploy.ros_conversions import time_from_seconds
-from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, lockstep_steps
+from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.sim.rotations import quat_rotate_inverse
 from sim2real.tasks.actions import QuadrotorAction
@@ -139,7 +139,7 @@ def check_standin_args(robot: dict, sensor_rate_hz: float, dt: float, what: str)
         raise ValueError(f"sensor rate {sensor_rate_hz} Hz is above the physics rate {1.0 / dt:.4g} Hz")
 
 
-class SimQuadrotorNode(Node):
+class SimQuadrotorNode(StandInClock, Node):
     """A real-time simulated quadrotor on the deploy topics (see the module docstring).
 
     Args:
@@ -304,13 +304,6 @@ class SimQuadrotorNode(Node):
             self.publish_sensors()
 
     # --- lockstep -------------------------------------------------------------------------------------------
-    @property
-    def sim_time(self) -> float:
-        """Simulated time [s]: lockstep: the current instant (``lockstep_k`` periods); real time: the stepper's."""
-        if self.lockstep_steps is None:
-            return self.stepper.sim_time
-        return self.lockstep_k * self.lockstep_steps * self.dt
-
     @property
     def steps_taken(self) -> int:
         """Physics steps taken since the start (real time: counted per timer callback, its catch-up included;

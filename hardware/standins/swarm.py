@@ -74,7 +74,7 @@ from sim2real.deploy.ros_conversions import (
 from sim2real.deploy.ros_names import check_swarm_names, drone_names, parse_positions
 from sim2real.deploy.ros_runtime import latched_qos
 from sim2real.hardware import realtime
-from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, lockstep_steps
+from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
 from sim2real.hardware.standins.quadrotor import (
     COMMAND_TOPICS, WORLD_FRAME, check_standin_args, odometry_message, standin_params,
 )
@@ -177,7 +177,7 @@ def sample_starts(world: SwarmWorld, centers: torch.Tensor, occupied: torch.Tens
     raise ValueError(f"could not place {num} drones clear of the columns in the start zone")
 
 
-class SimSwarmNode(Node):
+class SimSwarmNode(StandInClock, Node):
     """A real-time simulated swarm on the swarm deploy topics (see the module docstring).
 
     Args:
@@ -393,13 +393,6 @@ class SimSwarmNode(Node):
             self.publish_collisions()
 
     # --- lockstep -------------------------------------------------------------------------------------------
-    @property
-    def sim_time(self) -> float:
-        """Simulated time [s]: lockstep: the current instant (``lockstep_k`` periods); real time: the stepper's."""
-        if self.lockstep_steps is None:
-            return self.stepper.sim_time
-        return self.lockstep_k * self.lockstep_steps * self.dt
-
     def lockstep_advance(self) -> int:
         """Lockstep: once every drone has a command for the current instant, step the physics one lockstep period
         under them and publish the next instant's odometry (and the collisions, if new ones). Returns the periods
