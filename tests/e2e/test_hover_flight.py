@@ -124,8 +124,10 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
                 return [s for s in track("/crazyflie/odom") if s[0] <= t_goal + REACH_DEADLINE_S]
 
             with BackgroundSpin(ctx, rec):
-                # Both robots publish, and the policy node has released its drone (its first command).
-                ready = wait_until(lambda: rec.count("/baseline/odom") > 0 and rec.count(cmd_topic) > 0, 40.0)
+                # Both robots publish (this probe hears both), and the policy node has released its drone (its first
+                # command). (A load series once saw the command before this probe's first policy odometry.)
+                ready = wait_until(lambda: rec.count("/baseline/odom") > 0 and rec.count("/crazyflie/odom") > 0
+                                   and rec.count(cmd_topic) > 0, 40.0)
                 assert ready, "stand-ins or policy node did not come up\n" + logs()
                 flags["baseline"] = True
                 t_first = sim_now()  # the policy holds its first position for 1 s of simulated time

@@ -139,5 +139,5 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
     for _, _, q in targets:
         np.testing.assert_allclose(q, default + 0.25 * bias, atol=1e-5)
     assert all(min(kp) > 0 for t, kp in gains if t < t_stop)
-    print(f"\ne2e jvrc1: index {first[0]:.0f} -> {last[0]:.0f} in {t_last - t_first:.2f} s of wall time, {ticks} policy "
-          f"ticks")
+    print(f"\ne2e jvrc1: index {first[0]:.0f} -> {last[0]:.0f} in {t_last - t_first:.2f} s of wall time, "
+          f"{ticks} policy ticks")

@@ -282,8 +282,10 @@ def test_in_lockstep_each_command_steps_one_period_with_latency_and_watchdog_in_
     node = SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx, latency_s=0.025, lockstep_hz=50.0)
     try:
         sent = []  # simulated stamps [s] of the odometry and IMU messages
-        node.odom_pub = type("P", (), {"publish": lambda self, m: sent.append(("odom", stamp_seconds(m.header.stamp)))})()
-        node.imu_pub = type("P", (), {"publish": lambda self, m: sent.append(("imu", stamp_seconds(m.header.stamp)))})()
+        def recorder(kind: str):  # a publisher stand-in recording (kind, simulated stamp)
+            return type("P", (), {"publish": lambda self, m: sent.append((kind, stamp_seconds(m.header.stamp)))})()
+
+        node.odom_pub, node.imu_pub = recorder("odom"), recorder("imu")
         assert node.lockstep_steps == 2 and node.sim_time == 0.0
         node.publish_sensors()  # a re-send while waiting: the same instant
         cmd = Float32MultiArray(data=[TRUE_HOVER_FRACTION] * 4)

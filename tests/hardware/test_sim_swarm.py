@@ -245,7 +245,8 @@ def test_in_lockstep_each_instant_steps_once_every_drone_has_its_command(swarm, 
     assert [z for _, t, z in sent if t == pytest.approx(0.98)] == pytest.approx([1.0, 1.0], abs=0.02)
     # Some drones answered, one never does: the stand-in names it (after LOCKSTEP_STALL_S of wall time).
     warnings = []
-    monkeypatch.setattr(node, "get_logger", lambda: type("L", (), {"warning": lambda self, m, **k: warnings.append(m)})())
+    logger = type("L", (), {"warning": lambda self, m, **k: warnings.append(m)})()
+    monkeypatch.setattr(node, "get_logger", lambda: logger)
     monkeypatch.setattr(realtime, "LOCKSTEP_STALL_S", 0.0)
     node._on_command(hover, 0, "ctbr")
     node._on_lockstep_resend()
