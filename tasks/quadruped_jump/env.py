@@ -7,8 +7,12 @@ of them, then, with ``env.stand_after_jump``, the robot is told to stand again (
 configs saved before the stand command keep the command to the end, as their ``jump_command`` / ``command_time``
 observation does). A fraction
 ``env.stand_prob`` of training episodes has no command at all (it stands throughout); in evaluation every episode
-jumps, or none with ``eval.stand_only``. Success (at the time-out) of a jump = landing xy within the tolerance of
-the target (the landing pose: the base's at the command window's end with ``env.stand_after_jump``, so standing
+jumps, or none with ``eval.stand_only``. With ``env.stand_anneal`` (training only) the standing grows with the
+curriculum's penalty scale ``s`` (``curriculum.penalty_anneal: competence``: from ``penalty_scale_initial`` to 1 as
+the measured jump success rises): each episode's stand phase after the command's window lasts ``s`` times its full
+length (the episode ends that much earlier) and a fraction ``s * env.stand_prob`` of the episodes stands throughout,
+so a policy that cannot jump yet is not paid mostly for standing still; evaluation always runs full episodes.
+Success (at the time-out) of a jump = landing xy within the tolerance of the target (the landing pose: the base's at the command window's end with ``env.stand_after_jump``, so standing
 after the window is not traded for accuracy; the final pose without it), yaw within ``success.yaw_tol``, upright,
 at least ``env.airborne_min_s`` of flight, a peak base height at least ``success.min_peak_height`` above the
 settled standing height, and no fall or body contact (with
@@ -78,7 +82,12 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.sim = make_legged_backend(self.robot, n, cfg["sim"], device=device, obstacle=True)
         self.control_dt = self.sim.control_dt
         self.max_episode_length = int(round((e["wait_s"][1] + e["jump_s"]) / self.control_dt))
+        #: steps from an episode's start to the latest end of its command's window (the rest of the episode stands)
+        self.jump_end_steps = min(self.max_episode_length,
+                                  int(round((e["wait_s"][1] + JUMP_WINDOW_S) / self.control_dt)))
         self.episode_length_buf = torch.zeros(n, dtype=torch.long, device=device)
+        # each episode's length [steps]: max_episode_length, or shorter with env.stand_anneal (set at reset)
+        self.episode_steps = torch.full((n,), self.max_episode_length, dtype=torch.long, device=device)
         self.action_term = JointPositionAction(self.robot)
         self.num_actions = self.action_term.num_actions
         self._init_policy_observations(cfg["observations"])
@@ -191,7 +200,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         unstable = self.sim.unstable.to(self.device)
         fall = body_contact | (tilt > e["termination_tilt"]) | (state.base_pos_w[:, 2] < e["termination_height"])
         fall |= unstable | self.non_finite
-        time_out = (self.episode_length_buf >= self.max_episode_length) & ~fall
+        time_out = (self.episode_length_buf >= self.episode_steps) & ~fall
 
         x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
                                  self.sim.joint_torque(), fall, tilt, self.standing(), self.landing_xy,
@@ -345,10 +354,11 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             self.difficulty[ids] = x
             stage, level = split_difficulty(x, self.num_stages)
             self.command[ids] = cmds.sample_commands(stage, level, self.cfg["command"])
+        stand_scale = self.stand_scale()
         if self.eval_mode:
             stand_prob = 1.0 if self.cfg["eval"]["stand_only"] else 0.0
         else:
-            stand_prob = float(e["stand_prob"])
+            stand_prob = float(e["stand_prob"]) * stand_scale
         stand_only = torch.rand(m, device=dev) < stand_prob if stand_prob > 0 else \
             torch.zeros(m, dtype=torch.bool, device=dev)  # (no draw: the random stream of a config without them)
         self.stand_only[ids] = stand_only
@@ -381,6 +391,16 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.stand_air_max[ids] = 0.0
         self.stand_air_steps[ids] = 0.0
         self.episode_length_buf[ids] = 0
+        self.episode_steps[ids] = self.jump_end_steps + int(round(
+            stand_scale * (self.max_episode_length - self.jump_end_steps)))
+
+    def stand_scale(self) -> float:
+        """The share of the full standing a new episode gets (``env.stand_anneal``: the curriculum's penalty scale,
+        in ``(0, 1]``; 1 in evaluation, without the key, or without ``env.stand_after_jump``)."""
+        e = self.cfg["env"]
+        if self.eval_mode or not e["stand_anneal"] or not e["stand_after_jump"]:
+            return 1.0
+        return float(min(1.0, self.penalty_schedule.value))
 
     @staticmethod
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
@@ -454,3 +474,6 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.bin_count = state["bin_count"].to(self.device)
         if "penalty_schedule" in state:  # (absent: a checkpoint saved before it; the schedule starts afresh)
             self.penalty_schedule.load_state_dict(state["penalty_schedule"])
+            # episodes begun at construction take the loaded scale's length (env.stand_anneal)
+            self.episode_steps[:] = self.jump_end_steps + int(round(
+                self.stand_scale() * (self.max_episode_length - self.jump_end_steps)))

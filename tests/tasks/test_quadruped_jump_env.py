@@ -27,9 +27,9 @@ PRIVILEGED = 22
 
 def _cfg(*overrides: str) -> dict:
     """The task config, one MuJoCo thread, no DR, every episode a jump (no stand-only ones) with 2 s after the
-    command's start, unless overridden."""
+    command's start and full-length episodes (no stand anneal), unless overridden."""
     return task_config("quadruped-jump", ["sim.nthread=1", "domain_rand.enabled=false", "env.stand_prob=0.0",
-                                          "env.jump_s=2.0", *overrides])
+                                          "env.jump_s=2.0", "env.stand_anneal=false", *overrides])
 
 
 def _env(n: int = 4, *overrides: str, seed: int = 0, eval_mode: bool = False):
@@ -373,6 +373,30 @@ def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window(
                              *[None] * 7, torch.tensor([True, False, True]), None, None, None)
     assert rew.stand_feet_air(x, {}).tolist() == [2.0, 0.0, 2.0]
     assert rew.stand_joint_vel(x, {}).tolist() == [25.0, 0.0, 25.0]  # |dq|^2 = 3^2 + 4^2, only while standing
+
+
+def test_stand_anneal_scales_the_standing_by_the_penalty_scale():
+    """env.stand_anneal: at the penalty scale 0.1 a training episode ends 0.1 of its after-window standing past the
+    window's latest end (wait 0.6 s + window 1.6 s = 110 steps; full: 0.6 + 2.0 s = 130; so 112) and a share 0.1 x
+    env.stand_prob stands throughout (binomial: 400 envs at 0.1, 40 +- 6); at the full scale, and always in
+    evaluation, every episode lasts 130 steps and the share is env.stand_prob."""
+    env = _env(400, "env.stand_anneal=true", "env.stand_prob=1.0")
+    assert env.penalty_schedule.value == pytest.approx(0.1) and env.stand_scale() == pytest.approx(0.1)
+    assert env.jump_end_steps == 110 and env.max_episode_length == 130
+    assert (env.episode_steps == 112).all()
+    assert 15 <= int(env.stand_only.sum()) <= 70, int(env.stand_only.sum())
+    env.penalty_schedule.k = env.penalty_schedule.top  # jump success reached every threshold: full standing
+    env._reset_envs(torch.arange(400))
+    assert env.stand_scale() == 1.0 and (env.episode_steps == 130).all() and env.stand_only.all()
+    assert (_env(8, "env.stand_anneal=true", eval_mode=True).episode_steps == 130).all()
+    assert (_env(8, "env.stand_anneal=true", "curriculum.penalty_anneal=none").episode_steps == 130).all()
+    small = _env(2, "env.stand_anneal=true")  # the shorter episode times out at its own length
+    for k in range(111):
+        _, _, dones, extras = small.step(torch.zeros(2, 12))
+        assert not dones.any(), k
+    _, _, dones, extras = small.step(torch.zeros(2, 12))
+    assert dones.all() and extras["time_outs"].all()
+    assert small.last_outcome["stood_after"].tolist() == [1.0, 1.0]  # standing after the window was scored
 
 
 def test_a_policy_saved_before_the_stand_command_keeps_its_training_settings():
