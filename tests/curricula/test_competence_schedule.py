@@ -75,7 +75,7 @@ def test_the_jump_anneals_its_standing_penalty_by_jump_success():
     from sim2real.tasks import make_env, task_config
 
     cfg = task_config("quadruped-jump", ["curriculum.penalty_competence_episodes=2", "env.num_envs=2",
-                                         "env.stand_prob=0.0", "sim.nthread=1"])
+                                         "env.stand_prob=0.0", "sim.nthread=1", "curriculum.penalty_scale_initial=0.1"])
     env = make_env(cfg)
     assert env.penalty_schedule.value == pytest.approx(0.1)
     env.wait_steps[:] = env.max_episode_length + 1  # standing the whole time

@@ -380,7 +380,7 @@ def test_stand_anneal_scales_the_standing_by_the_penalty_scale():
     window's latest end (wait 0.6 s + window 1.6 s = 110 steps; full: 0.6 + 2.0 s = 130; so 112) and a share 0.1 x
     env.stand_prob stands throughout (binomial: 400 envs at 0.1, 40 +- 6); at the full scale, and always in
     evaluation, every episode lasts 130 steps and the share is env.stand_prob."""
-    env = _env(400, "env.stand_anneal=true", "env.stand_prob=1.0")
+    env = _env(400, "env.stand_anneal=true", "env.stand_prob=1.0", "curriculum.penalty_scale_initial=0.1")
     assert env.penalty_schedule.value == pytest.approx(0.1) and env.stand_scale() == pytest.approx(0.1)
     assert env.jump_end_steps == 110 and env.max_episode_length == 130
     assert (env.episode_steps == 112).all()
@@ -390,7 +390,7 @@ def test_stand_anneal_scales_the_standing_by_the_penalty_scale():
     assert env.stand_scale() == 1.0 and (env.episode_steps == 130).all() and env.stand_only.all()
     assert (_env(8, "env.stand_anneal=true", eval_mode=True).episode_steps == 130).all()
     assert (_env(8, "env.stand_anneal=true", "curriculum.penalty_anneal=none").episode_steps == 130).all()
-    small = _env(2, "env.stand_anneal=true")  # the shorter episode times out at its own length
+    small = _env(2, "env.stand_anneal=true", "curriculum.penalty_scale_initial=0.1")  # times out at its own length
     for k in range(111):
         _, _, dones, extras = small.step(torch.zeros(2, 12))
         assert not dones.any(), k
