@@ -50,8 +50,7 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import Imu
 from std_msgs.msg import Float32MultiArray
 
-from sim2real.deploy.ros_conversions import command_from_message, fill_imu, fill_odometry
-from sim2real.deploy.ros_conversions import time_from_seconds
+from sim2real.deploy.ros_conversions import command_from_message, fill_imu, fill_odometry, time_from_seconds
 from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.sim.rotations import quat_rotate_inverse
