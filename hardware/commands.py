@@ -23,9 +23,9 @@ def standin_command(args) -> int:
     :class:`~sim2real.deploy.watch.session.DeployWatch`: the live view of its topics).
 
     Raises:
-        ConfigError: unknown robot, bad ROS names, an option of another robot kind (``--mjcf``, ``--lockstep`` on a
-            quadrotor; ``--drones``, ``--gap``, ``--latency-s`` on a legged robot; ``--gap`` / ``--latency-s`` with
-            ``--drones``).
+        ConfigError: unknown robot, bad ROS names, an option of another robot kind (``--mjcf`` on a quadrotor;
+            ``--drones``, ``--gap``, ``--latency-s`` on a legged robot; ``--gap`` / ``--latency-s`` with
+            ``--drones``), a ``--lockstep`` rate that does not divide the physics rate.
     """
     from sim2real.deploy.ros_names import check_ros_names, robot_namespace
 

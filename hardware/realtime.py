@@ -73,7 +73,8 @@ def lockstep_steps(rate_hz: float, dt: float) -> int:
     steps = 1.0 / (float(rate_hz) * float(dt))
     if not (steps >= 1.0 - 1e-9 and abs(steps - round(steps)) < 1e-6):
         raise ValueError(f"lockstep rate {rate_hz:g} Hz does not divide the physics rate {1.0 / dt:.6g} Hz into "
-                         f"whole steps")
+                         f"whole steps (it must be the policy's control rate, 1 / control_period_s in its "
+                         f"metadata.json)")
     return int(round(steps))
 
 

@@ -282,6 +282,8 @@ class PolicyLifecycleNode(LifecycleNode):
             self.clock = SimTimeClock(self.period_s, self._locked(self._on_tick), self._lockstep_input_time,
                                       name=f"control {self.get_name()}", on_error=self._on_control_error,
                                       on_stall=lambda text: self.get_logger().warning(text)).start()
+            self.get_logger().info(f"control clock: simulated time (lockstep), one tick per {self.period_s:g} s of "
+                                   f"the inputs' stamps ({', '.join(self.lockstep_inputs)})")
         elif self.clock_enabled:
             self.clock = ControlClock(self.period_s, self._locked(self._on_tick), rt_priority=self.rt_priority,
                                       name=f"control {self.get_name()}", on_error=self._on_control_error,

@@ -273,6 +273,7 @@ def quadrotor_deploy_main(args, robot: dict) -> int:
     torch.set_num_threads(1)
     with stop_on_signals(), ros_context() as ctx:
         node = PolicyNode(args.policy, robot, namespace=args.namespace, node_name=args.node_name,
-                          state_timeout_s=args.state_timeout, goal=args.goal, rate_hz=args.rate_hz, context=ctx)
+                          state_timeout_s=args.state_timeout, goal=args.goal, rate_hz=args.rate_hz, context=ctx,
+                          sim_time=getattr(args, "sim_time", False))
         run_policy_nodes(ctx, [node], args.activate, args.duration, rt_priority=args.rt_priority)
     return 0
