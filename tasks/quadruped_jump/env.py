@@ -391,8 +391,11 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.stand_air_max[ids] = 0.0
         self.stand_air_steps[ids] = 0.0
         self.episode_length_buf[ids] = 0
-        self.episode_steps[ids] = self.jump_end_steps + int(round(
-            stand_scale * (self.max_episode_length - self.jump_end_steps)))
+        self.episode_steps[ids] = self._episode_steps(stand_scale)
+
+    def _episode_steps(self, stand_scale: float) -> int:
+        """Length [steps] of an episode holding ``stand_scale`` of the full standing after the window."""
+        return self.jump_end_steps + int(round(stand_scale * (self.max_episode_length - self.jump_end_steps)))
 
     def stand_scale(self) -> float:
         """The share of the full standing a new episode gets (``env.stand_anneal``: the curriculum's penalty scale,
@@ -475,5 +478,4 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         if "penalty_schedule" in state:  # (absent: a checkpoint saved before it; the schedule starts afresh)
             self.penalty_schedule.load_state_dict(state["penalty_schedule"])
             # episodes begun at construction take the loaded scale's length (env.stand_anneal)
-            self.episode_steps[:] = self.jump_end_steps + int(round(
-                self.stand_scale() * (self.max_episode_length - self.jump_end_steps)))
+            self.episode_steps[:] = self._episode_steps(self.stand_scale())
