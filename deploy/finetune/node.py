@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,6 +104,9 @@ class FinetuneNode(EpisodePhases, PolicyNode):
             ``poll``, ``learner_alive``, ``close``) used instead of one built from the options (tests, an in-process
             learner); the node closes it at cleanup (a later configure builds its own).
         namespace, node_name, state_timeout_s, context: as :class:`PolicyNode`.
+        sim_time: lockstep with a simulated stand-in (``sim2real deploy --finetune S --sim-time`` with ``sim2real
+            standin --lockstep HZ``), as :class:`PolicyNode`: the episode phases, the teleop timeout and the safety
+            envelope's timers count simulated time (a rehearsal of a session; on a robot, leave it off).
 
     Attributes:
         phase: the current phase code (:data:`PHASES`); ``armed``: a new episode may start; ``target``: the point
@@ -117,7 +119,7 @@ class FinetuneNode(EpisodePhases, PolicyNode):
 
     def __init__(self, session_dir, robot: dict, options: FinetuneOptions | None = None, *, link=None,
                  namespace: str = "/crazyflie", node_name: str = "policy_node", state_timeout_s: float = 0.1,
-                 context=None):
+                 context=None, sim_time: bool = False):
         from sim2real.deploy.finetune.config import session_config
         from sim2real.deploy.finetune.session import FinetuneSession
 
@@ -126,7 +128,8 @@ class FinetuneNode(EpisodePhases, PolicyNode):
         self.session = FinetuneSession.open(session_dir)
         self.finetune_cfg = session_config(self.session)
         super().__init__(self.session.base_dir, robot, namespace=namespace, node_name=node_name,
-                         state_timeout_s=state_timeout_s, goal=None, rate_hz=None, context=context)
+                         state_timeout_s=state_timeout_s, goal=None, rate_hz=None, context=context,
+                         sim_time=sim_time)
         self._given_link = link
         self.link = None
         self.actor = None
@@ -352,7 +355,7 @@ class FinetuneNode(EpisodePhases, PolicyNode):
             self.get_logger().warning("teleop ignored (need finite values, one per action)",
                                       throttle_duration_sec=1.0)
             return
-        self._teleop = (time.monotonic(), torch.as_tensor(values, dtype=torch.float32).reshape(1, -1).clamp(-1, 1))
+        self._teleop = (self.now(), torch.as_tensor(values, dtype=torch.float32).reshape(1, -1).clamp(-1, 1))
 
     def _on_episode_command(self, msg: String) -> None:
         self._record_topic("finetune/episode", msg)
@@ -473,7 +476,8 @@ def finetune_deploy_main(args, robot: dict) -> int:
     with stop_on_signals(), ros_context() as ctx:
         try:
             node = FinetuneNode(session_dir, robot, options, namespace=args.namespace, node_name=args.node_name,
-                                state_timeout_s=args.state_timeout, context=ctx)
+                                state_timeout_s=args.state_timeout, context=ctx,
+                                sim_time=getattr(args, "sim_time", False))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         run_policy_nodes(ctx, [node], args.activate, args.duration, rt_priority=args.rt_priority)

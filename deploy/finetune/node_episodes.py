@@ -64,7 +64,6 @@ it as a demonstration.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +97,7 @@ class EpisodePhases:
 
     # --- control ---------------------------------------------------------------------------------------------
     def _on_tick(self) -> None:
-        now = time.monotonic()
+        now = self.now()  # monotonic; in lockstep, the tick's simulated time
         self.tick_times.append(now)
         fault = self.safety.input_fault(now)
         if fault is not None:
@@ -274,7 +273,7 @@ class EpisodePhases:
     def _enter_reset(self) -> None:
         """Start the reset behaviour (its point is chosen at its first healthy tick, see :meth:`_reset_point`)."""
         self.phase = PHASE_RESET
-        self.phase_since = time.monotonic()
+        self.phase_since = self.now()
         self._settled_since = None
         self._pending = None
         self.target = None

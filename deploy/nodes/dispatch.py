@@ -87,9 +87,6 @@ def _entry(args, robot: dict, robot_kind: str):
     """The entry ``entry(args, robot) -> int`` of the node this deploy runs (after the pre-flight check)."""
     from sim2real.configs import ConfigError
 
-    if getattr(args, "sim_time", False) and getattr(args, "finetune", None) is not None:
-        raise ConfigError("--sim-time (lockstep with a simulator) is for policy nodes, not fine-tuning sessions (they "
-                          "run on the robot's clock)")
     if getattr(args, "finetune", None) is not None:
         from sim2real.extras import require_extra
 

@@ -80,10 +80,28 @@ def test_cli_refuses_a_missing_policy_and_unknown_robot(tmp_path, linear_policy,
     assert "unknown robot 'no-such-robot'" in capsys.readouterr().err
 
 
-def test_cli_refuses_sim_time_for_a_finetuning_session(tmp_path, capsys):
-    assert main(["deploy", "--finetune", str(tmp_path), "--robot", "crazyflie2", "--sim-time", "--no-record"]) == 2
-    assert "--sim-time (lockstep with a simulator) is for policy nodes, not fine-tuning sessions" \
-        in capsys.readouterr().err
+def test_cli_passes_sim_time_to_a_finetuning_node(tmp_path, monkeypatch, capsys):
+    """``deploy --finetune S --sim-time`` (a rehearsal in lockstep with a stand-in) builds the FinetuneNode with
+    ``sim_time``; without the flag, on the robot's clock."""
+    from pathlib import Path
+
+    import sim2real
+    from sim2real.deploy.finetune import node as finetune_node
+    from sim2real.deploy.finetune.runner import open_session
+
+    pretrained = Path(sim2real.__file__).parent / "policies" / "pretrained" / "quadrotor-hover"
+    session, _ = open_session(tmp_path / "session", pretrained, resume=False, overrides=[])
+    seen = []
+
+    def fake_node(*args, **kwargs):
+        seen.append(kwargs["sim_time"])
+        raise ValueError("stopped by the test")
+
+    monkeypatch.setattr(finetune_node, "FinetuneNode", fake_node)
+    for flags in (["--sim-time"], []):
+        assert main(["deploy", "--finetune", str(session.path), "--robot", "crazyflie2", "--no-record"] + flags) == 2
+        assert error_lines(capsys.readouterr().err) == ["error: stopped by the test"]
+    assert seen == [True, False]
 
 
 def test_cli_rejects_non_finite_goal(capsys):

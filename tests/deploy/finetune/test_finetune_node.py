@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from rclpy.lifecycle import TransitionCallbackReturn
+from nav_msgs.msg import Odometry
 from std_msgs.msg import Bool, Float32MultiArray, String
 
 import sim2real
@@ -135,14 +136,14 @@ class Flight:
     """A stand-in, the fine-tuning node (configured, then activated once odometry flows) and a probe recording the
     node's status and commands, all spinning in the background."""
 
-    def __init__(self, stack, ctx, ns, session, options, link):
+    def __init__(self, stack, ctx, ns, session, options, link, lockstep=False):
         self.ns, self.session = ns, session
-        self.sim = SimQuadrotorNode(ROBOT, namespace=ns, context=ctx)
+        self.sim = SimQuadrotorNode(ROBOT, namespace=ns, context=ctx, lockstep_hz=1.0 / DT if lockstep else None)
         stack.callback(self.sim.destroy_node)
         # stand-in, node and probe spin in this one process on 2 cores: a 0.1 s scheduling stall would read as
         # stale odometry (that fault is PolicyNode's, tested in test_policy_node.py), so these flights allow 0.3 s
         self.node = FinetuneNode(session.path, ROBOT, options, link=link, namespace=ns, context=ctx,
-                                 state_timeout_s=0.3)
+                                 state_timeout_s=0.3, sim_time=lockstep)
         stack.callback(self.node.destroy_node)
         self.status_topic, self.cmd_topic = f"{ns}/finetune/status", f"{ns}/{policy_command_topic(PRETRAINED)}"
         self.probe = TopicRecorder("probe", {self.status_topic: Float32MultiArray,
@@ -150,8 +151,15 @@ class Flight:
         stack.callback(self.probe.destroy_node)
         self.teleop: list[float] | None = None
         teleop_pub = self.probe.publisher(f"{ns}/finetune/teleop", Float32MultiArray)
-        self.probe.create_timer(0.01, lambda: self.teleop is not None and teleop_pub.publish(
-            Float32MultiArray(data=self.teleop)))
+
+        def send_teleop(*_):
+            if self.teleop is not None:
+                teleop_pub.publish(Float32MultiArray(data=self.teleop))
+
+        if lockstep:  # the operator's stick: one message per instant of simulated time (each odometry message)
+            self.probe.create_subscription(Odometry, f"{ns}/odom", send_teleop, 10)
+        else:  # ... or at 100 Hz of wall time
+            self.probe.create_timer(0.01, send_teleop)
         assert self.node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         # At the priority deploy gives its executor: the stand-in's physics is the robot, which a loaded CPU would
         # not slow down (at normal priority, a background training made the drone tip over here).
@@ -185,9 +193,11 @@ class Flight:
 
 @pytest.fixture
 def flight(ros_ctx, namespace, session):
-    """``flight(options, link=None) -> Flight``."""
+    """``flight(options, link=None, lockstep=False) -> Flight`` (lockstep: the stand-in steps in lockstep with the
+    node, ``sim_time``, at the policy's 100 Hz: the flight's timing no longer depends on the machine's load)."""
     with contextlib.ExitStack() as stack:
-        yield lambda options, link=None: Flight(stack, ros_ctx, namespace, session, options, link)
+        yield lambda options, link=None, lockstep=False: Flight(stack, ros_ctx, namespace, session, options, link,
+                                                                lockstep)
 
 
 def hover_reward(obs: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray) -> np.ndarray:
@@ -388,8 +398,11 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     options = FinetuneOptions(episodes="operator", episode_s=5.0, reset_hold_s=0.3, safe_stop_s=3.0,
                               goal_box=SMALL_BOX, geofence=((-1.0, -1.0, 0.4), (1.0, 1.0, 1.4)),
                               learner_host="127.0.0.1", learner_ports=tuple(ports))
-    f = flight(options)
+    # In lockstep (the node's times below are simulated time): under load, a real-time flight never settled level
+    # and still within 20 s here, and the safe stop's tick count measured the scheduler rather than the node.
+    f = flight(options, lockstep=True)
     node = f.node
+    assert node.clock.scheduling == "simulated time (lockstep)"
     f.wait(lambda: node.phase == PHASE_READY, what="the first reset")
     ticks = len(node.tick_times)
     f.wait(lambda: len(node.tick_times) >= ticks + 40, what="40 ticks")
@@ -413,6 +426,7 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
     f.teleop = _climb_action()
     f.wait(lambda: node.phase == PHASE_SAFE_STOP, what="the geofence breach")
     f.teleop = None
+    wall_stop = time.monotonic()  # the probe stamps what it receives with the wall clock
     assert node.episodes_ended[-1]["end"] == "envelope:geofence", node.episodes_ended[-1]
     with node._lock:  # between two ticks
         t_stop, hold, faults = node.phase_since, node.target.copy(), dict(node.tick_faults)
@@ -427,7 +441,7 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
 
     def snapshot():
         at_reset.update(faults=dict(node.tick_faults), ticks=list(node.tick_times), position=f.sim.position(),
-                        fault=node.fault, commands=f.probe.messages(f.cmd_topic, since=t_stop))
+                        fault=node.fault, commands=f.probe.messages(f.cmd_topic, since=wall_stop))
         enter_reset()
 
     node._enter_reset = snapshot
