@@ -170,12 +170,13 @@ class SceneViewer:
 
     def show(self, env: int | None = None, frame: int | None = None, playing: bool | None = None,
              robot: bool | None = None, markers: bool | None = None) -> None:
-        """Set what is shown (each None: unchanged); the control panel follows.
+        """Set what is shown (each None: unchanged); the control panel follows. A browser applies the whole change
+        at once (one atomic batch of viser messages: never a frame with part of the robots hidden).
 
         Raises:
             IndexError: ``env`` or ``frame`` out of range.
         """
-        with self._lock:
+        with self._lock, self.server.atomic():
             if env is not None:
                 if not 0 <= env < len(self.trace.envs):
                     raise IndexError(f"env {env} out of range 0..{len(self.trace.envs) - 1}")
@@ -271,8 +272,9 @@ class SceneViewer:
 
     def _set_robot_visible(self, visible: bool) -> None:
         self._robot_visible = bool(visible)
-        for handle in self._bodies.values():
-            handle.visible = self._robot_visible
+        with self.server.atomic():
+            for handle in self._bodies.values():
+                handle.visible = self._robot_visible
 
     def _set_markers_visible(self, visible: bool) -> None:
         self._markers_visible = bool(visible)
