@@ -72,7 +72,8 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                         f"rtprio limit; else nice -10, else the default); 0: no real-time request (default "
                         f"{DEFAULT_RT_PRIORITY})")
     p.add_argument("--duration", type=positive_float, default=None, metavar="S",
-                   help="run this long, then idle the motors and exit (s; default: until Ctrl-C)")
+                   help="run this long, then idle the motors and exit (s of wall time, also with --sim-time; default: "
+                        "until Ctrl-C)")
     p.add_argument("--goal", type=finite_float, nargs=3, metavar=("X", "Y", "Z"),
                    help="quadrotor: initial goal position in the world frame (m; default: hold the first odometry "
                         "position)")

@@ -356,7 +356,9 @@ class SimTimeClock:
             is kept in :attr:`error` and handed to ``on_error``.
         input_time: ``() -> float | None`` (see above); called with the clock's condition held, it must not block.
         on_stall: ``(message: str) -> None``, called once per ``stall_warning_s`` of wall time that simulated time
-            does not reach the next tick (a simulator stepping at another rate than ``period_s``, or stopped).
+            does not reach the next tick (a simulator stepping at another rate than ``period_s``, or stopped), and
+            at most once per ``stall_warning_s`` when simulated time jumps past ticks (a simulator stepping at a
+            lower rate, or in real time: its stamps jitter by more than a period).
         stall_warning_s: see ``on_stall`` [s].
 
     Attributes:
@@ -382,6 +384,7 @@ class SimTimeClock:
         self.error: BaseException | None = None
         self._periods: deque[float] = deque(maxlen=WINDOW_TICKS)
         self._compute: deque[float] = deque(maxlen=WINDOW_TICKS)
+        self._skip_warned = -float("inf")  # monotonic time [s] of the last skip warning
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -420,10 +423,11 @@ class SimTimeClock:
                 if waited >= self.stall_warning_s:
                     waited = 0.0
                     if self._on_stall is not None:
-                        have = "no input yet" if t is None else f"the inputs are at {t:.6g} s"
-                        self._on_stall(f"lockstep: waiting for simulated time to reach "
-                                       f"{0.0 if due is None else due:.6g} s ({have}); the simulator must step in "
-                                       f"lockstep at the policy's control rate, {1.0 / self.period_s:.6g} Hz")
+                        what = "the first input" if t is None and due is None else \
+                            f"simulated time to reach {due:.6g} s (" + \
+                            ("no input yet" if t is None else f"the inputs are at {t:.6g} s") + ")"
+                        self._on_stall(f"lockstep: waiting for {what}; the simulator must step in lockstep at "
+                                       f"the policy's control rate, {1.0 / self.period_s:.6g} Hz")
         return None
 
     def _run(self) -> None:
@@ -434,13 +438,26 @@ class SimTimeClock:
             if t is None:
                 break
             if due is not None and t > due + SIM_TIME_EPS_S:
-                self.skipped += int(round((t - due) / self.period_s))
+                self._skip(t, due)
             if self.time is not None:
                 self._periods.append(t - self.time)
             self.time, due = t, t + self.period_s
             self.ticks += 1
             if _run_tick(self, time.monotonic()) is None:
                 break
+
+    def _skip(self, t: float, due: float) -> None:
+        """Simulated time jumped from ``due`` to ``t`` [s]: count the ticks skipped, and say so (throttled)."""
+        n = max(1, int(round((t - due) / self.period_s)))
+        self.skipped += n
+        now = time.monotonic()
+        if self._on_stall is not None and now - self._skip_warned >= self.stall_warning_s:
+            self._skip_warned = now
+            hz = 1.0 / self.period_s
+            self._on_stall(f"lockstep: simulated time jumped {t - due + self.period_s:.6g} s between two ticks "
+                           f"({n} control period(s) of {self.period_s:.6g} s skipped, {self.skipped} so far): the "
+                           f"simulator steps at another rate than the policy's {hz:.6g} Hz (a stand-in: sim2real "
+                           f"standin --lockstep {hz:.6g}; a simulator running in real time: no --sim-time)")
 
     def stats(self) -> dict:
         """As :meth:`ControlClock.stats`; the periods are of simulated time (lockstep: the period, unless the

@@ -253,6 +253,8 @@ class EdgeActor:
             alive = self.link.learner_alive()
             if self._learner_was_alive and not alive:
                 log.warning("the learner stopped answering: keeping policy version %d", self.version)
+            elif alive and self._learner_was_alive is False:
+                log.info("the learner answers again (policy version %d)", self.version)
             self._learner_was_alive = alive
             blobs = self.link.poll()
             if blobs:

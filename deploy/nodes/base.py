@@ -146,7 +146,7 @@ class PolicyLifecycleNode(LifecycleNode):
         self._qos = QoSProfile(depth=10)
         self._steady = Clock(clock_type=ClockType.STEADY_TIME)
         self._diag_timer = None
-        self._overruns_reported = 0
+        self._overruns_reported = self._skipped_reported = 0
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._subs: list = []
         # The e-stop is heard from construction on, whatever the lifecycle state (latched for the process life).
@@ -358,7 +358,7 @@ class PolicyLifecycleNode(LifecycleNode):
     # --- diagnostics ---------------------------------------------------------------------------------------------
     def diagnostics(self) -> DiagnosticStatus:
         """The node's control status (see the module docstring); level OK while the policy is in control, WARN on
-        a fault or an overrun within the clock's window, ERROR after a control error."""
+        a fault, an overrun or a skipped tick since the last diagnostics, ERROR after a control error."""
         st = self.clock.stats() if self.clock is not None else {}
         inf = np.asarray(self.inference_times, dtype=float) * 1e6
         values = {"rate_hz": f"{1.0 / self.period_s:.6g}" if getattr(self, "period_s", None) else "nan",
@@ -369,7 +369,8 @@ class PolicyLifecycleNode(LifecycleNode):
                   "safety": self.fault or "policy in control"}
         if self.control_error is not None:
             level = DiagnosticStatus.ERROR
-        elif self.fault is not None or st.get("overruns", 0) > self._overruns_reported:
+        elif (self.fault is not None or st.get("overruns", 0) > self._overruns_reported
+              or st.get("skipped", 0) > self._skipped_reported):
             level = DiagnosticStatus.WARN
         else:
             level = DiagnosticStatus.OK
@@ -380,7 +381,8 @@ class PolicyLifecycleNode(LifecycleNode):
     def _publish_diagnostics(self) -> None:
         status = self.diagnostics()
         if self.clock is not None:
-            self._overruns_reported = self.clock.overruns  # WARN once per second that had new overruns
+            # WARN once per second that had new overruns or skipped ticks (lockstep: simulated time jumped)
+            self._overruns_reported, self._skipped_reported = self.clock.overruns, self.clock.skipped
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)

@@ -265,6 +265,35 @@ def test_a_sim_time_clock_whose_inputs_stop_warns_and_stops_cleanly():
         SimTimeClock(0.0, lambda: None, lambda: None)
 
 
+def test_a_sim_time_clock_says_when_simulated_time_jumps_past_ticks_at_most_once_per_warning_interval():
+    """A simulator stepping at half the policy's rate (a stand-in started with --lockstep 50 for a 100 Hz policy):
+    every other tick is skipped; the clock says so, naming the rates, once per ``stall_warning_s``."""
+    inputs = {"t": 0.0}
+    warnings, seen = [], []
+    clock = SimTimeClock(0.01, lambda: seen.append(clock.time), lambda: inputs["t"], on_stall=warnings.append,
+                         stall_warning_s=60.0)
+    clock.start()
+    try:
+        assert wait_until(lambda: len(seen) == 1, 5.0)
+        for k in range(1, 6):  # 50 Hz of simulated time
+            inputs["t"] = 0.02 * k
+            clock.notify()
+            assert wait_until(lambda: len(seen) == k + 1, 5.0), seen
+    finally:
+        clock.stop()
+    assert clock.skipped == 5 and len(warnings) == 1, warnings
+    assert "simulated time jumped 0.02 s between two ticks (1 control period(s) of 0.01 s skipped" in warnings[0]
+    assert "another rate than the policy's 100 Hz" in warnings[0] and "--lockstep 100" in warnings[0]
+
+
+def test_a_sim_time_clock_without_inputs_waits_for_the_first():
+    warnings = []
+    clock = SimTimeClock(0.02, lambda: None, lambda: None, on_stall=warnings.append, stall_warning_s=0.05).start()
+    assert wait_until(lambda: warnings, 5.0)
+    clock.stop()
+    assert clock.ticks == 0 and warnings[0].startswith("lockstep: waiting for the first input; ")
+
+
 def test_a_sim_time_tick_that_raises_stops_the_clock_and_hands_the_error_on():
     errors = []
 
