@@ -474,9 +474,20 @@ def _rgb(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
 
 
+#: Screen boxes ``(x0, y0, x1, y1)`` [px] of a 960 x 640 page that viser's overlays cover, left out of every pixel
+#: comparison: its notification (top left: "Software WebGL rendering detected" under headless Chromium's software
+#: WebGL, shown and closed at moments of its own: in two runs of the whole suite it came between two screenshots
+#: and counted 2,690 "drone" pixels) and the minimised control panel (top right).
+OVERLAYS = ((0, 0, 330, 170), (610, 0, 960, 70))
+
+
 def robot_pixels(shown: np.ndarray, hidden: np.ndarray) -> np.ndarray:
-    """``[H, W]`` bool: where the screenshot with the robot differs from the one without it."""
-    return np.abs(shown - hidden).max(axis=-1) > 24
+    """``[H, W]`` bool: where the screenshot with the robot differs from the one without it (viser's overlays,
+    :data:`OVERLAYS`, left out)."""
+    changed = np.abs(shown - hidden).max(axis=-1) > 24
+    for x0, y0, x1, y1 in OVERLAYS:
+        changed[y0:y1, x0:x1] = False
+    return changed
 
 
 def _changed_screenshot(browser, before: bytes, timeout: float = 20.0) -> bytes:
@@ -534,7 +545,7 @@ def test_the_browser_shows_the_robot_geometry_where_the_camera_looks():
 
 
 @pytest.mark.slow
-def test_the_browser_shows_every_drone_of_a_swarm_room():
+def test_the_browser_shows_every_drone_of_a_swarm_room(tmp_path):
     """A swarm room of 8 drones in headless Chromium, framed whole: the drones (their halos) cover some 200
     pixels each, not the few of a 10 cm drone 10 m away, and the room's walls hide none of them."""
     _chromium()
@@ -559,12 +570,15 @@ def test_the_browser_shows_every_drone_of_a_swarm_room():
             bare_png = _changed_screenshot(browser, hidden_png)
             viewer.show(robot=True)
             alone_png = _changed_screenshot(browser, bare_png)
+    for name, png in (("shown", shown_png), ("hidden", hidden_png), ("bare", bare_png), ("alone", alone_png)):
+        (tmp_path / f"{name}.png").write_bytes(png)  # kept for a failure's diagnosis
     shown, hidden, bare, alone = (_rgb(p) for p in (shown_png, hidden_png, bare_png, alone_png))
     in_room = int(robot_pixels(shown, hidden).sum())  # the drones among the room's markers
     by_themselves = int(robot_pixels(alone, bare).sum())  # the drones alone
     print(f"drone pixels: {in_room} in the room, {by_themselves} alone ({m} drones)")
     assert by_themselves > 100 * m  # (without the halos: 36 pixels)
-    assert in_room > 0.8 * by_themselves  # the walls hide none (drawn as surfaces they hid a quarter)
+    # the walls hide none (drawn as surfaces they hid a quarter)
+    assert in_room > 0.8 * by_themselves, f"{in_room} drone pixels in the room, {by_themselves} alone: {tmp_path}"
 
 
 @pytest.mark.slow
