@@ -157,7 +157,7 @@ class EdgeActor:
         # Learner transitions are numbered from the recording's next seq at start: increasing across resumes.
         self._macro_seq = int(recorder.next_seq) if recorder is not None else 0
         self.rejections: list[tuple[int, str]] = []
-        self._learner_was_alive = False
+        self._learner_was_alive: bool | None = None  # None: not asked yet (a first answer is no return)
         resumed = session.current_actor_version()
         if resumed > 0:
             blob = session.read_version(resumed)
