@@ -157,6 +157,11 @@ def spawn_cli(args: list[str], log_path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
+#: What a deploy node logs at activation when ``--sim-time`` took (deploy/nodes/base.py): the e2e tests that run in
+#: lockstep check their node's log for it.
+LOCKSTEP_LOG = "control clock: simulated time (lockstep)"
+
+
 def stop_process(proc, sig=None, timeout_s: float = 10.0) -> int:
     """Send ``sig`` (default SIGTERM) unless ``proc`` has exited, wait up to ``timeout_s`` [s], then kill; returns
     the exit status."""

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from sim2real.deploy.nodes import legged as legged_node
-from ros_helpers import spawn_cli, stop_process
+from ros_helpers import LOCKSTEP_LOG, spawn_cli, stop_process
 
 import sim2real
 
@@ -132,7 +132,7 @@ def test_go2_stands_up_and_stays_up_under_the_policy(tmp_path, namespace, policy
     finally:
         codes = {name: stop_process(p) for name, p in procs.items()}
     assert code_deploy == 0 and codes == {"standin": 0, "deploy": 0}, logs()
-    assert "control clock: simulated time (lockstep)" in (tmp_path / "deploy.log").read_text(), logs()  # --sim-time took
+    assert LOCKSTEP_LOG in (tmp_path / "deploy.log").read_text(), logs()  # --sim-time took
     assert damped, "no damping command after stopping the node\n" + logs()
 
     # Before the ramp the robot is crouched; the ramp starts from the measured pose and ends at the default pose.

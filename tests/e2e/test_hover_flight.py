@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ros_helpers import spawn_cli, stop_process
+from ros_helpers import LOCKSTEP_LOG, spawn_cli, stop_process
 
 import sim2real
 
@@ -150,7 +150,7 @@ def test_policy_holds_the_goal_and_the_constant_thrust_baseline_does_not(tmp_pat
     summary = {"policy": policy, "baseline": baseline, "goal": GOAL.tolist()}
     print("\ne2e hover:", json.dumps(summary))
     assert codes == {"standin": 0, "baseline": 0, "deploy": 0}, logs()
-    assert "control clock: simulated time (lockstep)" in (tmp_path / "deploy.log").read_text(), logs()  # --sim-time took
+    assert LOCKSTEP_LOG in (tmp_path / "deploy.log").read_text(), logs()  # --sim-time took
     assert policy["success"], f"policy did not hold the goal: {summary}\n{logs()}"
     assert policy["final_error_m"] < TOLERANCE_M
     assert not baseline["success"], f"the constant-thrust baseline passed the check: {summary}"

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from ros_helpers import spawn_cli, stop_process
+from ros_helpers import LOCKSTEP_LOG, spawn_cli, stop_process
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -120,7 +120,7 @@ def test_jvrc1_follows_footstep_plan_timing_and_damps_on_ctrl_c(tmp_path, namesp
     finally:
         codes = {name: stop_process(p) for name, p in procs.items()}
     assert code_deploy == 0 and codes == {"standin": 0, "deploy": 0}, logs()
-    assert "control clock: simulated time (lockstep)" in (tmp_path / "deploy.log").read_text(), logs()  # --sim-time took
+    assert LOCKSTEP_LOG in (tmp_path / "deploy.log").read_text(), logs()  # --sim-time took
     assert damped, "no damping command after Ctrl-C\n" + logs()
 
     # The plan restarts the tracker at its pose 1 and the counts; then the index follows the clock.

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ros_helpers import spawn_cli, stop_process
+from ros_helpers import LOCKSTEP_LOG, spawn_cli, stop_process
 
 import sim2real
 
@@ -140,7 +140,7 @@ def test_four_drones_reach_their_goals_without_collisions(tmp_path, namespace, s
                "elapsed_s": elapsed, "sim_time_s": report["sim_time_s"]}
     print("\ne2e swarm:", json.dumps(summary))
     assert codes == {"standin": 0, "deploy": 0}, run.logs()
-    assert "control clock: simulated time (lockstep)" in (tmp_path / "deploy.log").read_text(), run.logs()  # --sim-time took
+    assert LOCKSTEP_LOG in (tmp_path / "deploy.log").read_text(), run.logs()  # --sim-time took
     assert all(c["success"] for c in result.values()), f"not every drone held its goal: {summary}\n{run.logs()}"
     assert report["total_collisions"] == 0 and report["total_boundary"] == 0, summary  # no drone, column, wall or floor
     for i, n in enumerate(NAMES):
