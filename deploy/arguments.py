@@ -230,10 +230,11 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
                    help="quadrotor: extra command latency: each command takes effect this long after it arrives "
                         "(s, default 0, or --gap's)")
     p.add_argument("--gap", default=None, metavar="NAME",
-                   help="quadrotor: a reality gap of sim2real.hardware.standins.reality_gap.REALITY_GAPS (e.g. quadrotor: "
-                        "mass x1.2, thrust x0.8, latency 2-3 control steps -> 0.025 s, the middle at 10 ms); "
-                        "each range gives its middle; explicit --mass-scale/--thrust-scale/--inertia-scale/"
-                        "--motor-time-constant/--latency-s win")
+                   help="quadrotor: a named reality gap (sim2real.hardware.standins.reality_gap): quadrotor (mass "
+                        "x1.2, max thrust x0.8, command latency 2-3 control steps: the stand-in takes the middle of "
+                        "each range, 2.5 steps of 10 ms = 0.025 s), quadrotor_mass_thrust (the same without the "
+                        "latency; the weak-motor gap of fine-tuning sessions is not a stand-in option); explicit "
+                        "--mass-scale/--thrust-scale/--inertia-scale/--motor-time-constant/--latency-s win")
     p.add_argument("--motor-time-constant", type=positive_float, default=None, metavar="S",
                    help="quadrotor: true motor time constant (s; default: the robot config's, or --gap's)")
     p.add_argument("--ext-force", type=finite_float, nargs=3, default=[0.0, 0.0, 0.0], metavar=("FX", "FY", "FZ"),

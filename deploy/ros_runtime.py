@@ -87,6 +87,19 @@ def spin_for(executor: SingleThreadedExecutor, context: Context, duration_s: flo
     return "shutdown"
 
 
+def stopping_note(what: str, context: Context):
+    """An ``on_exit`` for :func:`spin_node` that prints, as the spin ends and before the (seconds-long) ROS
+    teardown, why ``what`` stops: ``"<what>: interrupted (Ctrl-C / SIGTERM), stopping"``, ``--duration`` reached or
+    the ROS context shut down."""
+
+    def note() -> None:
+        why = ("interrupted (Ctrl-C / SIGTERM)" if STOP_REQUESTED.is_set()
+               else "--duration reached" if context.ok() else "the ROS context shut down")
+        print(f"{what}: {why}, stopping", flush=True)
+
+    return note
+
+
 #: Bound [s] on waiting for subscribers to acknowledge a node's last safe command.
 SAFE_COMMAND_ACK_TIMEOUT_S = 0.5
 

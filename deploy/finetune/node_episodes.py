@@ -12,7 +12,9 @@ Each control tick (the base policy's control period, ``metadata["control_period_
 
 1. the SafetyLayer's input checks (e-stop, stale/invalid odometry) as in PolicyNode: a fault sends the safe
    command (motors idle), and a running episode is ended (``truncated``, outcome ``end = "fault:<name>"``);
-   once the fault clears the reset behaviour runs (an e-stop stays latched);
+   once the fault clears the reset behaviour runs (an e-stop stays latched); control ticks skipped by the clock
+   (a tick more than a period late; in lockstep, simulated time jumping past ticks) end a running episode the
+   same way (``end = "skipped_ticks"``) without its last transition, which would span several periods;
 2. the observation exactly as PolicyNode builds it (odometry + the current target + the previous executed action,
    the task's ObservationBuilder);
 3. by phase:
@@ -99,7 +101,10 @@ class EpisodePhases:
     def _on_tick(self) -> None:
         now = self.now()  # monotonic; in lockstep, the tick's simulated time
         self.tick_times.append(now)
+        skipped = self._new_skipped_ticks()
         fault = self.safety.input_fault(now)
+        if skipped and fault is None:
+            self._on_skipped_ticks(skipped)
         if fault is not None:
             command = self.safety.safe_command()
             self._on_input_fault(fault)
@@ -125,6 +130,30 @@ class EpisodePhases:
         self.phase = PHASE_SAFE_STOP
         if self._sample is not None:
             self._set_target(self._sample.pos_w)
+
+    def _new_skipped_ticks(self) -> int:
+        """Control ticks the clock skipped since the previous tick (a real-time tick more than a period late; in
+        lockstep, simulated time jumping past a tick); 0 without a clock."""
+        clock = getattr(self, "clock", None)
+        total = int(getattr(clock, "skipped", 0) or 0)
+        new, self._skipped_seen = max(0, total - getattr(self, "_skipped_seen", 0)), total
+        return new
+
+    def _on_skipped_ticks(self, n: int) -> None:
+        """Ticks were skipped: the pending transition spans more than one control period, which is not the
+        dynamics the learner models. A running episode ends here without it (``end = "skipped_ticks"``, truncated),
+        and the reset behaviour runs; the clock's own warning names the cause."""
+        if self.actor is None or self.finetune_error is not None or self.phase != PHASE_EPISODE:
+            return
+        try:
+            self._pending = None  # its next observation comes more than one period later: not recorded
+            self._finish_episode("skipped_ticks", terminated=False)
+            self.get_logger().warning(f"{n} control tick(s) skipped during an episode: it ended without its last "
+                                      f"transition (one that spans more than one control period is not learning "
+                                      f"data)")
+            self._enter_reset()
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
 
     def _fly_base(self) -> tuple[torch.Tensor, str | None]:
         """The base policy alone towards the current target: ``(command, fault)``; updates ``last_action``."""

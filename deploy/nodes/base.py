@@ -49,6 +49,10 @@ from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, ControlClock, Sim
 from sim2real.deploy.ros_runtime import wait_for_acks
 from sim2real.policies.artefact.metadata import PolicyMismatchError
 
+#: A wall-clock node whose input is stamped earlier than this [s since the epoch: 1980] warns once that the stamps
+#: look like simulated time (a lockstep stand-in counts from 0) and names ``--sim-time``.
+SIM_STAMP_HINT_S = 315_532_800.0
+
 
 def task_node_kind(meta: dict) -> str | None:
     """The deploy node kind (``quadrotor``, ``swarm``, ``legged``) the task of a policy's metadata declares
@@ -141,6 +145,7 @@ class PolicyLifecycleNode(LifecycleNode):
         self.clock: ControlClock | SimTimeClock | None = None
         self.sim_time = bool(sim_time)
         self.lockstep_inputs: tuple[str, ...] = ()
+        self._sim_stamp_hinted = False  # wall-clock node: said once that an input carries simulated-time stamps
         self._input_stamps: dict[str, float] = {}  # lockstep: input name -> simulated time [s] of its latest message
         self.inference_times: deque[float] = deque(maxlen=1000)
         self._qos = QoSProfile(depth=10)
@@ -197,10 +202,18 @@ class PolicyLifecycleNode(LifecycleNode):
     def arrival_time(self, name: str, msg) -> float:
         """When input ``name``'s message ``msg`` counts as arrived [s], for freshness: :meth:`now`; with
         ``sim_time`` its ``header.stamp`` (simulated time), which a lockstep tick waiting for it then sees."""
-        if not self.sim_time:
-            return self.now()
         from sim2real.deploy.ros_conversions import stamp_seconds
 
+        if not self.sim_time:
+            if not self._sim_stamp_hinted:
+                t = stamp_seconds(msg.header.stamp)
+                if 0.0 <= t < SIM_STAMP_HINT_S:  # stamped with simulated time, not the wall clock
+                    self._sim_stamp_hinted = True
+                    self.get_logger().warning(
+                        f"input {name} is stamped {t:.6g} s, which looks like simulated time (a lockstep stand-in "
+                        f"or simulator) while this node runs on the wall clock: to step with that simulator, start "
+                        f"the node with --sim-time (a robot whose clock counts from its boot can ignore this)")
+            return self.now()
         t = stamp_seconds(msg.header.stamp)
         self._input_stamps[name] = max(t, self._input_stamps.get(name, -float("inf")))
         return t

@@ -420,7 +420,7 @@ def standin_main(args, robot: dict) -> int:
 
     from sim2real.configs import ConfigError
     from sim2real.deploy.ros_env import force_localhost_discovery
-    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals
+    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals, stopping_note
 
     force_localhost_discovery()
     with stop_on_signals(), ros_context() as ctx:
@@ -433,5 +433,6 @@ def standin_main(args, robot: dict) -> int:
                 gantry=getattr(args, "gantry", "auto"), context=ctx, lockstep_hz=getattr(args, "lockstep", None))
         except ValueError as exc:  # ConfigError included
             raise ConfigError(str(exc)) from None
-        spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)
+        spin_node(node, ctx, args.duration, rt_priority=args.rt_priority,
+                  on_exit=stopping_note("legged stand-in", ctx))
     return 0

@@ -364,7 +364,7 @@ def standin_main(args) -> int:
         raise ConfigError(f"--initial-position z = {args.initial_position[2]:g} m is below the floor (z = 0)")
     torch.set_num_threads(1)
 
-    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals
+    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals, stopping_note
 
     with stop_on_signals(), ros_context() as ctx:
         try:
@@ -376,5 +376,6 @@ def standin_main(args) -> int:
                 latency_s=args.latency_s, context=ctx, lockstep_hz=getattr(args, "lockstep", None))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)
+        spin_node(node, ctx, args.duration, rt_priority=args.rt_priority,
+                  on_exit=stopping_note("quadrotor stand-in", ctx))
     return 0

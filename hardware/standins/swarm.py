@@ -507,7 +507,7 @@ def swarm_standin_main(args, robot: dict) -> int:
         raise ConfigError(str(exc)) from None
     torch.set_num_threads(1)
 
-    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals
+    from sim2real.deploy.ros_runtime import ros_context, spin_node, stop_on_signals, stopping_note
 
     with stop_on_signals(), ros_context() as ctx:
         try:
@@ -521,7 +521,8 @@ def swarm_standin_main(args, robot: dict) -> int:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         try:
-            spin_node(node, ctx, args.duration, rt_priority=args.rt_priority)
+            spin_node(node, ctx, args.duration, rt_priority=args.rt_priority,
+                      on_exit=stopping_note("swarm stand-in", ctx))
         finally:
             if args.report:
                 node.write_report(args.report)

@@ -265,6 +265,29 @@ def test_initial_last_action_is_the_task_reset_action(ros_ctx, namespace, linear
         node.destroy_node()
 
 
+def test_a_wall_clock_node_says_once_that_its_inputs_carry_simulated_time(ros_ctx, namespace, linear_policy,
+                                                                           monkeypatch):
+    # A node started without --sim-time beside a lockstep stand-in (stamps counting from 0): it warns once; wall-
+    # clock stamps do not warn. Freshness keeps using the node's own clock either way.
+    from sim2real.deploy.ros_conversions import time_from_seconds
+
+    node = PolicyNode(linear_policy(np.zeros((22, 4)), np.zeros(4)), ROBOT, namespace=namespace, context=ros_ctx)
+    warnings = []
+    monkeypatch.setattr(node, "get_logger", lambda: type("L", (), {"warning": staticmethod(warnings.append)})())
+    try:
+        msg = Odometry()
+        msg.header.stamp = time_from_seconds(time.time())
+        node.arrival_time("odom", msg)
+        assert warnings == []
+        msg.header.stamp = time_from_seconds(12.34)
+        before = time.monotonic()
+        assert node.arrival_time("odom", msg) >= before  # still the node's clock
+        node.arrival_time("odom", msg)
+        assert len(warnings) == 1 and "12.34 s" in warnings[0] and "--sim-time" in warnings[0], warnings
+    finally:
+        node.destroy_node()
+
+
 def test_without_goal_the_node_holds_the_first_position(start, linear_policy):
     w = np.zeros((22, 4))
     w[0, 0] = 1.0  # a0 = pos_error_x

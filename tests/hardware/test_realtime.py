@@ -94,4 +94,5 @@ def test_standin_physics_runs_at_the_requested_real_time_priority(priority, poli
             assert os.sched_getparam(proc.pid).sched_priority == int(priority)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        out, _ = proc.communicate(timeout=30)
+    assert "quadrotor stand-in: interrupted (Ctrl-C / SIGTERM), stopping" in out  # said before the ROS teardown

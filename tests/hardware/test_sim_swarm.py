@@ -196,10 +196,11 @@ def test_topics_odometry_per_drone_latched_world_and_collisions(ros_ctx, namespa
     assert list(c.data) == [0] * 12
 
 
-def test_standin_cli_writes_the_report(tmp_path, namespace):
+def test_standin_cli_writes_the_report(tmp_path, namespace, capsys):
     report = tmp_path / "report.json"
     assert main(["standin", "--drones", "3", "--swarm-ns", namespace, "--density", "0.2", "--seed", "3",
                  "--duration", "0.5", "--report", str(report)]) == 0
+    assert "swarm stand-in: --duration reached, stopping" in capsys.readouterr().out
     data = json.loads(report.read_text())
     assert list(data["drones"]) == ["cf0", "cf1", "cf2"]
     assert len(data["columns"]) == round(0.2 * ROOM.num_cells)

@@ -138,12 +138,14 @@ class Flight:
 
     def __init__(self, stack, ctx, ns, session, options, link, lockstep=False):
         self.ns, self.session = ns, session
-        self.sim = SimQuadrotorNode(ROBOT, namespace=ns, context=ctx, lockstep_hz=1.0 / DT if lockstep else None)
+        # lockstep: True (the policy's 100 Hz) or the stand-in's own rate [Hz]
+        hz = (1.0 / DT if lockstep is True else float(lockstep)) if lockstep else None
+        self.sim = SimQuadrotorNode(ROBOT, namespace=ns, context=ctx, lockstep_hz=hz)
         stack.callback(self.sim.destroy_node)
         # stand-in, node and probe spin in this one process on 2 cores: a 0.1 s scheduling stall would read as
         # stale odometry (that fault is PolicyNode's, tested in test_policy_node.py), so these flights allow 0.3 s
         self.node = FinetuneNode(session.path, ROBOT, options, link=link, namespace=ns, context=ctx,
-                                 state_timeout_s=0.3, sim_time=lockstep)
+                                 state_timeout_s=0.3, sim_time=bool(lockstep))
         stack.callback(self.node.destroy_node)
         self.status_topic, self.cmd_topic = f"{ns}/finetune/status", f"{ns}/{policy_command_topic(PRETRAINED)}"
         self.probe = TopicRecorder("probe", {self.status_topic: Float32MultiArray,
@@ -194,7 +196,8 @@ class Flight:
 @pytest.fixture
 def flight(ros_ctx, namespace, session):
     """``flight(options, link=None, lockstep=False) -> Flight`` (lockstep: the stand-in steps in lockstep with the
-    node, ``sim_time``, at the policy's 100 Hz: the flight's timing no longer depends on the machine's load)."""
+    node, ``sim_time``, at the policy's 100 Hz: the flight's timing no longer depends on the machine's load; a
+    number: the stand-in's lockstep rate [Hz] instead)."""
     with contextlib.ExitStack() as stack:
         yield lambda options, link=None, lockstep=False: Flight(stack, ros_ctx, namespace, session, options, link,
                                                                 lockstep)
@@ -285,7 +288,9 @@ def test_hover_reward_equals_the_task_envs_reward():
 # --------------------------------------------------------------------------------------------------- flights
 def test_auto_episodes_record_tagged_transitions_and_swap_versions_only_between_episodes(flight, session):
     link = FakeLink()
-    f = flight(FinetuneOptions(episode_s=1.0, reset_hold_s=0.3, goal_box=SMALL_BOX), link)
+    # In lockstep: in real time under load, a tick more than a period late is skipped, and a skipped tick ends the
+    # episode (test_skipped_ticks_end_episodes_without_recording_stretched_transitions).
+    f = flight(FinetuneOptions(episode_s=1.0, reset_hold_s=0.3, goal_box=SMALL_BOX), link, lockstep=True)
     node = f.node
     assert node.episode_steps == 100
     # Episode 1 is running: a verified version arrives in the middle of it.
@@ -348,9 +353,6 @@ def test_auto_episodes_record_tagged_transitions_and_swap_versions_only_between_
         np.testing.assert_allclose(tr["obs"][rows[2:], -8:-4], executed[rows[:-2]], atol=1e-6)
     np.testing.assert_allclose(tr["reward"], hover_reward(tr["obs"], tr["next_obs"], tr["terminated"]), atol=1e-5)
 
-    # Between episodes the reset (at least reset_hold_s) is not recorded.
-    for a, b in ((0, 1), (1, 2)):
-        assert (tr["time_ns"][ep[b][0]] - tr["time_ns"][ep[a][-1]]) / 1e9 >= 0.3
     # The learner got every hold (hold_steps control steps) of the three episodes.
     hold = int(session.read_config()["hold_steps"])
     assert sum(len(arrays["reward"]) for _, arrays in link.sent) == 3 * math.ceil(100 / hold) + math.ceil(
@@ -369,14 +371,21 @@ def test_auto_episodes_record_tagged_transitions_and_swap_versions_only_between_
     meta = json.loads((session.base_dir / "metadata.json").read_text())
     builder = ObservationBuilder.from_metadata(meta)
     odoms = decoded_messages(session.recordings_dir, f"{f.ns}/odom")
-    stamps = np.array([m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in odoms])
-    # the whole flight: from before the first transition to after the last complete episode's
-    assert stamps[0] <= tr["time_ns"][ep[0][0]] and stamps[-1] >= tr["time_ns"][ep[2][-1]]
+    stamps = np.array([m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in odoms])  # simulated time [s]
     assert odoms[-1].header.frame_id == "world"
+    matched = {}
     for e, rows in ep.items():
         candidates = odometry_observations(odoms, lines[e]["goal"], builder)  # [M, 18]
         diff = np.abs(tr["obs"][rows, None, :18] - candidates[None]).max(axis=-1)  # [rows, M]
         assert diff.min(axis=1).max() < 2e-5, f"episode {e}: an observation matches no odometry message"
+        matched[e] = stamps[diff.argmin(axis=1)]
+        # one transition per control period of simulated time (no tick skipped, none repeated)
+        np.testing.assert_allclose(np.diff(matched[e]), DT, atol=1e-6)
+    # the whole flight is recorded: odometry from before the first transition to after the last complete episode's
+    assert stamps[0] < matched[0][0] and stamps[-1] > matched[2][-1]
+    # Between episodes the reset (at least reset_hold_s of simulated time) is not recorded.
+    for a, b in ((0, 1), (1, 2)):
+        assert matched[b][0] - matched[a][-1] >= 0.3
     # The goal the node flew to is recorded too, and so is every command it published.
     goals = decoded_messages(session.recordings_dir, f"{f.ns}/finetune/goal")
     assert any(np.allclose([g.pose.position.x, g.pose.position.y, g.pose.position.z], lines[1]["goal"])
@@ -524,6 +533,23 @@ def test_operator_episodes_teleop_interventions_and_a_geofence_safe_stop(flight,
 
 
 # --------------------------------------------------------------------------------------------------- the CLI
+def test_skipped_ticks_end_episodes_without_recording_stretched_transitions(flight, session):
+    # The stand-in steps in lockstep at 50 Hz, the node's policy runs at 100 Hz: simulated time jumps past every
+    # other tick (a stand-in started with the wrong --lockstep rate). Every transition would then span two control
+    # periods, so each episode must end at its first skip with nothing recorded.
+    f = flight(FinetuneOptions(episode_s=1.0, reset_hold_s=0.3, reset_timeout_s=0.5, goal_box=SMALL_BOX),
+               FakeLink(), lockstep=50.0)
+    node = f.node
+    f.wait(lambda: len(node.episodes_ended) >= 2, what="two episodes")
+    recorded = node.transitions.next_seq
+    f.finish()
+    assert node.clock.skipped > 0
+    ends = [e["end"] for e in node.episodes_ended]
+    assert ends[:2] == ["skipped_ticks", "skipped_ticks"], node.episodes_ended
+    assert all(e["steps"] <= 1 for e in node.episodes_ended[:2]), node.episodes_ended
+    assert recorded == 0  # no transition of these episodes reached the recording
+
+
 def test_deploy_finetune_refuses_other_robots_and_policies(session, tmp_path, capsys, swarm_policy):
     from sim2real.cli import main
     from sim2real.deploy.finetune.session import FinetuneSession
