@@ -266,7 +266,7 @@ def add_standin_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--damping-kd", type=positive_float, default=None, metavar="KD",
                    help="legged robot: joint damping held without fresh commands (N m s/rad, default 2)")
     p.add_argument("--duration", type=positive_float, default=None, metavar="S",
-                   help="run this long, then exit (s; default: until Ctrl-C)")
+                   help="run this long, then exit (s of wall time, also with --lockstep; default: until Ctrl-C)")
     add_viz_argument(p)
     g = p.add_argument_group("quadrotor swarm (see sim2real.hardware.standins.swarm)")
     g.add_argument("--drones", default=None, metavar="N|NAMES",

@@ -453,11 +453,11 @@ class SimTimeClock:
         now = time.monotonic()
         if self._on_stall is not None and now - self._skip_warned >= self.stall_warning_s:
             self._skip_warned = now
-            hz = 1.0 / self.period_s
-            self._on_stall(f"lockstep: simulated time jumped {t - due + self.period_s:.6g} s between two ticks "
+            hz, jump = 1.0 / self.period_s, t - due + self.period_s
+            self._on_stall(f"lockstep: simulated time jumped {jump:.6g} s between two ticks "
                            f"({n} control period(s) of {self.period_s:.6g} s skipped, {self.skipped} so far): the "
-                           f"simulator steps at another rate than the policy's {hz:.6g} Hz (a stand-in: sim2real "
-                           f"standin --lockstep {hz:.6g}; a simulator running in real time: no --sim-time)")
+                           f"simulator steps at about {1.0 / jump:.6g} Hz, the policy at {hz:.6g} Hz (a stand-in: "
+                           f"sim2real standin --lockstep {hz:.6g}; a simulator running in real time: no --sim-time)")
 
     def stats(self) -> dict:
         """As :meth:`ControlClock.stats`; the periods are of simulated time (lockstep: the period, unless the

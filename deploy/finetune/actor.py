@@ -251,7 +251,11 @@ class EdgeActor:
         if self.link is not None:
             self._send()
             alive = self.link.learner_alive()
-            if self._learner_was_alive and not alive:
+            if self._learner_was_alive is None and not alive:
+                log.warning("no learner answers (start one: sim2real finetune learner --session ...): transitions are "
+                            "recorded, nothing learns, and policy version %d stays in control until one answers",
+                            self.version)
+            elif self._learner_was_alive and not alive:
                 log.warning("the learner stopped answering: keeping policy version %d", self.version)
             elif alive and self._learner_was_alive is False:
                 log.info("the learner answers again (policy version %d)", self.version)

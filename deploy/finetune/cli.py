@@ -184,7 +184,10 @@ def _finetune_command(args) -> int:
         robots = session.robot_ids()
         fleet = bool(robots) and robots != ["default"]
         print(f"session {session.path}: task {rep['task']}, {rep['robot_minutes']:.2f} robot minutes, "
-              f"{len(eps)} episodes, {len(rep['published'])} versions published"
+              f"{len(eps)} episodes"
+              + (f" (and {rep['empty_episodes']} that ended before their first step, left out)"
+                 if rep.get("empty_episodes") else "")
+              + f", {len(rep['published'])} versions published"
               + ("" if fleet else f", the actor runs version {session.current_actor_version()}"))
         if fleet:  # each robot's episodes and the version it runs
             print("robots: " + ", ".join(f"{r} ({sum(e['robot'] == r for e in eps)} episodes, version "

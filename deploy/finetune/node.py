@@ -222,7 +222,7 @@ class FinetuneNode(EpisodePhases, PolicyNode):
         self.get_logger().info(
             f"fine-tuning session {self.session.path}: policy version {self.actor.version}, episode "
             f"{self.actor.episode}, {self.episode_s:g} s episodes ({opts.episodes}), learner "
-            f"{'off' if self.link is None else 'linked'}")
+            f"{'off' if self.link is None else 'link open (whether a learner answers is checked at each episode end)'}")
 
     def _make_link(self):
         """The ActorLink of the options (None with ``learner="off"``)."""

@@ -93,6 +93,10 @@ class _Pending:
     state: torch.Tensor  # [1, 13] the odometry the observation was built from (state_estimate layout)
 
 
+#: Seconds (node time) between two warnings that a ready, armed node waits for the drone to enter the envelope.
+ENVELOPE_WAIT_SAY_S = 5.0
+
+
 class EpisodePhases:
     """The phase machine of :class:`~sim2real.deploy.finetune.node.FinetuneNode`'s control tick (see the module
     docstring); attributes ``phase``, ``armed``, ``target`` are the node's."""
@@ -335,7 +339,14 @@ class EpisodePhases:
                 if self.topics is not None:
                     self.topics.flush()
         if self.phase == PHASE_READY and self.armed:
-            return self.envelope.breach(sample.pos_w, sample.quat_w) is None
+            breach = self.envelope.breach(sample.pos_w, sample.quat_w)
+            if breach is not None and now - getattr(self, "_envelope_wait_said", -float("inf")) >= ENVELOPE_WAIT_SAY_S:
+                self._envelope_wait_said = now
+                self.get_logger().warning(
+                    f"ready, armed: the next episode waits for the drone to be inside the safety envelope (now "
+                    f"{breach} at {np.round(sample.pos_w, 3).tolist()}); the base policy holds "
+                    f"{np.round(self.target, 3).tolist()}")
+            return breach is None
         return False
 
     def _set_target(self, point) -> None:

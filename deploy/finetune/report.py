@@ -84,9 +84,11 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     gap = task_finetune(meta["task"])
     key = _episode_key(gap.gap_metric)
     control_dt = float(meta["control_period_s"])
-    episodes = []
+    episodes, empty = [], 0
     for m in session.all_metrics():  # every robot's episodes (a fleet's robots fly at once), in time order
-        if m.get("event") == "episode" and key in m:
+        if m.get("event") == "episode" and m.get("steps") == 0:
+            empty += 1  # ended before its first transition (a skipped tick, a fault): no outcome of the policy
+        elif m.get("event") == "episode" and key in m:
             episodes.append({"episode": int(m["episode"]), "version": int(m.get("version", 0)), "robot": m["robot"],
                              "robot_min": float(m.get("acked", 0)) * control_dt / 60.0, "value": float(m[key])})
     decisions = session.all_actor_decisions()
@@ -110,7 +112,7 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     report = {"session": str(session.path), "task": meta["task"], "gap_metric": gap.gap_metric,
               "higher_is_better": gap.higher_is_better, "episode_key": key,
               "robot_minutes": float(sum(minutes.values())),
-              "robot_minutes_by_robot": minutes, "episodes": episodes,
+              "robot_minutes_by_robot": minutes, "episodes": episodes, "empty_episodes": empty,
               "swaps": swaps, "published": published, "improve_rounds": rounds,
               "identified": None if identified is None else identified.get("params"),
               "standin_gap": {"name": gap_name, "shift": truth}}

@@ -31,7 +31,8 @@ Behaviour:
     IMU once, stamped with the simulated time, then waits for a valid command that arrived after that publication
     (a lockstep deploy node answers each instant with one command: the policy's or its safe one) and steps the
     physics to the next instant; while it waits it re-sends that state every
-    :data:`~sim2real.hardware.realtime.LOCKSTEP_RESEND_S` s of wall time. Latency and the watchdog count simulated
+    :data:`~sim2real.hardware.realtime.LOCKSTEP_RESEND_S` s of wall time, and says so every
+    :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s. Latency and the watchdog count simulated
     time; the same commands give the same flight whatever the machine's load.
 """
 
@@ -51,7 +52,8 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import Float32MultiArray
 
 from sim2real.deploy.ros_conversions import command_from_message, fill_imu, fill_odometry, time_from_seconds
-from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
+from sim2real.hardware.realtime import (LOCKSTEP_RESEND_S, LOCKSTEP_STALL_S, RealTimeStepper, StandInClock,
+                                        lockstep_steps)
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.sim.rotations import quat_rotate_inverse
 from sim2real.tasks.actions import QuadrotorAction
@@ -210,7 +212,8 @@ class SimQuadrotorNode(StandInClock, Node):
         if self.lockstep_steps is None:
             self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
         else:
-            self.timer = self.create_timer(LOCKSTEP_RESEND_S, self.publish_sensors, clock=self._steady)
+            self._waiting_since = time.monotonic()  # wall time the current instant went out
+            self.timer = self.create_timer(LOCKSTEP_RESEND_S, self._on_lockstep_resend, clock=self._steady)
             self.publish_sensors()
         timing = "real time" if self.lockstep_steps is None else \
             f"lockstep every {self.lockstep_steps} steps ({1.0 / (self.lockstep_steps * self.dt):g} Hz)"
@@ -321,8 +324,21 @@ class SimQuadrotorNode(StandInClock, Node):
             self._lockstep_steps_done += 1
         self.lockstep_k += 1
         self._answered = False
+        self._waiting_since = time.monotonic()
         self.publish_sensors()
         return 1
+
+    def _on_lockstep_resend(self) -> None:
+        """Lockstep, while waiting for the current instant's command: re-send the state; every
+        :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s of wall time without that command, say so."""
+        self.publish_sensors()
+        waited = time.monotonic() - self._waiting_since
+        if waited >= LOCKSTEP_STALL_S:
+            self._waiting_since = time.monotonic()
+            hz = 1.0 / (self.lockstep_steps * self.dt)
+            self.get_logger().warning(
+                f"lockstep: waiting {waited:.0f} s at {self.sim_time:.6g} s of simulated time for a command (a deploy "
+                f"node with --sim-time at the lockstep rate, {hz:.6g} Hz; simulated time stands still until then)")
 
     def publish_sensors(self) -> None:
         """Publish odometry and IMU of the current state, stamped with the node clock (lockstep: the simulated

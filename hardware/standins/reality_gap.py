@@ -4,8 +4,9 @@ A fine-tuning session (``sim2real finetune``) is measured against a robot that i
 was trained in. :data:`REALITY_GAPS` names, per robot kind, config overrides that pin the task's DR to values
 outside the training ranges (the shifts of the fine-tuning issue):
 
-* quadrotor: mass x1.2, thrust coefficient (max motor thrust) x0.8, and 20 ms of extra action latency (training
-  draws 0-1 control steps of 10 ms; the stand-in 2-3 steps). Thrust-to-weight falls from 2.2 to 1.47 (Crazyflie
+* quadrotor: mass x1.2, thrust coefficient (max motor thrust) x0.8, and 2-3 control steps of extra action latency
+  (training draws 0-1 steps of 10 ms; a task env under the gap draws 2-3 steps per episode, the ROS stand-in's
+  ``--gap quadrotor`` takes the middle, 25 ms). Thrust-to-weight falls from 2.2 to 1.47 (Crazyflie
   2.x): it still hovers, at 68 % of full thrust instead of 45 %; :func:`check_thrust_to_weight` refuses a gap that
   would leave less than :data:`MIN_THRUST_TO_WEIGHT`;
 * legged: friction 0.25 (training 0.4-1.2), motor strength x0.8 (training 0.9-1.1), latency 2-3 control steps.

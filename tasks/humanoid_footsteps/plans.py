@@ -43,7 +43,7 @@ DEFAULT_PLAN_CFG: dict = {
     "curve_radius": [3.0, 1.0],    # m, radius of the curved mode's arc, level 0 -> level 1 (random turn sign)
     "stand_jitter": 0.0,           # m, stand mode: x noise +-this and outward y noise [0, this] per step
     "stairs_height": [0.02, 0.15],  # m, riser height, terrain difficulty 0 -> 1
-    "stairs_tread": [0.40, 0.28],  # m, tread depth, terrain difficulty 0 -> 1
+    "stairs_tread": [0.30, 0.28],  # m, tread depth, terrain difficulty 0 -> 1 (one step per tread: the stride)
     "stairs_steps": 4,             # rises up (then a landing of 2 treads), and as many down
     "stairs_start": 0.6,           # m, x of the first riser ahead of the start (>= 0.2)
     "rough_height": [0.0, 0.04],   # m, rough slabs' top height upper bound, terrain difficulty 0 -> 1

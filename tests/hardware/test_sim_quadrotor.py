@@ -309,6 +309,27 @@ def test_in_lockstep_each_command_steps_one_period_with_latency_and_watchdog_in_
         node.destroy_node()
 
 
+def test_a_lockstep_standin_without_commands_says_it_waits(ros_ctx, namespace, monkeypatch):
+    # No node commands the stand-in: simulated time stands still, and the stand-in says so every LOCKSTEP_STALL_S of
+    # wall time (the resend timer's callback is driven by hand; the wall clock is shifted, not waited for).
+    from sim2real.hardware.realtime import LOCKSTEP_STALL_S
+
+    node = SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx, lockstep_hz=100.0)
+    said = []
+    monkeypatch.setattr(node, "get_logger", lambda: type("L", (), {"warning": staticmethod(said.append)})())
+    try:
+        node._on_lockstep_resend()
+        assert said == []
+        node._waiting_since -= LOCKSTEP_STALL_S
+        node._on_lockstep_resend()
+        assert len(said) == 1 and "lockstep: waiting 5 s at 0 s of simulated time for a command" in said[0], said
+        assert "--sim-time" in said[0] and "100 Hz" in said[0]
+        node._on_lockstep_resend()  # the clock restarted: not again at once
+        assert len(said) == 1 and node.lockstep_k == 0
+    finally:
+        node.destroy_node()
+
+
 def test_standin_gap_presets_and_explicit_flags():
     from sim2real.cli import build_parser
     from sim2real.hardware.standins.quadrotor import gap_standin_settings, resolve_standin_options

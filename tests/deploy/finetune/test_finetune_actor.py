@@ -304,6 +304,20 @@ def test_swap_at_hold_takes_a_version_at_the_next_hold_boundary_inside_the_episo
         EdgeActor(session, base, spec, swap_at="step")
 
 
+def test_an_actor_whose_learner_never_answered_says_so_once(parts, link_pair, caplog):
+    # A session started without its learner: the first episode end says so (once), naming the command.
+    session, cfg, base, task_cfg, spec = parts
+    learner, link = link_pair
+    assert wait_until(lambda: not link.learner_alive(), 5.0)  # the fixture's heartbeats timed out: none since
+    actor = EdgeActor(session, base, spec, link=link, explore=False)
+    with caplog.at_level(logging.WARNING, logger="sim2real.finetune.actor"):
+        for _ in range(3):
+            actor.end_episode({"return": 0.0})
+    assert caplog.text.count("no learner answers (start one: sim2real finetune learner") == 1, caplog.text
+    assert "stopped answering" not in caplog.text and actor.version == 0
+    actor.close()
+
+
 # ------------------------------------------------------------------ 3. the learner goes away, the robot flies on
 def test_learner_disconnect_keeps_the_last_good_policy_and_recording(parts, link_pair, caplog):
     from sim2real.hardware.standins.reality_gap import SimulatedRobot

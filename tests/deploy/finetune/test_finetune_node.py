@@ -590,3 +590,23 @@ def test_episode_goals_lie_within_the_training_start_spread_and_inside_the_goal_
     goals = np.stack([FinetuneNode._draw_goal(fake, starts[0]) for _ in range(2000)])
     inner = np.mean(np.linalg.norm(goals - starts[0], axis=1) < 0.5)
     assert abs(inner - 0.125) < 3 * math.sqrt(0.125 * 0.875 / 2000), inner
+
+
+def test_a_ready_node_says_why_no_episode_starts_while_the_drone_is_outside_the_envelope():
+    # Ready and armed, the drone on the floor (below min_height): no episode starts, and the node says why, at most
+    # once per ENVELOPE_WAIT_SAY_S of node time; inside the envelope the episode may start.
+    from types import SimpleNamespace
+
+    from sim2real.deploy.finetune.node_episodes import ENVELOPE_WAIT_SAY_S, EpisodePhases
+    from sim2real.deploy.finetune.node_options import SafetyEnvelope
+
+    said = []
+    node = SimpleNamespace(options=FinetuneOptions(), phase=PHASE_READY, armed=True, target=np.array([0.0, 0.0, 1.0]),
+                           envelope=SafetyEnvelope(((-1, -1, 0.0), (1, 1, 2)), 1.0, 0.3),
+                           get_logger=lambda: SimpleNamespace(warning=said.append))
+    floor = SimpleNamespace(pos_w=np.array([0.2, 0.1, 0.0]), quat_w=np.array([1.0, 0.0, 0.0, 0.0]))
+    ticks = np.arange(0.0, 2 * ENVELOPE_WAIT_SAY_S + 0.5, 0.01)
+    assert not any(EpisodePhases._reset_tick(node, t, floor) for t in ticks)
+    assert len(said) == 3 and "inside the safety envelope (now height at [0.2, 0.1, 0.0])" in said[0], said
+    flying = SimpleNamespace(pos_w=np.array([0.0, 0.0, 1.0]), quat_w=np.array([1.0, 0.0, 0.0, 0.0]))
+    assert EpisodePhases._reset_tick(node, ticks[-1] + 0.01, flying) and len(said) == 3

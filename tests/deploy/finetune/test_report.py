@@ -69,3 +69,19 @@ def test_status_prints_the_summary_and_links_the_report(session_with_versions, c
     assert f"the actor runs version {session.current_actor_version()}" in out
     assert f"report: {Path(session.path) / 'report.html'}" in out
     assert "held-out" not in out  # scored only with --score
+
+
+def test_episodes_that_ended_before_their_first_step_are_left_out(session_with_versions, capsys):
+    # An episode ended by a skipped tick (or a fault) before its first transition has no outcome of the policy:
+    # its pos_error (where the drone happened to be) must not enter the report's series or status's means.
+    from sim2real.cli import main
+
+    session, cfg = session_with_versions
+    before = session_report(session, cfg)["episodes"]
+    session.log_metrics({"event": "episode", "episode": 10_000, "version": 0, "steps": 0, "end": "skipped_ticks",
+                         "pos_error": 5.0, "return": 0.0})
+    rep = session_report(session, cfg)
+    assert rep["episodes"] == before and rep["empty_episodes"] == 1
+    assert main(["finetune", "status", "--session", str(session.path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(before)} episodes (and 1 that ended before their first step, left out)" in out
