@@ -537,7 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="curricula: held-out grid points per task-space dimension")
     p.add_argument("--repeats", type=positive_int, default=2, help="curricula: held-out episodes per grid point")
     p.add_argument("--out", help="curricula: folder for the runs, curricula.json and curricula.png; finetune: "
-                   "folder for the sessions and finetune.json")
+                   "folder for the sessions and finetune.json; swarm --curve: folder for swarm_density.png")
+    p.add_argument("--curve", action="store_true", help="swarm: also the density curve (32 drones per room, "
+                   "densities 0-80%%), a table and swarm_density.png")
     p.add_argument("--policy", help="swarm, finetune: the exported policy folder (default: the task's shipped one)")
     p.add_argument("--load", type=int_in_range(0, 64), default=0, metavar="N",
                    help="inference, soak: start N CPU-bound busy-loop processes (nice 0) for the measurement "

@@ -19,8 +19,9 @@ not list it refuses in one line.
   ``--seconds`` per rate).
 * ``soak`` (:mod:`.soak`): the policy node fed 1 kHz odometry for 10 minutes (``--seconds``): overruns, messages
   not delivered, memory growth.
-* ``swarm`` (:mod:`.swarm`): success, collisions per drone-minute and drone-steps/s at 8 and 32 drones per room
-  and 20% / 80% obstacle density (``--policy DIR``, default the shipped one).
+* ``swarm`` (:mod:`.swarm`): per-drone success, contacts per drone-minute, deadlocks and drone-steps/s at 8 and 32
+  drones per room and 20% / 80% obstacle density (``--policy DIR``, default the shipped one; ``--curve``: the
+  density curve 0-80% as a table and a plot).
 * ``curricula`` (:mod:`.curricula`): which teacher trains the best policy on the same env-step budget.
 * ``finetune`` (:mod:`.finetune`): how much of the reality gap a fine-tuning session recovers.
 * ``gpu`` (:mod:`.gpu`): every task listing it at 4096 / 16384 envs on MuJoCo Warp (CUDA) and C MuJoCo (all CPU
@@ -169,6 +170,8 @@ def run_bench(args) -> int:
     for flag, value in (("--load", getattr(args, "load", 0)), ("--seconds", getattr(args, "seconds", None))):
         if value and any(name not in ("inference", "soak") for name, _ in runs):
             raise ConfigError(f"{flag} applies to inference and soak only")
+    if getattr(args, "curve", False) and any(name != "swarm" for name, _ in runs):
+        raise ConfigError("--curve applies to swarm only")
     if getattr(args, "policy", None) and any(name not in ("swarm", "finetune") for name, _ in runs):
         raise ConfigError("--policy applies to swarm and finetune only (the other benches use the shipped policy)")
     _require_extras(args, runs)

@@ -1,11 +1,17 @@
 """``sim2real bench swarm``: a swarm task's held-out metrics and throughput at 8 and 32 drones per room and
 obstacle densities of 20% and 80%, measured side by side in one run.
 
-For each (drones per room N, density): success rate (rooms whose every drone held its goal for the last
-``env.success_hold_s``), fraction of drones at their goals, collisions (drone-drone and column contacts) per
-drone-minute, from one held-out episode per room (``eval.seed``) with the exported policy (onnxruntime, batched over
-all drones; default: the task's shipped one, ``PRETRAINED_DIR / task``). Throughput: drone-steps/s of the env alone (random actions) and of the env plus batched ONNX
-inference, each at ``N x rooms`` drones; ratios to the first size.
+For each (drones per room N, density), from one held-out 12 s flight per room (``eval.seed``) with the exported
+policy (onnxruntime, batched over all drones; default: the task's shipped one, ``PRETRAINED_DIR / task``): the
+per-drone success rate (no contact of any kind in the flight and within 0.3 m of the goal at the end; issue 22),
+contacts of every kind per drone-minute, deadlocks (contact-free drones that stopped short of their goals), the
+room success rate (rooms whose every drone held its goal for the last ``env.success_hold_s``), the fraction of
+drones at their goals, and column contacts per drone-minute (:meth:`QuadrotorSwarmEnv.summarize_outcomes`).
+Throughput: drone-steps/s of the env alone (random actions) and of the env plus batched ONNX inference, each at
+``N x rooms`` drones; ratios to the first size.
+
+``--curve``: the same held-out metrics at 32 drones per room (16 rooms) and densities 0, 20, 40, 60 and 80%,
+printed as a table and plotted to ``swarm_density.png`` in ``--out`` (default: the current folder).
 """
 
 from __future__ import annotations
@@ -36,15 +42,20 @@ def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float
     return out[0], out[1]
 
 
+METRICS = ("drone_success_rate", "contacts_per_drone_minute", "deadlock_rate", "success_rate", "at_goal_rate",
+           "collisions_per_drone_minute", "column_contacts_per_drone_minute", "boundary_per_drone_minute")
+CURVE_DENSITIES = (0.0, 0.2, 0.4, 0.6, 0.8)
+
+
 def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None,
-                overrides: list[str] | None = None) -> dict:
+                overrides: list[str] | None = None, curve: bool = False, out: str | None = None) -> dict:
     """The table of the module docstring for the exported policy of ``task`` in ``policy_dir`` (default: the
     shipped one); ``overrides``: task config ``KEY=VALUE`` applied to every row (e.g. ``env.downwash=false``).
 
     Returns:
-        ``{"N<drones>_d<density %>": {"drones", "density", "rooms", "success_rate", "at_goal_rate",
-        "collisions_per_drone_minute", "boundary_per_drone_minute", "env_drone_steps_per_s",
-        "env_and_policy_drone_steps_per_s", "eval_wall_s"}}``.
+        ``{"N<drones>_d<density %>": {"drones", "density", "rooms", *METRICS, "env_drone_steps_per_s",
+        "env_and_policy_drone_steps_per_s", "eval_wall_s"}}``; with ``curve``, also ``"curve"``: ``[{"density",
+        "rooms", *METRICS}]`` (32 drones per room) and ``"curve_plot"``: the PNG's path.
 
     Raises:
         PolicyMismatchError: the policy is missing, damaged or of another task.
@@ -67,19 +78,69 @@ def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None,
         tp_cfg = apply_overrides(base, [f"env.drones_per_env={n}"])
         env_sps, full_sps = _throughput(tp_cfg, policy, max(1, (256 if quick else 2048) // n), 20 if quick else 100)
         rows[f"N{n}_d{int(density * 100)}"] = {
-            "drones": n, "density": density, "rooms": rooms, **{k: m[k] for k in (
-                "success_rate", "at_goal_rate", "collisions_per_drone_minute", "boundary_per_drone_minute")},
+            "drones": n, "density": density, "rooms": rooms, **{k: m[k] for k in METRICS},
             "env_drone_steps_per_s": env_sps, "env_and_policy_drone_steps_per_s": full_sps, "eval_wall_s": wall}
     base_sps = next(iter(rows.values()))["env_and_policy_drone_steps_per_s"]
-    print(f"{'N':>3} {'density':>7} {'rooms':>5} {'success':>8} {'at goal':>8} {'coll/drone-min':>15} "
-          f"{'env steps/s':>12} {'env+policy/s':>13} {'ratio':>6}")
+    print(f"{'N':>3} {'density':>7} {'rooms':>5} {'drone success':>13} {'contacts/min':>12} {'deadlocks':>9} "
+          f"{'room success':>12} {'at goal':>7} {'column/min':>10} {'env steps/s':>11} {'env+policy/s':>12} "
+          f"{'ratio':>5}")
     for r in rows.values():
-        print(f"{r['drones']:>3} {r['density']:>7.0%} {r['rooms']:>5} {r['success_rate']:>8.3f} "
-              f"{r['at_goal_rate']:>8.3f} {r['collisions_per_drone_minute']:>15.3f} "
-              f"{r['env_drone_steps_per_s']:>12,.0f} {r['env_and_policy_drone_steps_per_s']:>13,.0f} "
-              f"{r['env_and_policy_drone_steps_per_s'] / base_sps:>6.2f}")
+        print(f"{r['drones']:>3} {r['density']:>7.0%} {r['rooms']:>5} {r['drone_success_rate']:>13.3f} "
+              f"{r['contacts_per_drone_minute']:>12.2f} {r['deadlock_rate']:>9.3f} {r['success_rate']:>12.3f} "
+              f"{r['at_goal_rate']:>7.3f} {r['column_contacts_per_drone_minute']:>10.2f} "
+              f"{r['env_drone_steps_per_s']:>11,.0f} {r['env_and_policy_drone_steps_per_s']:>12,.0f} "
+              f"{r['env_and_policy_drone_steps_per_s'] / base_sps:>5.2f}")
+    if curve:
+        rows["curve"], rows["curve_plot"] = _density_curve(base, policy, quick, Path(out or "."))
     return rows
 
 
+def _density_curve(base: dict, policy, quick: bool, out: Path) -> tuple[list[dict], str]:
+    """Held-out metrics at 32 drones per room against :data:`CURVE_DENSITIES`, as a table and a PNG in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim2real.configs import apply_overrides
+    from sim2real.configs.durable import atomic_write_bytes
+    from sim2real.policies.evaluation import evaluate
+
+    rooms = 2 if quick else 16
+    curve = []
+    for density in CURVE_DENSITIES:
+        cfg = apply_overrides(base, ["eval.num_drones=32", f"eval.density={density}", "eval.goal_fraction=1.0"])
+        m = evaluate(cfg, policy, num_episodes=rooms)
+        curve.append({"density": density, "rooms": rooms, **{k: m[k] for k in METRICS}})
+    print(f"\ndensity curve, 32 drones per room, {rooms} rooms each")
+    print(f"{'density':>7} {'drone success':>13} {'contacts/min':>12} {'deadlocks':>9} {'column/min':>10}")
+    for r in curve:
+        print(f"{r['density']:>7.0%} {r['drone_success_rate']:>13.3f} {r['contacts_per_drone_minute']:>12.2f} "
+              f"{r['deadlock_rate']:>9.3f} {r['column_contacts_per_drone_minute']:>10.2f}")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    x = [100 * r["density"] for r in curve]
+    ax1.plot(x, [r["drone_success_rate"] for r in curve], "o-", label="drone success")
+    ax1.plot(x, [r["deadlock_rate"] for r in curve], "s--", label="deadlocks")
+    ax1.set(xlabel="obstacle density [%]", ylabel="fraction of drones", ylim=(0, 1.02))
+    ax1.legend()
+    ax2.plot(x, [r["contacts_per_drone_minute"] for r in curve], "o-", color="tab:red", label="all contacts")
+    ax2.plot(x, [r["column_contacts_per_drone_minute"] for r in curve], "s--", color="tab:brown", label="columns")
+    ax2.set(xlabel="obstacle density [%]", ylabel="contacts per drone-minute")
+    ax2.legend()
+    fig.suptitle(f"swarm, 32 drones per room, {rooms} held-out rooms per density")
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "swarm_density.png"
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    print(f"density curve plot: {path}")
+    return curve, str(path)
+
+
 def run(args, task: str) -> dict:
-    return bench_swarm(task, quick=args.quick, policy_dir=args.policy, overrides=list(args.overrides))
+    return bench_swarm(task, quick=args.quick, policy_dir=args.policy, overrides=list(args.overrides),
+                       curve=bool(getattr(args, "curve", False)), out=getattr(args, "out", None))

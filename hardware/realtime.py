@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 
 class RealTimeStepper:
@@ -91,3 +92,17 @@ class StandInClock:
         if self.lockstep_steps is None:
             return self.stepper.sim_time
         return self.lockstep_k * self.lockstep_steps * self.dt
+
+    def lockstep_wait_begins(self) -> None:
+        """Lockstep: the current instant went out; its wait for commands starts now (wall time)."""
+        self._waiting_since = time.monotonic()
+
+    def lockstep_stalled(self, applies: bool = True) -> float | None:
+        """Lockstep, while waiting: the wall seconds waited for the current instant's commands once they reach
+        :data:`LOCKSTEP_STALL_S` (and ``applies``), restarting the interval, so a stand-in says why simulated time
+        stands still once per interval; else None."""
+        waited = time.monotonic() - self._waiting_since
+        if not applies or waited < LOCKSTEP_STALL_S:
+            return None
+        self._waiting_since = time.monotonic()
+        return waited

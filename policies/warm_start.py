@@ -119,6 +119,14 @@ def warm_start(runner, policy_dir: str | Path, critic_warmup: int) -> str:
     if missing:
         raise WarmStartError(f"--init-from {policy_dir}: its actor lacks {missing[0]} (train.actor_hidden_dims "
                              "differ)")
+    # Parameters outside the MLP head (e.g. the swarm's attention encoder) lose their names in the ONNX export:
+    # they cannot be read back, and an actor half loaded would be another policy.
+    unnamed = [k for k in own if not k.startswith(("mlp.", "obs_normalizer.", "distribution.")) and k not in state]
+    if unnamed:
+        raise WarmStartError(f"--init-from {policy_dir}: this run's actor has parameters the ONNX graph does not name "
+                             f"({unnamed[0]}, {len(unnamed)} in all: a {type(actor).__name__}, not an MLP actor); "
+                             "--init-from reads MLP actors only: continue such a run from its checkpoint "
+                             "(--resume PATH)")
     with torch.no_grad():
         for name, value in state.items():
             own[name].copy_(torch.as_tensor(np.array(value), dtype=own[name].dtype))

@@ -146,6 +146,8 @@ class FinetuneNode(EpisodePhases, PolicyNode):
         self._pending: _Pending | None = None
         self._episode_start: np.ndarray | None = None
         self._return, self._interventions = 0.0, 0
+        self._skipped_seen = 0  # skipped control ticks already handled (EpisodePhases)
+        self._envelope_wait_said = -float("inf")  # steady-clock time of the last envelope-wait warning
         self._status_timer = None
         self._extra_pubs: dict = {}
         self._finetune_subs: list = []

@@ -6,7 +6,8 @@ node holds the ROS side, lifecycle, topics, recordings and the learner link). It
 :class:`~sim2real.deploy.nodes.quadrotor.PolicyNode` state (``_sample``, ``safety``, ``observation()``,
 ``last_action``, ``_goal``, ``get_logger()``) and its fine-tuning state set at configure (``actor``, ``base``,
 ``reward_fn``, ``envelope``, ``goal_box``, ``goal_radius_m``, ``episode_steps``, ``spec``, ``rng``, ``topics``,
-``options``), and publishes through the node's ``_publish_goal``.
+``options``) and the bookkeeping its constructor sets (``_skipped_seen``, ``_envelope_wait_said``), and publishes
+through the node's ``_publish_goal``.
 
 Each control tick (the base policy's control period, ``metadata["control_period_s"]``, steady clock):
 
@@ -140,7 +141,7 @@ class EpisodePhases:
         lockstep, simulated time jumping past a tick); 0 without a clock."""
         clock = getattr(self, "clock", None)
         total = int(getattr(clock, "skipped", 0) or 0)
-        new, self._skipped_seen = max(0, total - getattr(self, "_skipped_seen", 0)), total
+        new, self._skipped_seen = max(0, total - self._skipped_seen), total
         return new
 
     def _on_skipped_ticks(self, n: int) -> None:
@@ -340,7 +341,7 @@ class EpisodePhases:
                     self.topics.flush()
         if self.phase == PHASE_READY and self.armed:
             breach = self.envelope.breach(sample.pos_w, sample.quat_w)
-            if breach is not None and now - getattr(self, "_envelope_wait_said", -float("inf")) >= ENVELOPE_WAIT_SAY_S:
+            if breach is not None and now - self._envelope_wait_said >= ENVELOPE_WAIT_SAY_S:
                 self._envelope_wait_said = now
                 self.get_logger().warning(
                     f"ready, armed: the next episode waits for the drone to be inside the safety envelope (now "

@@ -77,7 +77,6 @@ from sim2real.deploy.ros_conversions import (
     InvalidMessage, JointOrder, fill_foot_wrench, fill_imu, fill_joint_state, fill_odometry, foot_wrench_topics,
     joint_gains_from_message, joint_targets_from_message, stamp_seconds, time_from_seconds,
 )
-from sim2real.hardware import realtime
 from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
 from sim2real.sim.mujoco_model import build_model, make_position_servos
 from sim2real.sim.robot import LeggedRobot
@@ -198,7 +197,7 @@ class SimLeggedNode(StandInClock, Node):
         if self.lockstep_steps is None:
             self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
         else:
-            self._waiting_since = time.monotonic()  # lockstep: wall time the current instant began waiting
+            self.lockstep_wait_begins()
             self.timer = self.create_timer(LOCKSTEP_RESEND_S, self._on_lockstep_resend, clock=self._steady)
         timing = "real time" if self.lockstep_steps is None else \
             f"lockstep every {self.lockstep_steps} steps ({1.0 / (self.lockstep_steps * self.dt):g} Hz)"
@@ -308,7 +307,7 @@ class SimLeggedNode(StandInClock, Node):
                 self.physics_step(now)
             self.lockstep_k += 1
             periods += 1
-            self._waiting_since = time.monotonic()
+            self.lockstep_wait_begins()
             self.publish_lockstep_state()
         return periods
 
@@ -317,9 +316,8 @@ class SimLeggedNode(StandInClock, Node):
         :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s of wall time that
         commands arrive but none for this instant, say why the simulation does not move on."""
         self.publish_lockstep_state()
-        waited = time.monotonic() - self._waiting_since
-        if self.targets is not None and waited >= realtime.LOCKSTEP_STALL_S:
-            self._waiting_since = time.monotonic()
+        waited = self.lockstep_stalled(self.targets is not None)
+        if waited is not None:
             latest = min(self.targets_time, self.gains_time) if self.gains is not None else self.targets_time
             self.get_logger().warning(
                 f"lockstep: waiting {waited:.0f} s for the commands of {self.sim_time:.6g} s; the latest are stamped "

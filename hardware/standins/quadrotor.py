@@ -52,8 +52,7 @@ from sensor_msgs.msg import Imu
 from std_msgs.msg import Float32MultiArray
 
 from sim2real.deploy.ros_conversions import command_from_message, fill_imu, fill_odometry, time_from_seconds
-from sim2real.hardware.realtime import (LOCKSTEP_RESEND_S, LOCKSTEP_STALL_S, RealTimeStepper, StandInClock,
-                                        lockstep_steps)
+from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
 from sim2real.sim.quadrotor import QuadrotorDynamics, QuadrotorParams
 from sim2real.sim.rotations import quat_rotate_inverse
 from sim2real.tasks.actions import QuadrotorAction
@@ -212,7 +211,7 @@ class SimQuadrotorNode(StandInClock, Node):
         if self.lockstep_steps is None:
             self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
         else:
-            self._waiting_since = time.monotonic()  # wall time the current instant went out
+            self.lockstep_wait_begins()
             self.timer = self.create_timer(LOCKSTEP_RESEND_S, self._on_lockstep_resend, clock=self._steady)
             self.publish_sensors()
         timing = "real time" if self.lockstep_steps is None else \
@@ -324,7 +323,7 @@ class SimQuadrotorNode(StandInClock, Node):
             self._lockstep_steps_done += 1
         self.lockstep_k += 1
         self._answered = False
-        self._waiting_since = time.monotonic()
+        self.lockstep_wait_begins()
         self.publish_sensors()
         return 1
 
@@ -332,9 +331,8 @@ class SimQuadrotorNode(StandInClock, Node):
         """Lockstep, while waiting for the current instant's command: re-send the state; every
         :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s of wall time without that command, say so."""
         self.publish_sensors()
-        waited = time.monotonic() - self._waiting_since
-        if waited >= LOCKSTEP_STALL_S:
-            self._waiting_since = time.monotonic()
+        waited = self.lockstep_stalled()
+        if waited is not None:
             hz = 1.0 / (self.lockstep_steps * self.dt)
             self.get_logger().warning(
                 f"lockstep: waiting {waited:.0f} s at {self.sim_time:.6g} s of simulated time for a command (a deploy "

@@ -73,7 +73,6 @@ from sim2real.deploy.ros_conversions import (
 )
 from sim2real.deploy.ros_names import check_swarm_names, drone_names, parse_positions
 from sim2real.deploy.ros_runtime import latched_qos
-from sim2real.hardware import realtime
 from sim2real.hardware.realtime import LOCKSTEP_RESEND_S, RealTimeStepper, StandInClock, lockstep_steps
 from sim2real.hardware.standins.quadrotor import (
     COMMAND_TOPICS, WORLD_FRAME, check_standin_args, odometry_message, standin_params,
@@ -257,7 +256,7 @@ class SimSwarmNode(StandInClock, Node):
         if self.lockstep_steps is None:
             self.timer = self.create_timer(self.dt, self._on_timer, clock=self._steady)
         else:
-            self._waiting_since = time.monotonic()  # wall time the current instant began waiting
+            self.lockstep_wait_begins()
             self.timer = self.create_timer(LOCKSTEP_RESEND_S, self._on_lockstep_resend, clock=self._steady)
             self.publish_odometry()
         self.create_timer(1.0, self.publish_collisions, clock=self._steady)
@@ -405,7 +404,7 @@ class SimSwarmNode(StandInClock, Node):
             self.physics_step(now)
         self.lockstep_k += 1
         self._answered[:] = False
-        self._waiting_since = time.monotonic()
+        self.lockstep_wait_begins()
         self.publish_odometry()
         if self._collisions_changed:
             self.publish_collisions()
@@ -416,9 +415,8 @@ class SimSwarmNode(StandInClock, Node):
         :data:`~sim2real.hardware.realtime.LOCKSTEP_STALL_S` s of wall time that some drones have their command of
         this instant and others not, name the others."""
         self.publish_odometry()
-        waited = time.monotonic() - self._waiting_since
-        if bool(self._answered.any()) and waited >= realtime.LOCKSTEP_STALL_S:
-            self._waiting_since = time.monotonic()
+        waited = self.lockstep_stalled(bool(self._answered.any()))
+        if waited is not None:
             missing = [n for n, a in zip(self.names, self._answered.tolist()) if not a]
             self.get_logger().warning(
                 f"lockstep: waiting {waited:.0f} s at {self.sim_time:.6g} s for the commands of {', '.join(missing)} "

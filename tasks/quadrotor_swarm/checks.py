@@ -82,6 +82,8 @@ def check_config(cfg: dict) -> None:
     _require(0 < cur["goal_fraction_min"] <= 1, "curriculum.goal_fraction_min", "must be in (0, 1]")
     _require(0 < cur["promote_at_goal"] <= 1, "curriculum.promote_at_goal", "must be in (0, 1]")
     _require(cur["demote_collisions"] > 0, "curriculum.demote_collisions", "must be positive")
+    _require(cur.get("promote_max_contacts") is None or cur["promote_max_contacts"] >= 0,
+             "curriculum.promote_max_contacts", "must be null or >= 0")
     _require(cur["penalty_scale_interval"] >= 1, "curriculum.penalty_scale_interval", "must be at least 1")
     check_penalty_anneal(cur, ("steps", "competence"))
     rep = cfg["replay"]

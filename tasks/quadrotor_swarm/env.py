@@ -48,6 +48,10 @@ from sim2real.sim.quadrotor import apply_downwash
 #: Room state saved for replay (``[B, M, ...]`` per room, plus room scalars).
 REPLAY_KEYS = ("pos_w", "quat_w", "lin_vel_w", "ang_vel_b", "motor_thrust", "goal_w", "occupied", "step", "density",
                "num_visible")
+#: m: a drone succeeds when it ends this close to its goal without any contact (issue 22's per-drone rule).
+DRONE_SUCCESS_TOL = 0.3
+#: m/s: a contact-free drone that ends farther than DRONE_SUCCESS_TOL and slower than this stopped short (deadlock).
+DEADLOCK_SPEED = 0.1
 
 
 class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
@@ -110,6 +114,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         self.prev_boundary = torch.zeros(n, dtype=torch.bool, device=device)
         self.ep_collisions = torch.zeros(n, device=device)  # drone-drone + column contacts this episode
         self.ep_boundary = torch.zeros(n, device=device)  # floor / wall / ceiling contacts this episode
+        self.ep_obstacle = torch.zeros(n, device=device)  # column contacts this episode (also in ep_collisions)
 
         ccfg = cfg["curriculum"]
         self.curriculum = build_task_curriculum(
@@ -129,8 +134,8 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
 
         self.reward_weights = dict(cfg["rewards"]["weights"])
         self.reward_params = dict(cfg["rewards"]["params"])
-        self._init_bookkeeping(n, rew.TERMS, ("success", "at_goal", "collisions", "boundary", "pos_error",
-                                              "duration_s", "replayed"), device)
+        self._init_bookkeeping(n, rew.TERMS, ("success", "at_goal", "collisions", "boundary", "column_contacts",
+                                              "pos_error", "final_speed", "duration_s", "replayed"), device)
         all_rooms = torch.arange(r, device=device)
         self._reset_rooms(all_rooms, allow_replay=False)
         self._take_snapshots(all_rooms, force=True)
@@ -209,6 +214,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
             self.dyn.ang_vel_b = self.dyn.ang_vel_b + kick * kicked.unsqueeze(-1)
         self.ep_collisions += new_drone + new_obstacle
         self.ep_boundary += new_boundary
+        self.ep_obstacle += new_obstacle
         self.episode_length_buf += 1
         self.penalty_schedule.advance(self.num_envs)
 
@@ -280,11 +286,15 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         log["Episode_Termination/unstable"] = bad.float().mean()
         per_drone = {"success": success.float().repeat_interleave(m), "at_goal": held.reshape(-1).float(),
                      "collisions": collisions.reshape(-1), "boundary": boundary.reshape(-1),
-                     "pos_error": pos_err[ids], "duration_s": duration.repeat_interleave(m),
+                     "column_contacts": self.ep_obstacle[ids], "pos_error": pos_err[ids],
+                     "final_speed": torch.linalg.vector_norm(self.dyn.lin_vel_w[ids], dim=-1),
+                     "duration_s": duration.repeat_interleave(m),
                      "replayed": self.replayed[rooms].float().repeat_interleave(m)}
         self._record_outcomes(ids, per_drone)
         ccfg = self.cfg["curriculum"]
         promote = (at_goal >= ccfg["promote_at_goal"]) & fresh & ~bad
+        if ccfg.get("promote_max_contacts") is not None:  # contact-free flight is part of the skill (issue 22)
+            promote &= (collisions + boundary).mean(-1) <= ccfg["promote_max_contacts"]
         demote = ((collisions.mean(-1) >= ccfg["demote_collisions"]) | bad) & fresh
         # Replayed episodes restarted from a stored state, not from what the teacher chose: they do not count.
         self.curriculum.episode_end(rooms[fresh], EpisodeOutcome(promote[fresh], (demote & ~promote)[fresh],
@@ -355,6 +365,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         self.in_tol_steps[ids] = 0
         self.ep_collisions[ids] = 0.0
         self.ep_boundary[ids] = 0.0
+        self.ep_obstacle[ids] = 0.0
         self.prev_pairs[rooms] = False
         self.prev_obstacle[ids] = False
         self.prev_boundary[ids] = False
@@ -417,21 +428,37 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
     # --- evaluation and checkpoints ------------------------------------------------------------------------
     @staticmethod
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
-        """Held-out metrics of one episode per room (``last_outcome`` tensors ``[N]``, one row per drone):
-        ``success_rate`` (rooms with every drone at its goal for the last ``success_hold_s``), ``at_goal_rate``
-        (drones), ``collisions_per_drone_minute`` (drone-drone and column contacts), ``boundary_per_drone_minute``
-        (floor, wall, ceiling), ``pos_error_mean`` [m], ``score``."""
-        minutes = outcome["duration_s"].sum() / 60.0
+        """Held-out metrics of one episode per room (``last_outcome`` tensors ``[N]``, one row per drone).
+
+        Room metrics: ``success_rate`` (rooms with every drone within ``env.success_pos_tol`` of its goal for the
+        last ``success_hold_s``), ``at_goal_rate`` (drones doing so). Per drone (issue 22's rule, stricter than
+        Huang et al. 2024, who count a drone within 0.5 m, 1.0 m among obstacles, that never collided):
+        ``drone_success_rate``, no contact at all in the flight (drone-drone, column, floor, wall, ceiling) and
+        within :data:`DRONE_SUCCESS_TOL` of the goal at the end; ``deadlock_rate``, drones with no contact that end
+        farther than that and slower than :data:`DEADLOCK_SPEED` (stopped short). Contacts per drone-minute of
+        flight: ``contacts_per_drone_minute`` (every kind), ``collisions_per_drone_minute`` (drone-drone and
+        column), ``column_contacts_per_drone_minute``, ``boundary_per_drone_minute`` (floor, wall, ceiling).
+        ``pos_error_mean`` [m]; ``score`` (what picks ``best.pt``)."""
+        minutes = outcome["duration_s"].sum().clamp_min(1e-9) / 60.0
         err = torch.nan_to_num(outcome["pos_error"], nan=10.0)
         success = float(outcome["success"].mean())
-        collisions = float(outcome["collisions"].sum() / minutes.clamp_min(1e-9))
+        collisions = float(outcome["collisions"].sum() / minutes)
+        touched = (outcome["collisions"] + outcome["boundary"]) > 0
+        contacts = float((outcome["collisions"] + outcome["boundary"]).sum() / minutes)
+        drone_success = float((~touched & (err < DRONE_SUCCESS_TOL)).float().mean())
+        speed = outcome.get("final_speed", torch.zeros_like(err))
+        deadlock = float((~touched & (err >= DRONE_SUCCESS_TOL) & (speed < DEADLOCK_SPEED)).float().mean())
         return {
             "success_rate": success,
             "at_goal_rate": float(outcome["at_goal"].mean()),
+            "drone_success_rate": drone_success,
+            "deadlock_rate": deadlock,
+            "contacts_per_drone_minute": contacts,
             "collisions_per_drone_minute": collisions,
-            "boundary_per_drone_minute": float(outcome["boundary"].sum() / minutes.clamp_min(1e-9)),
+            "column_contacts_per_drone_minute": float(outcome.get("column_contacts", torch.zeros(1)).sum() / minutes),
+            "boundary_per_drone_minute": float(outcome["boundary"].sum() / minutes),
             "pos_error_mean": float(err.mean()),
-            "score": success + 0.5 * float(outcome["at_goal"].mean()) - 0.01 * collisions,
+            "score": drone_success + 0.5 * float(outcome["at_goal"].mean()) - 0.01 * contacts,
         }
 
     # --- curriculum ----------------------------------------------------------------------------------------

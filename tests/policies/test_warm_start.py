@@ -67,6 +67,19 @@ def test_a_policy_of_another_observation_layout_is_refused_with_what_differs(tin
         warm_start(runner, tiny_policy, critic_warmup=0)
 
 
+def test_an_actor_with_parameters_the_onnx_graph_does_not_name_is_refused():
+    # The shipped swarm policy's attention encoder is exported under generated names (val_N, transposed): loading
+    # only its MLP head would leave the encoder random, another policy; the warm start must refuse, not half-load.
+    from sim2real.policies.artefact import PRETRAINED_DIR
+
+    cfg = task_config("quadrotor-swarm", ["env.num_envs=2", "env.drones_per_env=2", "train.num_steps_per_env=4"])
+    runner = Sim2RealRunner(make_env(cfg), cfg, None, progress=False)
+    before = {k: v.clone() for k, v in runner.alg.actor.state_dict().items()}
+    with pytest.raises(WarmStartError, match=r"does not name \(encoder\..*MLP actors only.*--resume"):
+        warm_start(runner, PRETRAINED_DIR / "quadrotor-swarm", critic_warmup=1)
+    assert all(torch.equal(before[k], v) for k, v in runner.alg.actor.state_dict().items())
+
+
 def test_init_from_on_the_command_line(tiny_policy, tmp_path, capsys):
     tiny = ["--num-envs", "16", "--no-progress", "--max-iterations", "1", "--runs-root", str(tmp_path),
             "--set", "train.num_steps_per_env=4", "--set", "train.eval_interval=0"]

@@ -108,6 +108,47 @@ def test_promotion_and_demotion_from_outcomes():
     assert env.curriculum.teacher.levels.tolist() == pytest.approx([0.5 + step_up, 0.5 + step_up - step_down])
 
 
+def test_promote_max_contacts_keeps_a_room_with_contacts_from_promotion():
+    env = _env(rooms=2, **{"env.episode_length_s": 0.1, "env.success_hold_s": 0.04, "env.success_pos_tol": 100.0,
+                           "curriculum.promote_max_contacts": 0.5})
+    env.episode_length_buf[:] = 0
+    env.ep_collisions.view(2, 4)[1] = 1.0  # room 1: one contact per drone (> 0.5), every drone at its goal
+    env.ep_boundary.view(2, 4)[0, 0] = 1.0  # room 0: one floor contact in 4 drones (0.25 <= 0.5)
+    env.curriculum.teacher.levels[:] = 0.5
+    env.replayed[:] = False
+    for _ in range(5):
+        env.step(_hover(env))
+    step_up = env.cfg["curriculum"]["level_step_up"]
+    assert env.curriculum.teacher.levels.tolist() == pytest.approx([0.5 + step_up, 0.5])
+
+
+def test_per_drone_success_contacts_and_deadlocks_follow_the_issue_rule():
+    from sim2real.tasks.quadrotor_swarm.env import DEADLOCK_SPEED, DRONE_SUCCESS_TOL, QuadrotorSwarmEnv
+
+    # Six drones of 12 s flights: (drone-drone + column contacts, boundary contacts, column contacts, final
+    # distance [m], final speed [m/s]).
+    drones = [(0, 0, 0, 0.1, 0.0),    # success
+              (0, 0, 0, 0.29, 0.5),   # success (within 0.3 m, still moving)
+              (1, 0, 1, 0.05, 0.0),   # a column contact: no success
+              (0, 1, 0, 0.05, 0.0),   # a floor contact: no success
+              (0, 0, 0, 1.5, 0.02),   # stopped short without contact: deadlock
+              (0, 0, 0, 1.5, 0.8)]    # still flying, late: neither
+    col = list(zip(*drones))
+    out = {"success": torch.zeros(6), "at_goal": torch.tensor([1.0, 0, 1, 1, 0, 0]),
+           "collisions": torch.tensor(col[0], dtype=torch.float), "boundary": torch.tensor(col[1], dtype=torch.float),
+           "column_contacts": torch.tensor(col[2], dtype=torch.float), "pos_error": torch.tensor(col[3]),
+           "final_speed": torch.tensor(col[4]), "duration_s": torch.full((6,), 12.0), "replayed": torch.zeros(6)}
+    assert DRONE_SUCCESS_TOL == 0.3 and DEADLOCK_SPEED == 0.1
+    m = QuadrotorSwarmEnv.summarize_outcomes(out)
+    assert m["drone_success_rate"] == pytest.approx(2 / 6)
+    assert m["deadlock_rate"] == pytest.approx(1 / 6)
+    minutes = 6 * 12.0 / 60.0
+    assert m["contacts_per_drone_minute"] == pytest.approx(2 / minutes)
+    assert m["collisions_per_drone_minute"] == pytest.approx(1 / minutes)
+    assert m["column_contacts_per_drone_minute"] == pytest.approx(1 / minutes)
+    assert m["boundary_per_drone_minute"] == pytest.approx(1 / minutes)
+
+
 def test_eval_mode_fixes_density_and_drones_and_disables_replay():
     env = _env(rooms=3, eval_mode=True, **{"eval.density": 0.5, "eval.num_drones": 6})
     assert env.drones_per_room == 6 and not env.replay_enabled

@@ -603,7 +603,8 @@ def test_a_ready_node_says_why_no_episode_starts_while_the_drone_is_outside_the_
     said = []
     node = SimpleNamespace(options=FinetuneOptions(), phase=PHASE_READY, armed=True, target=np.array([0.0, 0.0, 1.0]),
                            envelope=SafetyEnvelope(((-1, -1, 0.0), (1, 1, 2)), 1.0, 0.3),
-                           get_logger=lambda: SimpleNamespace(warning=said.append))
+                           get_logger=lambda: SimpleNamespace(warning=said.append),
+                           _envelope_wait_said=-float("inf"))  # as FinetuneNode.__init__ sets it
     floor = SimpleNamespace(pos_w=np.array([0.2, 0.1, 0.0]), quat_w=np.array([1.0, 0.0, 0.0, 0.0]))
     ticks = np.arange(0.0, 2 * ENVELOPE_WAIT_SAY_S + 0.5, 0.01)
     assert not any(EpisodePhases._reset_tick(node, t, floor) for t in ticks)
