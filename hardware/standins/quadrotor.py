@@ -82,7 +82,8 @@ def gap_standin_settings(name: str) -> dict:
     from sim2real.hardware.standins.reality_gap import REALITY_GAPS
 
     if name not in REALITY_GAPS:
-        raise ValueError(f"unknown reality gap {name!r} (known: {', '.join(REALITY_GAPS)})")
+        usable = [g for g, keys in REALITY_GAPS.items() if all(k in _GAP_KEYS for k in keys)]
+        raise ValueError(f"unknown reality gap {name!r} (the quadrotor stand-in's: {', '.join(usable)})")
     out = {}
     for key, value in REALITY_GAPS[name].items():
         if key not in _GAP_KEYS:

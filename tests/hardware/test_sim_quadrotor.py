@@ -348,8 +348,11 @@ def test_standin_gap_presets_and_explicit_flags():
     assert explicit["mass_scale"] == 1.1 and explicit["latency_s"] == 0.0 and explicit["thrust_scale"] == 0.8
     with pytest.raises(ValueError, match="cannot reproduce"):
         gap_standin_settings("legged")
-    with pytest.raises(ValueError, match="unknown reality gap"):
+    with pytest.raises(ValueError, match="unknown reality gap") as err:
         gap_standin_settings("nope")
+    # it lists the gaps this stand-in can run, not the legged ones
+    assert str(err.value).endswith("(the quadrotor stand-in's: quadrotor, quadrotor_mass_thrust)")
+    assert "legged" not in str(err.value)
 
 
 def test_standin_cli_refuses_a_legged_gap(capsys):
