@@ -173,10 +173,11 @@ def plot_swarm(traj: dict, path: Path) -> Path:
     return Path(path)
 
 
-def visual_model(traj: dict, robot: dict):
+def visual_model(traj: dict, robot: dict, fovy_deg: float = 45.0):
     """The dressed MuJoCo scene of a :func:`rollout_swarm` room: the floor and one mocap body per drone (a stand-in
     of ``robot``'s arms in the drone's colour inside a translucent sphere of its collision radius); the walls and
-    columns are markers. No shadows: one shadow map over the room is too coarse."""
+    columns are markers; ``fovy_deg``: the free camera's vertical field of view. No shadows: one shadow map over
+    the room is too coarse."""
     room = traj["room"]
     a = float(robot.get("arm_length", 0.046))
     drones = []
@@ -188,7 +189,8 @@ def visual_model(traj: dict, robot: dict):
             f'<geom type="box" size="{a} .012 .008" euler="0 0 -45" rgba="{rgba}"/>'
             f'<geom type="sphere" size="{room.drone_radius}" rgba="{c[0]:.3f} {c[1]:.3f} {c[2]:.3f} .35"/></body>')
     xml = f"""<mujoco model="swarm_visual">
-  <visual><headlight diffuse="0.6 0.6 0.6" ambient="0.3 0.3 0.3" specular="0 0 0"/></visual>
+  <visual><global fovy="{fovy_deg:g}"/><headlight diffuse="0.6 0.6 0.6" ambient="0.3 0.3 0.3" specular="0 0 0"/>
+  </visual>
   <default><geom contype="0" conaffinity="0"/></default>
   <worldbody>
     <light pos="0 0 8" dir="0 0 -1" directional="true" castshadow="false"/>
@@ -199,11 +201,12 @@ def visual_model(traj: dict, robot: dict):
     return dressed_model(xml)
 
 
-def video_clip(traj: dict, robot: dict, trail_s: float = 2.0) -> Clip:
+def video_clip(traj: dict, robot: dict, trail_s: float = 2.0, top_down: bool = False) -> Clip:
     """The rendered shot of a :func:`rollout_swarm` room: drones posed each control period with the room's markers
     of that step (goals, columns, walls), each drone's last ``trail_s`` s a dotted trail of its colour; the camera
-    follows the drones' centre (halfway to the room's), from the start side. A room the env reset (a non-finite
-    state) goes on as the room it reset to (``video_*`` keys), its trails starting afresh."""
+    follows the drones' centre (halfway to the room's), from the start side, or with ``top_down`` looks straight
+    down on the whole room from above its centre (the view of the GIF). A room the env reset (a non-finite state)
+    goes on as the room it reset to (``video_*`` keys), its trails starting afresh."""
     pos = traj.get("video_pos", traj["pos"])
     quat = traj.get("video_quat", traj["quat"])
     rows = traj.get("video_markers", traj["markers"])
@@ -228,20 +231,29 @@ def video_clip(traj: dict, robot: dict, trail_s: float = 2.0) -> Clip:
     if len(starts) > 1:
         caption = (f"quadrotor-swarm: {m} drones, density {traj['density']:.2f}; the room reset at "
                    + ", ".join(f"{k * dt:.1f}" for k in starts[1:]) + " s (a non-finite state)")
-    # The camera looks at the point halfway between the drones' centre and the room's (its whole middle in view).
-    follow = 0.5 * (pos.mean(axis=1) + np.array([0.0, 0.0, 1.0]))
-    return Clip(visual_model(traj, robot), dt, follow=follow, mocap_pos=pos, mocap_quat=quat, markers=markers,
-                camera=Camera(distance=10.0, elevation=-24.0, azimuth=90.0, smoothing_s=1.0), caption=caption)
+    fovy = 45.0
+    if top_down:  # the whole room (walls at +-room_half) in view from high above its centre (a narrow field of view:
+        # little perspective), the start side down
+        fovy = 20.0
+        follow = np.zeros((len(pos), 3))
+        camera = Camera(distance=1.08 * float(traj["room"].room_half) / np.tan(np.radians(fovy / 2)),
+                        elevation=-89.9, azimuth=90.0, lookat_z=0.0, smoothing_s=0.0)
+    else:  # the camera looks at the point halfway between the drones' centre and the room's (its middle in view)
+        follow = 0.5 * (pos.mean(axis=1) + np.array([0.0, 0.0, 1.0]))
+        camera = Camera(distance=10.0, elevation=-24.0, azimuth=90.0, smoothing_s=1.0)
+    return Clip(visual_model(traj, robot, fovy), dt, follow=follow, mocap_pos=pos, mocap_quat=quat, markers=markers,
+                camera=camera, caption=caption)
 
 
 def play(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], output: Path, *, video: bool,
          duration_s: float | None, plans=None, size: tuple[int, int] | None = None, plots: bool = True) -> Path:
     """Write ``<output>.png`` (plots; not with ``plots=False``) and, with ``video`` and a ``.mp4`` or ``.gif``
-    ``output``, the video of the room (``size`` (width, height) px, default by format). Returns the video, or the
+    ``output``, the video of the room (``size`` (width, height) px, default by format): an MP4 follows the swarm
+    from the start side, a GIF looks straight down on the whole room. Returns the video, or the
     PNG without one or when rendering fails (the reason is printed). ``duration_s`` [s]: see :func:`rollout_swarm`
     (None: one episode; the video lasts it even when the room resets early); ``plans``: not used (no plan
     files)."""
     traj = rollout_swarm(cfg, policy, duration_s)
     if video and Path(output).suffix.lower() != ".png":
-        traj["render"] = video_clip(traj, cfg["robot"])
+        traj["render"] = video_clip(traj, cfg["robot"], top_down=Path(output).suffix.lower() == ".gif")
     return plots_then_video(traj, plot_swarm if plots else None, output, video, size)

@@ -76,3 +76,21 @@ def test_rollout_records_column_collisions_where_they_happen():
         assert traj["pos"][int(step), int(i), :2] == pytest.approx([x, y])
         gap = np.linalg.norm(traj["centers"][traj["occupied"]] - [x, y], axis=-1).min()
         assert gap <= room.obstacle_radius + room.drone_radius + 0.05  # touching a column
+
+
+def test_a_gif_looks_straight_down_on_the_whole_room():
+    import mujoco
+
+    from sim2real.tasks.quadrotor_swarm.play import video_clip
+
+    cfg = task_config("quadrotor-swarm", SMALL)
+    traj = rollout_swarm(cfg, _hover_policy(cfg), duration_s=0.1)
+    top = video_clip(traj, cfg["robot"], top_down=True)
+    chase = video_clip(traj, cfg["robot"])
+    assert top.camera.elevation < -89.0 and top.camera.lookat_z == 0.0 and not top.follow.any()
+    fovy = float(top.model.vis.global_.fovy)
+    # The floor seen from the camera's height spans +- distance * tan(fovy / 2) vertically: the walls fit inside.
+    half_view = top.camera.distance * np.tan(np.radians(fovy / 2))
+    assert traj["room"].room_half < half_view < 1.2 * traj["room"].room_half
+    assert chase.camera.elevation == -24.0 and float(chase.model.vis.global_.fovy) == 45.0
+    assert isinstance(top.model, mujoco.MjModel)
