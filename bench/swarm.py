@@ -58,12 +58,20 @@ def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None,
         "rooms", *METRICS}]`` (32 drones per room) and ``"curve_plot"``: the PNG's path.
 
     Raises:
-        PolicyMismatchError: the policy is missing, damaged or of another task.
+        PolicyMismatchError: the policy is missing, damaged or of another task. ConfigError: with ``curve``, ``out``
+            cannot be made a folder.
     """
     from sim2real.configs import apply_overrides
     from sim2real.policies.artefact.onnx_policy import load_exported
     from sim2real.policies.evaluation import evaluate
 
+    if curve:  # the plot's folder, before the long evaluations (a folder that cannot be made fails now)
+        from sim2real.configs import ConfigError
+
+        try:
+            Path(out or ".").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--out {out}: cannot make that folder ({exc.strerror or exc})") from None
     policy, base = load_exported(Path(policy_dir) if policy_dir else PRETRAINED_DIR / task, task)
     base = apply_overrides(base, list(overrides or []))
     sizes = [(8, 0.2), (8, 0.8), (32, 0.2), (32, 0.8)]

@@ -125,8 +125,8 @@ def warm_start(runner, policy_dir: str | Path, critic_warmup: int) -> str:
     if unnamed:
         raise WarmStartError(f"--init-from {policy_dir}: this run's actor has parameters the ONNX graph does not name "
                              f"({unnamed[0]}, {len(unnamed)} in all: a {type(actor).__name__}, not an MLP actor); "
-                             "--init-from reads MLP actors only: continue such a run from its checkpoint "
-                             "(--resume PATH)")
+                             "--init-from reads MLP actors only: continue a run of it from a checkpoint (--resume "
+                             "PATH; an exported policy folder holds none), or train from scratch")
     with torch.no_grad():
         for name, value in state.items():
             own[name].copy_(torch.as_tensor(np.array(value), dtype=own[name].dtype))

@@ -37,3 +37,13 @@ def test_curve_is_refused_for_another_bench(capsys):
 
     assert main(["bench", "throughput", "--curve"]) == 2
     assert "--curve applies to swarm only" in capsys.readouterr().err
+
+
+def test_an_out_folder_that_cannot_be_made_is_refused_before_any_evaluation(tmp_path, capsys):
+    from sim2real.cli import main
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert main(["bench", "swarm", "--quick", "--curve", "--out", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {blocker / 'sub'}: cannot make that folder" in err and "Traceback" not in err
