@@ -42,8 +42,10 @@ def _throughput(cfg: dict, policy, rooms: int, steps: int) -> tuple[float, float
     return out[0], out[1]
 
 
+#: The held-out metrics of each row, in the table's order (:meth:`QuadrotorSwarmEnv.summarize_outcomes`).
 METRICS = ("drone_success_rate", "contacts_per_drone_minute", "deadlock_rate", "success_rate", "at_goal_rate",
            "collisions_per_drone_minute", "column_contacts_per_drone_minute", "boundary_per_drone_minute")
+#: Obstacle densities of ``--curve`` (issue 22: 0-80 %).
 CURVE_DENSITIES = (0.0, 0.2, 0.4, 0.6, 0.8)
 
 
@@ -105,6 +107,8 @@ def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None,
 
 def _density_curve(base: dict, policy, quick: bool, out: Path) -> tuple[list[dict], str]:
     """Held-out metrics at 32 drones per room against :data:`CURVE_DENSITIES`, as a table and a PNG in ``out``."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,8 +143,6 @@ def _density_curve(base: dict, policy, quick: bool, out: Path) -> tuple[list[dic
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "swarm_density.png"
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
