@@ -10,7 +10,8 @@ drones at their goals, and column contacts per drone-minute (:meth:`QuadrotorSwa
 Throughput: drone-steps/s of the env alone (random actions) and of the env plus batched ONNX inference, each at
 ``N x rooms`` drones; ratios to the first size.
 
-``--curve``: the same held-out metrics at 32 drones per room (16 rooms) and densities 0, 20, 40, 60 and 80%,
+``--curve``: the same held-out metrics at 32 drones per room (the table's rooms; its 20% and 80% rows are two of
+the points) and densities 0, 20, 40, 60 and 80%,
 printed as a table and plotted to ``swarm_density.png`` in ``--out`` (default: the current folder).
 """
 
@@ -100,13 +101,17 @@ def bench_swarm(task: str, quick: bool = False, policy_dir: str | None = None,
               f"{r['at_goal_rate']:>7.3f} {r['column_contacts_per_drone_minute']:>10.2f} "
               f"{r['env_drone_steps_per_s']:>11,.0f} {r['env_and_policy_drone_steps_per_s']:>12,.0f} "
               f"{r['env_and_policy_drone_steps_per_s'] / base_sps:>5.2f}")
-    if curve:
-        rows["curve"], rows["curve_plot"] = _density_curve(base, policy, quick, Path(out or "."))
+    if curve:  # the table's 32-drone rows are points of the curve (the same seeded rooms): not evaluated again
+        done = {r["density"]: r for r in rows.values() if r["drones"] == 32}
+        rows["curve"], rows["curve_plot"] = _density_curve(base, policy, rows["N32_d20"]["rooms"], Path(out or "."),
+                                                           done)
     return rows
 
 
-def _density_curve(base: dict, policy, quick: bool, out: Path) -> tuple[list[dict], str]:
-    """Held-out metrics at 32 drones per room against :data:`CURVE_DENSITIES`, as a table and a PNG in ``out``."""
+def _density_curve(base: dict, policy, rooms: int, out: Path, done: dict | None = None) -> tuple[list[dict], str]:
+    """Held-out metrics at 32 drones per room (``rooms`` rooms) against :data:`CURVE_DENSITIES`, as a table and a
+    PNG in the existing folder ``out``; ``done``: ``{density: metrics}`` already measured on the same rooms (the
+    bench's table rows), taken as they are."""
     import io
 
     import matplotlib
@@ -118,11 +123,12 @@ def _density_curve(base: dict, policy, quick: bool, out: Path) -> tuple[list[dic
     from sim2real.configs.durable import atomic_write_bytes
     from sim2real.policies.evaluation import evaluate
 
-    rooms = 2 if quick else 16
     curve = []
     for density in CURVE_DENSITIES:
-        cfg = apply_overrides(base, ["eval.num_drones=32", f"eval.density={density}", "eval.goal_fraction=1.0"])
-        m = evaluate(cfg, policy, num_episodes=rooms)
+        m = (done or {}).get(density)
+        if m is None or m["rooms"] != rooms:
+            cfg = apply_overrides(base, ["eval.num_drones=32", f"eval.density={density}", "eval.goal_fraction=1.0"])
+            m = evaluate(cfg, policy, num_episodes=rooms)
         curve.append({"density": density, "rooms": rooms, **{k: m[k] for k in METRICS}})
     print(f"\ndensity curve, 32 drones per room, {rooms} rooms each")
     print(f"{'density':>7} {'drone success':>13} {'contacts/min':>12} {'deadlocks':>9} {'column/min':>10}")
@@ -141,7 +147,6 @@ def _density_curve(base: dict, policy, quick: bool, out: Path) -> tuple[list[dic
     ax2.legend()
     fig.suptitle(f"swarm, 32 drones per room, {rooms} held-out rooms per density")
     fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "swarm_density.png"
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

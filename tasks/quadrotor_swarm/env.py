@@ -443,11 +443,12 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
         err = torch.nan_to_num(outcome["pos_error"], nan=10.0)
         success = float(outcome["success"].mean())
         collisions = float(outcome["collisions"].sum() / minutes)
-        touched = (outcome["collisions"] + outcome["boundary"]) > 0
-        contacts = float((outcome["collisions"] + outcome["boundary"]).sum() / minutes)
+        each = outcome["collisions"] + outcome["boundary"]  # [N] contacts of every kind per drone
+        touched = each > 0
+        contacts = float(each.sum() / minutes)
         drone_success = float((~touched & (err < DRONE_SUCCESS_TOL)).float().mean())
-        speed = outcome.get("final_speed", torch.zeros_like(err))
-        deadlock = float((~touched & (err >= DRONE_SUCCESS_TOL) & (speed < DEADLOCK_SPEED)).float().mean())
+        stopped = outcome["final_speed"] < DEADLOCK_SPEED
+        deadlock = float((~touched & (err >= DRONE_SUCCESS_TOL) & stopped).float().mean())
         return {
             "success_rate": success,
             "at_goal_rate": float(outcome["at_goal"].mean()),
@@ -455,7 +456,7 @@ class QuadrotorSwarmEnv(HasQuadrotorDrones, HasTaskCurriculum, TaskEnv):
             "deadlock_rate": deadlock,
             "contacts_per_drone_minute": contacts,
             "collisions_per_drone_minute": collisions,
-            "column_contacts_per_drone_minute": float(outcome.get("column_contacts", torch.zeros(1)).sum() / minutes),
+            "column_contacts_per_drone_minute": float(outcome["column_contacts"].sum() / minutes),
             "boundary_per_drone_minute": float(outcome["boundary"].sum() / minutes),
             "pos_error_mean": float(err.mean()),
             "score": drone_success + 0.5 * float(outcome["at_goal"].mean()) - 0.01 * contacts,

@@ -21,7 +21,8 @@ def test_density_curve_evaluates_each_density_at_32_drones_and_writes_the_plot(m
     monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
     from sim2real.tasks import task_config
 
-    curve, plot = bench._density_curve(task_config("quadrotor-swarm"), policy=None, quick=False, out=tmp_path / "o")
+    (tmp_path / "o").mkdir()  # (bench_swarm makes it before any evaluation)
+    curve, plot = bench._density_curve(task_config("quadrotor-swarm"), policy=None, rooms=16, out=tmp_path / "o")
     assert seen == [(32, d, 1.0, 16) for d in bench.CURVE_DENSITIES]
     assert [r["density"] for r in curve] == list(bench.CURVE_DENSITIES)
     assert curve[-1]["drone_success_rate"] == pytest.approx(0.8)
@@ -30,6 +31,24 @@ def test_density_curve_evaluates_each_density_at_32_drones_and_writes_the_plot(m
     assert plot == str(tmp_path / "o" / "swarm_density.png") and data[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "density curve, 32 drones per room, 16 rooms each" in out and "80%" in out
+
+
+def test_density_curve_takes_the_tables_rows_measured_on_the_same_rooms(monkeypatch, tmp_path):
+    import sim2real.policies.evaluation as evaluation
+    from sim2real.tasks import task_config
+
+    seen = []
+
+    def fake_evaluate(cfg, policy, num_episodes=None, seed=None):
+        seen.append(cfg["eval"]["density"])
+        return {k: 0.5 for k in bench.METRICS}
+
+    monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
+    row = {"rooms": 16, **{k: 0.25 for k in bench.METRICS}}
+    done = {0.2: row, 0.8: dict(row, rooms=2)}  # 80 %: measured on other rooms, so evaluated again
+    curve, _ = bench._density_curve(task_config("quadrotor-swarm"), None, 16, tmp_path, done)
+    assert seen == [0.0, 0.4, 0.6, 0.8]
+    assert [r["drone_success_rate"] for r in curve] == [0.5, 0.25, 0.5, 0.5, 0.5]
 
 
 def test_curve_is_refused_for_another_bench(capsys):
