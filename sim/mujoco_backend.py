@@ -343,6 +343,7 @@ class MujocoBackend:
         if yaw is not None:
             y = yaw.cpu().double().numpy()
             quat[rows, g] = np.stack((np.cos(y / 2), 0 * y, 0 * y, np.sin(y / 2)), axis=1)
+        self._refit_world_bvh(rows)
 
     def set_terrain_boxes(self, ids: torch.Tensor, center_w: torch.Tensor, half_size: torch.Tensor,
                           quat_w: torch.Tensor | None = None) -> None:
@@ -369,3 +370,44 @@ class MujocoBackend:
             quat[sel] = [1.0, 0.0, 0.0, 0.0]
         else:
             quat[sel] = quat_w.cpu().double().numpy()
+        self._refit_world_bvh(rows)
+
+    def _refit_world_bvh(self, rows: np.ndarray) -> None:
+        """Refit the world body's bounding-volume hierarchy of worlds ``rows`` to its geoms' current poses.
+
+        The midphase culls a body pair's geoms by the bodies' BVHs (``bvh_aabb``, body frame), which the compiler
+        fitted to where the obstacle and terrain boxes stood in the model file (parked, tiny). A box moved with
+        ``geom_pos``/``geom_size``/``geom_quat`` alone is seen by rays but never collides; so after each move the
+        leaves of the world body's boxes get their (rotated) boxes' bounds and every inner node the union of its
+        children's."""
+        if getattr(self, "_world_bvh", None) is None:
+            m = self.model
+            adr, num = int(m.body_bvhadr[0]), int(m.body_bvhnum[0])
+            child = m.bvh_child[adr:adr + num].copy()          # relative to adr; -1: a leaf
+            geom = m.bvh_nodeid[adr:adr + num].copy()          # the leaf's geom, -1: an inner node
+            moved = set(int(g) for g in (self.index.terrain_geoms if self.index.terrain_geoms is not None else []))
+            if self.index.obstacle_geom >= 0:
+                moved.add(int(self.index.obstacle_geom))
+            leaves = [(k, int(geom[k])) for k in range(num) if child[k, 0] < 0 and int(geom[k]) in moved]
+            inner = [(k, int(child[k, 0]), int(child[k, 1])) for k in reversed(range(num)) if child[k, 0] >= 0]
+            self._world_bvh = (adr, leaves, inner)
+        adr, leaves, inner = self._world_bvh
+        if not leaves:
+            return
+        bvh = self.batch.expand("bvh_aabb")                    # [nsim, nbvhstatic, 6]: centre, half size
+        pos, size, quat = self.batch.expand("geom_pos"), self.batch.expand("geom_size"), self.batch.expand("geom_quat")
+        k, g = np.array([n for n, _ in leaves]), np.array([gg for _, gg in leaves])
+        sel = np.ix_(rows, g)
+        w, x, y, z = np.moveaxis(quat[sel], -1, 0)            # unit quaternions (w, x, y, z) -> |R| h
+        rot = np.stack((1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
+                        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+                        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)), axis=-1)
+        half = np.einsum("...ij,...j->...i", np.abs(rot.reshape(rot.shape[:-1] + (3, 3))), size[sel])
+        node = bvh[rows]                                        # a copy; written back below
+        node[:, adr + k, :3], node[:, adr + k, 3:] = pos[sel], half
+        for n, a, b in inner:
+            ca, cb = node[:, adr + a], node[:, adr + b]
+            lo = np.minimum(ca[:, :3] - ca[:, 3:], cb[:, :3] - cb[:, 3:])
+            hi = np.maximum(ca[:, :3] + ca[:, 3:], cb[:, :3] + cb[:, 3:])
+            node[:, adr + n, :3], node[:, adr + n, 3:] = 0.5 * (lo + hi), 0.5 * (hi - lo)
+        bvh[rows] = node

@@ -115,6 +115,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.box_half[:] = 0.01
         self.box_quat_w = torch.zeros(n, self.num_boxes, 4, device=device)
         self.box_quat_w[..., 0] = 1.0
+        self.plan_yaw = torch.zeros(n, device=device)  # [rad] heading of each env's plan and terrain boxes
 
         # Per-env step bookkeeping: touchdowns, real steps, hits and steps per window (shared with deploy).
         self.touchdown_counter = TouchdownCounter.from_config(cfg, n, device)
@@ -228,7 +229,8 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         # Falls.
         body_contact = (self._state["body_contact"] > e["body_contact_force"]).any(-1)
         tilt = tilt_from_quat(state.base_quat_w)
-        ground = fp.height_at(state.base_pos_w[:, None, :2], self.box_centre_w, self.box_half).squeeze(1)
+        ground = fp.height_at(state.base_pos_w[:, None, :2], self.box_centre_w, self.box_half,
+                              self.plan_yaw).squeeze(1)
         low = state.base_pos_w[:, 2] - ground < e["termination_height"]
         fall = body_contact | (tilt > e["termination_tilt"]) | low | self.sim.unstable.to(self.device) | self.non_finite
 
@@ -364,6 +366,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         steps_w, centre_w, quat_w = fp.to_world(plan_steps, box_centre, origin, yaw)
         self.tracker.reset(ids, steps_w, lengths)
         self.box_centre_w[ids], self.box_half[ids], self.box_quat_w[ids] = centre_w, box_half, quat_w
+        self.plan_yaw[ids] = yaw
         self.sim.set_terrain_boxes(ids, centre_w, box_half, quat_w)
         # The pelvis stands foot_offset_x behind the feet's midpoint, on the highest ground under the feet.
         c, s = torch.cos(yaw), torch.sin(yaw)
@@ -371,7 +374,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         pos[:, 0], pos[:, 1] = -c * self.foot_offset_x, -s * self.foot_offset_x
         feet_xy = torch.stack((-s * self.half_width, c * self.half_width, s * self.half_width,
                                -c * self.half_width), dim=-1).view(m, 2, 2)
-        ground = fp.height_at(feet_xy, centre_w, box_half).max(-1).values
+        ground = fp.height_at(feet_xy, centre_w, box_half, yaw).max(-1).values
         pos[:, 2] = self.standing_height + ground + e["init_height_offset"]
         noise = (2 * torch.rand(m, self.num_actions, device=dev) - 1) * e["init_joint_noise"]
         self.sim.reset(ids, pos, quat_from_yaw(yaw), self.sim.default_joint_pos.to(dev) + noise)

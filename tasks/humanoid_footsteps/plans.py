@@ -299,12 +299,17 @@ def plans_to_tensor(plans: list[FootstepPlan], num_steps: int) -> tuple[torch.Te
 
 
 # --- terrain and frames ------------------------------------------------------------------------------------------
-def height_at(xy: torch.Tensor, box_centre: torch.Tensor, box_half: torch.Tensor) -> torch.Tensor:
+def height_at(xy: torch.Tensor, box_centre: torch.Tensor, box_half: torch.Tensor,
+              yaw: torch.Tensor | None = None) -> torch.Tensor:
     """Ground height ``[M, P]`` [m] at points ``xy`` ``[M, P, 2]``: max of 0 and the top of every box (centre
-    ``[M, K, 3]``, half sizes ``[M, K, 3]``, axis-aligned in the same frame) whose xy footprint contains the point
-    (edges included)."""
-    d = (xy[:, :, None, :] - box_centre[:, None, :, :2]).abs()               # [M, P, K, 2]
-    inside = (d <= box_half[:, None, :, :2]).all(dim=-1)                      # [M, P, K]
+    ``[M, K, 3]``, half sizes ``[M, K, 3]`` along the box's own axes) whose xy footprint contains the point (edges
+    included). ``yaw`` ``[M]`` [rad]: the heading of every box of a row about z (``to_world``'s rotation; the
+    boxes of one plan share it); None: the boxes are axis-aligned in the points' frame (the plan frame)."""
+    d = xy[:, :, None, :] - box_centre[:, None, :, :2]                        # [M, P, K, 2]
+    if yaw is not None:  # into the boxes' frame: rotate by -yaw
+        c, s = torch.cos(yaw)[:, None, None], torch.sin(yaw)[:, None, None]
+        d = torch.stack((c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]), dim=-1)
+    inside = (d.abs() <= box_half[:, None, :, :2]).all(dim=-1)                # [M, P, K]
     top = (box_centre[..., 2] + box_half[..., 2])[:, None, :].expand_as(inside)
     return torch.where(inside, top, torch.zeros_like(top)).amax(dim=-1).clamp_min(0.0)
 

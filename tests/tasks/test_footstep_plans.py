@@ -238,6 +238,26 @@ def test_height_at_by_hand():
     assert torch.allclose(height_at(xy, centre, half), torch.tensor([[0.0, 0.1, 0.2, 0.1, 0.0]]))
 
 
+def test_height_at_turned_boxes():
+    """Boxes turned with their plan (``to_world``): the footprint turns with them. A 1.5 m wide, 0.28 m deep tread
+    turned a quarter left covers (0.7, 0) from its centre but not (0, 0.7), the reverse of its unturned footprint;
+    and every stairs target keeps its plan-frame ground height at any heading."""
+    centre, half = torch.tensor([[[0.0, 0.0, 0.2]]]), torch.tensor([[[0.14, 0.75, 0.2]]])
+    xy = torch.tensor([[[0.0, 0.7], [0.7, 0.0], [0.1, 0.0]]])
+    assert torch.allclose(height_at(xy, centre, half), torch.tensor([[0.4, 0.0, 0.4]]))
+    assert torch.allclose(height_at(xy, centre, half, torch.tensor([math.pi / 2])), torch.tensor([[0.0, 0.4, 0.4]]))
+    b = _sample("stairs", 1.0, 1.0, m=8)
+    g = torch.Generator().manual_seed(3)
+    yaw = 2 * math.pi * torch.rand(8, generator=g) - math.pi
+    steps_w, centre_w, _ = to_world(b.steps, b.box_centre, torch.zeros(8, 2), yaw)
+    assert torch.allclose(height_at(steps_w[..., 1:3], centre_w, b.box_half, yaw), b.steps[..., 3], atol=1e-5)
+    # A quarter of the way to the next target (clear of the riser edges) too: the plan-frame answer there.
+    mid_p = 0.75 * b.steps[:, :-1, 1:3] + 0.25 * b.steps[:, 1:, 1:3]
+    mid_w = 0.75 * steps_w[:, :-1, 1:3] + 0.25 * steps_w[:, 1:, 1:3]
+    assert torch.allclose(height_at(mid_w, centre_w, b.box_half, yaw), height_at(mid_p, b.box_centre, b.box_half),
+                          atol=1e-5)
+
+
 def test_generator_is_reproducible_and_checks_its_settings():
     a, b = _sample("curved", 0.7, 1.0, seed=3), _sample("curved", 0.7, 1.0, seed=3)
     assert torch.equal(a.steps, b.steps) and torch.equal(a.box_centre, b.box_centre)
