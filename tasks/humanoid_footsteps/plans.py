@@ -10,14 +10,13 @@ fore-aft offset from the base), heading +x, the feet standing at ``(0, +half_wid
 
 This module holds the plan file format (``parse_plans`` / ``load_plans`` / ``format_plans`` / ``save_plans``), a
 feasibility check (``check_plan``), padding into a tensor for the env (``plans_to_tensor``), the batched plan
-generator (``PlanGenerator``) with the axis-aligned box terrain that stairs and rough plans stand on
-(``height_at``), and the plan-to-world transform (``to_world``).
+generator (``PlanGenerator``) with the box terrain that stairs and rough plans stand on (``height_at``), and the
+plan-to-world transform (``to_world``).
 
 Plan file format (UTF-8, a byte-order mark is ignored): one step per line ``foot,x,y,z,yaw`` or ``foot,x,y,yaw``
-(foot ``L`` or ``R``, any case; metres
-and radians in the world frame of the plan's start; z defaults to 0); whitespace around fields is allowed; the
-first line of a plan is the current support foot; plans are separated by a line ``---``; blank lines and ``#``
-comments (whole-line or trailing) are ignored.
+(foot ``L`` or ``R``, any case; metres and radians in the world frame of the plan's start; z defaults to 0);
+whitespace around fields is allowed; the first line of a plan is the current support foot; plans are separated by
+a line ``---``; blank lines and ``#`` comments (whole-line or trailing) are ignored.
 """
 
 from __future__ import annotations
@@ -174,11 +173,8 @@ def parse_plans(text: str, source: str = "<string>") -> list[FootstepPlan]:
 
 
 def load_plans(path: str | os.PathLike) -> list[FootstepPlan]:
-    """Plans read from the plan file at ``path`` (see ``parse_plans``).
-
-    Raises:
-        PlanFileError: ``"<path>: file not found"``, or a malformed file (see ``parse_plans``).
-    """
+    """Plans read from the plan file at ``path`` (see ``parse_plans``). Raises PlanFileError:
+    ``"<path>: file not found"``, or a malformed file (see ``parse_plans``)."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -302,13 +298,12 @@ def plans_to_tensor(plans: list[FootstepPlan], num_steps: int) -> tuple[torch.Te
 def height_at(xy: torch.Tensor, box_centre: torch.Tensor, box_half: torch.Tensor,
               yaw: torch.Tensor | None = None) -> torch.Tensor:
     """Ground height ``[M, P]`` [m] at points ``xy`` ``[M, P, 2]``: max of 0 and the top of every box (centre
-    ``[M, K, 3]``, half sizes ``[M, K, 3]`` along the box's own axes) whose xy footprint contains the point (edges
-    included). ``yaw`` ``[M]`` [rad]: the heading of every box of a row about z (``to_world``'s rotation; the
-    boxes of one plan share it); None: the boxes are axis-aligned in the points' frame (the plan frame)."""
+    ``[M, K, 3]``, half sizes ``[M, K, 3]`` along its own axes) whose xy footprint contains the point (edges
+    included). ``yaw`` ``[M]`` [rad]: the heading of a row's boxes (``to_world``'s); None: axis-aligned."""
     d = xy[:, :, None, :] - box_centre[:, None, :, :2]                        # [M, P, K, 2]
     if yaw is not None:  # into the boxes' frame: rotate by -yaw
         c, s = torch.cos(yaw)[:, None, None], torch.sin(yaw)[:, None, None]
-        d = torch.stack((c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]), dim=-1)
+        d = torch.stack((c * d[..., 0] + s * d[..., 1], c * d[..., 1] - s * d[..., 0]), dim=-1)
     inside = (d.abs() <= box_half[:, None, :, :2]).all(dim=-1)                # [M, P, K]
     top = (box_centre[..., 2] + box_half[..., 2])[:, None, :].expand_as(inside)
     return torch.where(inside, top, torch.zeros_like(top)).amax(dim=-1).clamp_min(0.0)
