@@ -292,6 +292,10 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         log["Episode_Termination/fall"] = fall.float().mean()
         log["Metrics/hit_rate"] = hits.sum() / steps.sum().clamp_min(1.0)
         log["Metrics/success_rate"] = success.float().mean()
+        on_stairs = self.is_stairs[ids]  # the stairs plans apart (their rises follow the terrain difficulty)
+        if on_stairs.any():
+            log["Metrics/stairs_hit_rate"] = hits[on_stairs].sum() / steps[on_stairs].sum().clamp_min(1.0)
+            log["Metrics/stairs_fall_rate"] = fall[on_stairs].float().mean()
         stage, _ = split_difficulty(self.difficulty[ids], self.num_stages)
         for s in range(self.num_stages):
             mask = stage == s

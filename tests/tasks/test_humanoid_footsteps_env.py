@@ -225,6 +225,12 @@ def test_vecenv_contract_and_observation_layout():
     _, _, dones, extras = env.step(torch.zeros(6, 12))
     assert dones[5] and extras["time_outs"][5] and env.episode_length_buf[5] == 0
     assert env.tracker.index[5] == 1 and env.tracker.t_step[5] == 0
+    # Stairs episodes are logged apart: two of them end, one by a fall (the zero action never steps: no hits).
+    env.is_stairs[:] = torch.tensor([True, True, False, False, False, False])
+    log = {}
+    env._record_outcome(torch.tensor([0, 1, 2]), torch.tensor([True, False, True]), log)
+    assert log["Metrics/stairs_fall_rate"] == pytest.approx(0.5) and log["Metrics/stairs_hit_rate"] == 0.0
+    assert log["Episode_Termination/fall"] == pytest.approx(2 / 3)
 
 
 def test_default_pose_stands_and_never_scores_a_footstep():
