@@ -389,6 +389,9 @@ class MujocoBackend:
             if self.index.obstacle_geom >= 0:
                 moved.add(int(self.index.obstacle_geom))
             leaves = [(k, int(geom[k])) for k in range(num) if child[k, 0] < 0 and int(geom[k]) in moved]
+            if len(leaves) != len(moved):  # a box without a leaf of its own would stay a phantom: say so
+                raise RuntimeError(f"the world body's BVH has leaves for {len(leaves)} of its {len(moved)} movable "
+                                   f"boxes; cannot refit it")
             inner = [(k, int(child[k, 0]), int(child[k, 1])) for k in reversed(range(num)) if child[k, 0] >= 0]
             self._world_bvh = (adr, leaves, inner)
         adr, leaves, inner = self._world_bvh
