@@ -178,7 +178,8 @@ def check_staged_curriculum(cfg: dict, num_stages: int, task: str) -> None:
             "need 0 <= initial <= max_difficulty <= num_stages")
     require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
     require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
-    require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty", "must lie in [0, num_stages]")
+    require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty",
+            f"must lie in [0, {cur['num_stages']}] (the curriculum's stages), got {cfg['eval']['difficulty']}")
 
 
 def check_legged_robot(cfg: dict, task: str):

@@ -198,6 +198,11 @@ def test_unknown_plan_mode_is_refused_by_name():
         task_config("humanoid-footsteps", ["plans.modes={forward: 1.0, moonwalk: 1.0}"])
 
 
+def test_an_evaluation_difficulty_beyond_the_stages_is_refused_with_the_range_and_the_value():
+    with pytest.raises(ConfigError, match=r"eval.difficulty': must lie in \[0, 2\] .* got 5"):
+        task_config("humanoid-footsteps", ["eval.difficulty=5"])
+
+
 # --- rsl-rl contract (the project's own JVRC-1-class model, the default) -------------------------------------------
 POLICY_SIZES = {"projected_gravity_b": 3, "ang_vel_b": 3, "joint_pos_rel": 12, "joint_vel": 12, "last_action": 12,
                 "gait_clock": 2, "footstep_targets": 8}
