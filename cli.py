@@ -46,8 +46,7 @@ def _check_sim_flag(args, task: str) -> None:
     """Refuse ``--sim`` and ``--set sim.KEY=VALUE`` on a task without simulation backends (no ``sim`` section: the
     quadrotor tasks) with one line saying why, instead of the override's "unknown config key 'sim'".
 
-    Raises:
-        ConfigError: ``--sim`` or a ``sim.*`` override on such a task (``--sim`` named first when both are given).
+    Raises ConfigError: ``--sim`` or a ``sim.*`` override on such a task (``--sim`` named first when both are given).
     """
     backend = getattr(args, "sim_backend", None)
     sim_sets = [o for o in getattr(args, "overrides", None) or [] if o.split("=", 1)[0].strip().split(".")[0] == "sim"]
@@ -251,9 +250,10 @@ def cmd_deploy(args) -> int:
 def cmd_check(args) -> int:
     """``sim2real check``: the pre-flight report card (:mod:`sim2real.policies.check`); exit 1 on FAIL."""
     from sim2real.configs import load_robot
+    from sim2real.policies.artefact.metadata import missing_policy_folder
 
-    if not Path(args.policy).is_dir():
-        raise FileNotFoundError(f"policy folder not found: {args.policy}")
+    if problem := missing_policy_folder(args.policy):
+        raise FileNotFoundError(f"policy {problem}")
     robot = load_robot(args.robot)  # (an unknown robot is refused before torch is imported)
     from sim2real.policies.check.replay import VARIANTS
     from sim2real.policies.check.report import FAIL, check_json_path, write_json

@@ -35,6 +35,17 @@ METADATA_FILE = "metadata.json"
 ONNX_FILE = "policy.onnx"
 
 
+def missing_policy_folder(path: str | Path) -> str | None:
+    """Why ``path`` is no policy folder, in words (``"folder not found: <path>"``, or that it is a file, which
+    a user passes by mistake for the folder holding ``policy.onnx`` and ``metadata.json``); None for a folder."""
+    p = Path(path)
+    if p.is_dir():
+        return None
+    if p.exists():
+        return f"{p} is a file, not a policy folder (the folder holding {ONNX_FILE} and {METADATA_FILE})"
+    return f"folder not found: {p}"
+
+
 def action_scaling(robot: dict, interface: str) -> dict:
     """The numbers that turn a normalised action into a command (see :mod:`sim2real.tasks.actions`)."""
     if interface == "joint_position":

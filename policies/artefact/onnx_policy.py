@@ -8,7 +8,8 @@ from typing import Callable
 
 import numpy as np
 
-from sim2real.policies.artefact.metadata import ONNX_FILE, PolicyMismatchError, load_metadata, validate_metadata
+from sim2real.policies.artefact.metadata import (ONNX_FILE, PolicyMismatchError, load_metadata, missing_policy_folder,
+                                               validate_metadata)
 
 
 class OnnxPolicy:
@@ -32,8 +33,8 @@ class OnnxPolicy:
         import onnxruntime as ort
 
         self.policy_dir = Path(policy_dir)
-        if not self.policy_dir.is_dir():
-            raise PolicyMismatchError([("policy", f"folder not found: {self.policy_dir}")])
+        if missing_policy_folder(self.policy_dir):
+            raise PolicyMismatchError([("policy", missing_policy_folder(self.policy_dir))])
         self.metadata = load_metadata(self.policy_dir) if metadata is None else metadata
         robot = robot if robot is not None else self.metadata.get("robot", {}).get("params", {})
         validate_metadata(self.metadata, robot, self.policy_dir, control_period_s)

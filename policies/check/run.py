@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim2real.policies.artefact.metadata import PolicyMismatchError
+from sim2real.policies.artefact.metadata import PolicyMismatchError, missing_policy_folder
 from sim2real.policies.check.metadata import check_metadata
 from sim2real.policies.check.parity import check_onnx
 from sim2real.policies.check.replay import check_replay
@@ -73,8 +73,8 @@ def deploy_gate(policy_dir: str | Path, robot: dict, force: bool = False, log=No
     log = log or (lambda text: print(text, file=sys.stderr))
     t0 = time.perf_counter()
     policy_dir = Path(policy_dir)
-    if not policy_dir.is_dir():
-        raise PolicyMismatchError([("policy", f"folder not found: {policy_dir}")])
+    if missing_policy_folder(policy_dir):
+        raise PolicyMismatchError([("policy", missing_policy_folder(policy_dir))])
     sections = [check_metadata(policy_dir, robot), check_onnx(policy_dir, use_torch=False)]
     fp = fingerprint(policy_dir, robot)
     stored, note, unreadable = stored_check(policy_dir, fp)

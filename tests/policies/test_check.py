@@ -306,3 +306,21 @@ def test_a_nominal_replay_that_cannot_run_fails_the_check(monkeypatch):
     report = run_check(HOVER, load_robot("crazyflie2"), episodes=4, variants=("nominal", "latency"))
     assert report.verdict == FAIL
     assert "could not run (ConfigError: config refused for nominal)" in report.format()
+
+
+def test_a_file_or_a_missing_path_given_as_the_policy_folder_is_named_as_such(tmp_path, capsys):
+    """`check --policy` and the deploy-side loader say whether the path is missing or is a file (a user passing
+    `policy.onnx` itself), in one line."""
+    from sim2real.policies.artefact.metadata import PolicyMismatchError, missing_policy_folder
+    from sim2real.policies.artefact.onnx_policy import OnnxPolicy
+
+    onnx_file = tmp_path / ONNX_FILE
+    onnx_file.write_bytes(b"not a model")
+    assert missing_policy_folder(tmp_path) is None
+    assert missing_policy_folder(onnx_file) == (f"{onnx_file} is a file, not a policy folder (the folder holding "
+                                                f"{ONNX_FILE} and {METADATA_FILE})")
+    assert missing_policy_folder(tmp_path / "nope") == f"folder not found: {tmp_path / 'nope'}"
+    with pytest.raises(PolicyMismatchError, match="is a file, not a policy folder"):
+        OnnxPolicy(onnx_file)
+    assert main(["check", "--policy", str(onnx_file), "--robot", "crazyflie2"]) != 0
+    assert "is a file, not a policy folder" in capsys.readouterr().err
