@@ -87,11 +87,12 @@ def warm_start(runner, policy_dir: str | Path, critic_warmup: int) -> str:
         WarmStartError: the policy's metadata is missing or damaged, or its task, observation layout, action or
             network shapes differ from this run's (the message names what differs).
     """
-    from sim2real.policies.artefact.metadata import ONNX_FILE, PolicyMismatchError, build_metadata, load_metadata
+    from sim2real.policies.artefact.metadata import (ONNX_FILE, PolicyMismatchError, build_metadata, load_metadata,
+                                                     missing_policy_folder)
 
     policy_dir = Path(policy_dir)
-    if not policy_dir.is_dir():
-        raise WarmStartError(f"--init-from {policy_dir}: policy folder not found")
+    if problem := missing_policy_folder(policy_dir):
+        raise WarmStartError(f"--init-from: policy {problem}")
     try:
         meta = load_metadata(policy_dir)
     except PolicyMismatchError as exc:

@@ -33,8 +33,8 @@ class OnnxPolicy:
         import onnxruntime as ort
 
         self.policy_dir = Path(policy_dir)
-        if missing_policy_folder(self.policy_dir):
-            raise PolicyMismatchError([("policy", missing_policy_folder(self.policy_dir))])
+        if problem := missing_policy_folder(self.policy_dir):
+            raise PolicyMismatchError([("policy", problem)])
         self.metadata = load_metadata(self.policy_dir) if metadata is None else metadata
         robot = robot if robot is not None else self.metadata.get("robot", {}).get("params", {})
         validate_metadata(self.metadata, robot, self.policy_dir, control_period_s)

@@ -73,8 +73,8 @@ def deploy_gate(policy_dir: str | Path, robot: dict, force: bool = False, log=No
     log = log or (lambda text: print(text, file=sys.stderr))
     t0 = time.perf_counter()
     policy_dir = Path(policy_dir)
-    if missing_policy_folder(policy_dir):
-        raise PolicyMismatchError([("policy", missing_policy_folder(policy_dir))])
+    if problem := missing_policy_folder(policy_dir):
+        raise PolicyMismatchError([("policy", problem)])
     sections = [check_metadata(policy_dir, robot), check_onnx(policy_dir, use_torch=False)]
     fp = fingerprint(policy_dir, robot)
     stored, note, unreadable = stored_check(policy_dir, fp)

@@ -113,8 +113,6 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         self.box_half = torch.zeros(n, self.num_boxes, 3, device=device)
         self.box_centre_w[..., 2] = -10.0
         self.box_half[:] = 0.01
-        self.box_quat_w = torch.zeros(n, self.num_boxes, 4, device=device)
-        self.box_quat_w[..., 0] = 1.0
         self.plan_yaw = torch.zeros(n, device=device)  # [rad] heading of each env's plan and terrain boxes
 
         # Per-env step bookkeeping: touchdowns, real steps, hits and steps per window (shared with deploy).
@@ -369,8 +367,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
         origin = torch.zeros(m, 2, device=dev)
         steps_w, centre_w, quat_w = fp.to_world(plan_steps, box_centre, origin, yaw)
         self.tracker.reset(ids, steps_w, lengths)
-        self.box_centre_w[ids], self.box_half[ids], self.box_quat_w[ids] = centre_w, box_half, quat_w
-        self.plan_yaw[ids] = yaw
+        self.box_centre_w[ids], self.box_half[ids], self.plan_yaw[ids] = centre_w, box_half, yaw
         self.sim.set_terrain_boxes(ids, centre_w, box_half, quat_w)
         # The pelvis stands foot_offset_x behind the feet's midpoint, on the highest ground under the feet.
         c, s = torch.cos(yaw), torch.sin(yaw)
