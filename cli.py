@@ -250,7 +250,7 @@ def cmd_deploy(args) -> int:
 def cmd_check(args) -> int:
     """``sim2real check``: the pre-flight report card (:mod:`sim2real.policies.check`); exit 1 on FAIL."""
     from sim2real.configs import load_robot
-    from sim2real.policies.artefact.metadata import missing_policy_folder
+    from sim2real.policies.artefact import missing_policy_folder
 
     if problem := missing_policy_folder(args.policy):
         raise FileNotFoundError(f"policy {problem}")

@@ -26,24 +26,12 @@ from pathlib import Path
 from sim2real.configs import config_hash, lookup as _get
 from sim2real.configs.durable import sha256_file
 from sim2real.errors import PolicyMismatchError  # noqa: F401  (defined there, without torch, for the command line)
+from sim2real.policies.artefact import METADATA_FILE, ONNX_FILE, missing_policy_folder  # noqa: F401  (re-exported)
 from sim2real.tasks import tasks
 from sim2real.tasks.actions import ACTION_INTERFACES, JointPositionAction, QuadrotorAction
 from sim2real.tasks.observations import OBS_TERMS
 
 SCHEMA_VERSION = 1
-METADATA_FILE = "metadata.json"
-ONNX_FILE = "policy.onnx"
-
-
-def missing_policy_folder(path: str | Path) -> str | None:
-    """Why ``path`` is no policy folder, in words (``"folder not found: <path>"``, or that it is a file, which
-    a user passes by mistake for the folder holding ``policy.onnx`` and ``metadata.json``); None for a folder."""
-    p = Path(path)
-    if p.is_dir():
-        return None
-    if p.exists():
-        return f"{p} is a file, not a policy folder (the folder holding {ONNX_FILE} and {METADATA_FILE})"
-    return f"folder not found: {p}"
 
 
 def action_scaling(robot: dict, interface: str) -> dict:
