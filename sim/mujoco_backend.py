@@ -261,6 +261,26 @@ class MujocoBackend:
         ipos[rows] = self.nominal_body_ipos[None]
         ipos[rows, b] = self.nominal_body_ipos[b] + base_com_offset.cpu().double().numpy()
         self.batch.set_const(rows)
+        self._keep_box_frames(rows)
+
+    def _movable_boxes(self) -> list[int]:
+        """Geom ids of the obstacle and terrain boxes (placed per world at run time)."""
+        out = [int(g) for g in (self.index.terrain_geoms if self.index.terrain_geoms is not None else [])]
+        return out + ([int(self.index.obstacle_geom)] if self.index.obstacle_geom >= 0 else [])
+
+    def _keep_box_frames(self, rows: np.ndarray) -> None:
+        """After ``mj_setConst`` of worlds ``rows``: the movable boxes keep frames of their own.
+
+        ``mj_setConst`` recomputes ``geom_sameframe`` from the geoms' current poses; a box still parked with the
+        identity orientation becomes ``mjSAMEFRAME_BODYROT``, and the kinematics then take its orientation from
+        the world body, ignoring the yaw it is given next. Every box turned with its plan (stairs, slabs, the jump
+        obstacle) would stand axis-aligned in the physics while rays, rewards and plans saw it turned: in each
+        world's first episode after a mass randomisation with the boxes parked (every evaluation episode).
+        """
+        boxes = self._movable_boxes()
+        if boxes:
+            self.batch.expand("geom_sameframe")[np.ix_(rows, boxes)] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
+            self._refit_world_bvh(rows)
 
     def set_pd(self, ids: torch.Tensor, kp_scale: torch.Tensor, kd_scale: torch.Tensor,
                strength: torch.Tensor) -> None:
@@ -385,9 +405,7 @@ class MujocoBackend:
             adr, num = int(m.body_bvhadr[0]), int(m.body_bvhnum[0])
             child = m.bvh_child[adr:adr + num].copy()          # relative to adr; -1: a leaf
             geom = m.bvh_nodeid[adr:adr + num].copy()          # the leaf's geom, -1: an inner node
-            moved = set(int(g) for g in (self.index.terrain_geoms if self.index.terrain_geoms is not None else []))
-            if self.index.obstacle_geom >= 0:
-                moved.add(int(self.index.obstacle_geom))
+            moved = set(self._movable_boxes())
             leaves = [(k, int(geom[k])) for k in range(num) if child[k, 0] < 0 and int(geom[k]) in moved]
             if len(leaves) != len(moved):  # a box without a leaf of its own would stay a phantom: say so
                 raise RuntimeError(f"the world body's BVH has leaves for {len(leaves)} of its {len(moved)} movable "

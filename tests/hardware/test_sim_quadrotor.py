@@ -82,6 +82,10 @@ def rig(ros_ctx, namespace):
     with contextlib.ExitStack() as stack:
 
         def make(**kwargs):
+            # The watchdog on the wall clock is the one rule a stalled probe can trip (0.2 s without a command idles
+            # the motors and bends the flight a test compares): the flight tests give it 5 s, the watchdog test
+            # sets the firmware's 0.2 s.
+            kwargs.setdefault("command_timeout_s", 5.0)
             node = SimQuadrotorNode(ROBOT, namespace=namespace, context=ros_ctx, **kwargs)
             stack.callback(node.destroy_node)
             r = Rig(ros_ctx, namespace, node)
@@ -181,7 +185,7 @@ def test_ground_plane_stops_the_fall(rig):
 
 
 def test_watchdog_idles_motors_after_stale_commands(rig):
-    r = rig()
+    r = rig(command_timeout_s=0.2)
     r.command = ("cmd/motors", [TRUE_HOVER_FRACTION] * 4)
     r.fly(30)
     r.command = None
@@ -204,6 +208,7 @@ def test_ctbr_yaw_rate_is_tracked_and_sim_time_never_runs_ahead_of_the_wall_cloc
     r = rig()
     r.command = ("cmd/ctbr", [MASS_SCALE * M * G, 0.0, 0.0, 1.0])
     r.fly(120)
+    assert not r.node.watchdog_tripped
     m = r.odom()[-1]
     assert m.twist.twist.angular.z == pytest.approx(1.0, abs=0.02)  # rate loop converged
     o = m.pose.pose.orientation

@@ -435,25 +435,28 @@ def test_moved_boxes_carry_the_robot():
     """Terrain boxes and the obstacle moved at run time are solid, not only seen by rays (the world body's BVH is
     refitted; before, the midphase culled them at their parked compile-time bounds and robots stood in them). A
     Go2 dropped onto a 0.2 m box (turned 30 degrees) or onto the obstacle stays 0.2 m higher than one dropped on
-    the floor beside a long thin box turned 90 degrees, at a point the unturned box would cover."""
+    the floor beside a long box turned 90 degrees, at a point where the unturned box would carry all four feet.
+    The masses are randomised first, as an env's reset does: ``mj_setConst`` with the boxes parked unturned made the
+    physics ignore their later yaw (every turned box stood axis-aligned in the first episode of each world)."""
     from sim2real.sim.backends import make_legged_backend
     from sim2real.tasks import task_config
 
     cfg = task_config("quadruped-jump", ["sim.nthread=1"])
     sim = make_legged_backend(cfg["robot"], 3, cfg["sim"], obstacle=True, terrain_boxes=1)
     ids = torch.arange(3)
+    sim.set_body_mass(ids, torch.ones(3), torch.zeros(3), torch.zeros(3, 3))  # mj_setConst, boxes still parked
     def yaw_quat(deg):
         return [math.cos(math.radians(deg) / 2), 0.0, 0.0, math.sin(math.radians(deg) / 2)]
     far = [60.0, 60.0, 0.1]
-    # World 0: the terrain box under the robot; world 1: the obstacle there instead; world 2: a 2.0 x 0.1 m box
-    # turned 90 degrees (along y), the robot at x = 0.6 beside it.
+    # World 0: the terrain box under the robot; world 1: the obstacle there instead; world 2: a 3.0 x 0.6 m box
+    # turned 90 degrees (along y: x in [-0.3, 0.3]), the robot at x = 0.7 beside it.
     sim.set_terrain_boxes(ids, torch.tensor([[[0.0, 0.0, 0.1]], [far], [[0.0, 0.0, 0.1]]]),
-                          torch.tensor([[[0.6, 0.4, 0.1]], [[0.6, 0.4, 0.1]], [[1.0, 0.05, 0.1]]]),
+                          torch.tensor([[[0.6, 0.4, 0.1]], [[0.6, 0.4, 0.1]], [[1.5, 0.3, 0.1]]]),
                           torch.tensor([[yaw_quat(30)], [yaw_quat(0)], [yaw_quat(90)]]))
     sim.set_obstacle(ids, torch.tensor([far, [0.0, 0.0, 0.1], far]), torch.tensor([[0.6, 0.4, 0.1]] * 3),
                      torch.tensor([0.0, math.radians(30), 0.0]))
     stand = sim.standing_height()
-    pos = torch.tensor([[0.0, 0.0, stand + 0.22], [0.0, 0.0, stand + 0.22], [0.6, 0.0, stand + 0.22]])
+    pos = torch.tensor([[0.0, 0.0, stand + 0.22], [0.0, 0.0, stand + 0.22], [0.7, 0.0, stand + 0.22]])
     q = sim.default_joint_pos.expand(3, -1).clone()
     sim.reset(ids, pos, torch.tensor([[1.0, 0.0, 0.0, 0.0]] * 3), q)
     for _ in range(int(round(0.8 / sim.control_dt))):
