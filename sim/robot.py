@@ -37,7 +37,7 @@ def resolve_mjcf(spec: str) -> Path:
     """Path of the MJCF named by a robot config's ``mjcf`` entry.
 
     Raises:
-        ConfigError: empty entry, file not found, or a ``menagerie:`` path with no Menagerie available.
+        ConfigError: empty entry, a folder, file not found, or a ``menagerie:`` path with no Menagerie available.
     """
     if not spec:
         raise ConfigError("robot.mjcf: no MJCF model given")
@@ -57,6 +57,10 @@ def resolve_mjcf(spec: str) -> Path:
         path = Path(spec).expanduser()
         if not path.is_absolute():
             path = PACKAGE_ROOT / path
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.xml"))[:4]
+        raise ConfigError(f"robot.mjcf: {path} is a folder; name the MJCF file in it"
+                          + (f" ({', '.join(found)})" if found else " (it holds no .xml file)"))
     if not path.is_file():
         raise ConfigError(f"robot.mjcf: model file not found: {path} (a policy trained on a model elsewhere: "
                           f"--set robot.mjcf=PATH to that model on this machine)")

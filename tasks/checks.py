@@ -40,6 +40,14 @@ def check_observations(obs: dict) -> None:
                 f"observations.history_length.{name}", f"must be an integer >= 1, got {length!r}")
 
 
+def check_quadrotor_robot(robot: dict) -> None:
+    """A quadrotor robot config: ``robot.mjcf`` (kept for a visual model) must be empty, since the quadrotor tasks
+    simulate the config's own rigid-body and rotor figures and load no MJCF; a path there was silently ignored."""
+    require(not robot.get("mjcf"), "robot.mjcf",
+            f"the quadrotor tasks simulate the robot config's mass, inertia and rotor figures and load no MJCF "
+            f"(got {robot.get('mjcf')!r}); set those keys instead, e.g. --set robot.mass=0.03")
+
+
 def check_quadrotor_dr(dr: dict) -> None:
     """The quadrotor ``domain_rand`` section (:mod:`sim2real.tasks.quadrotor_dr`)."""
     for key in ("mass_scale", "inertia_scale", "thrust_scale", "motor_time_constant", "latency_steps"):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from sim2real.tasks.actions import QUADROTOR_INTERFACES
 from sim2real.tasks.checks import (
-    check_curriculum_choice, check_device, check_observations, check_quadrotor_dr, check_train, require as _require,
+    check_curriculum_choice, check_device, check_observations, check_quadrotor_dr, check_quadrotor_robot, check_train,
+    require as _require,
 )
 from sim2real.tasks.quadrotor_hover.rewards import TERMS
 from sim2real.tasks.rewards import check_reward_config
@@ -29,6 +30,7 @@ def check_config(cfg: dict) -> None:
     for key, value in cfg["init"].items():
         _require(value >= 0, f"init.{key}", f"must be >= 0, got {value}")
     check_quadrotor_dr(cfg["domain_rand"])
+    check_quadrotor_robot(cfg["robot"])
     cur = cfg["curriculum"]
     _require(0 <= cur["level_initial"] <= 1, "curriculum.level_initial", "must be in [0, 1]")
     _require(cur["penalty_scale_interval"] >= 1, "curriculum.penalty_scale_interval", "must be at least 1")

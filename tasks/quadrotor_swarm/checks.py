@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from sim2real.tasks.actions import QUADROTOR_INTERFACES
 from sim2real.tasks.checks import (
-    check_curriculum_choice, check_device, check_observations, check_penalty_anneal, check_quadrotor_dr, check_train,
-    require as _require,
+    check_curriculum_choice, check_device, check_observations, check_penalty_anneal, check_quadrotor_dr,
+    check_quadrotor_robot, check_train, require as _require,
 )
 from sim2real.tasks.quadrotor_swarm.goals import SCENARIOS
 from sim2real.tasks.quadrotor_swarm.rewards import TERMS
@@ -73,6 +73,7 @@ def check_config(cfg: dict) -> None:
         _require(w[key] > 0, f"rewards.params.{key}", f"must be positive, got {w[key]}")
 
     check_quadrotor_dr(cfg["domain_rand"])
+    check_quadrotor_robot(cfg["robot"])
     cur = cfg["curriculum"]
     _require(0 <= cur["level_initial"] <= 1, "curriculum.level_initial", "must be in [0, 1]")
     _require(0 <= cur["density_min"] <= cur["density_max"] <= 1, "curriculum.density_max",

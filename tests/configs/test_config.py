@@ -56,6 +56,14 @@ def test_bad_overrides_name_the_key(override, key):
     assert f"'{key}'" in str(info.value)
 
 
+@pytest.mark.parametrize("task", ["quadrotor-hover", "quadrotor-swarm"])
+def test_quadrotor_tasks_refuse_an_mjcf(task):
+    """They simulate the config's own figures: a model path there was silently ignored before."""
+    assert task_config(task)["robot"]["mjcf"] == ""
+    with pytest.raises(ConfigError, match=r"^config key 'robot.mjcf': the quadrotor tasks .* load no MJCF"):
+        task_config(task, ["robot.mjcf=/models/cf2/scene.xml"])
+
+
 def test_layer_sizes_may_change_length_but_vectors_may_not():
     cfg = task_config("quadrotor-hover", ["train.actor_hidden_dims=[128, 128, 64]"])
     assert cfg["train"]["actor_hidden_dims"] == [128, 128, 64]

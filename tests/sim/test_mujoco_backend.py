@@ -376,6 +376,20 @@ def test_menagerie_path_without_menagerie_fails_clearly(monkeypatch, tmp_path):
     assert str(tmp_path / "unitree_go2" / "scene.xml") in str(info.value)
 
 
+def test_an_mjcf_folder_is_refused_naming_its_files(tmp_path):
+    from sim2real.sim.robot import resolve_mjcf
+
+    (tmp_path / "scene.xml").write_text("<mujoco/>")
+    (tmp_path / "go2.xml").write_text("<mujoco/>")
+    with pytest.raises(ConfigError, match=r"is a folder; name the MJCF file in it \(go2.xml, scene.xml\)$"):
+        resolve_mjcf(str(tmp_path))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=r"holds no .xml file"):
+        resolve_mjcf(str(empty))
+    assert resolve_mjcf(str(tmp_path / "scene.xml")) == tmp_path / "scene.xml"
+
+
 # --- terrain ------------------------------------------------------------------------------------------------------
 def test_robots_stand_on_their_terrain_tiles():
     """Per-env terrain levels: every world shares one tiled heightfield; a robot reset at a tile's spawn origin
