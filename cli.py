@@ -46,8 +46,7 @@ def _check_sim_flag(args, task: str) -> None:
     """Refuse ``--sim`` and ``--set sim.KEY=VALUE`` on a task without simulation backends (no ``sim`` section: the
     quadrotor tasks) with one line saying why, instead of the override's "unknown config key 'sim'".
 
-    Raises ConfigError: ``--sim`` or a ``sim.*`` override on such a task (``--sim`` named first when both are given).
-    """
+    Raises ConfigError: ``--sim`` or a ``sim.*`` override on such a task (``--sim`` named first when both given)."""
     backend = getattr(args, "sim_backend", None)
     sim_sets = [o for o in getattr(args, "overrides", None) or [] if o.split("=", 1)[0].strip().split(".")[0] == "sim"]
     if backend is None and not sim_sets:
@@ -151,9 +150,10 @@ def _known_task(args) -> None:
         get_task(args.task)
 
 
-def _say_source(verb: str, source) -> None:
-    """One line on stderr naming the run and checkpoint (or exported policy) eval/play picked."""
-    print(f"{verb} {source.describe()}", file=sys.stderr)
+def _say_source(verb: str, source, cfg: dict) -> None:
+    """One line on stderr naming the run and checkpoint (or exported policy) eval/play picked, and its MJCF."""
+    model = cfg.get("robot", {}).get("mjcf")  # the figures depend on it; quadrotors have none
+    print(f"{verb} {source.describe()}" + (f" on model {model}" if model else ""), file=sys.stderr)
 
 
 def cmd_eval(args) -> int:
@@ -172,12 +172,12 @@ def cmd_eval(args) -> int:
     if args.plans:
         load, evaluate_plans, report = plan_hooks(cfg["task"])
         plans, cfg = load(args.plans, cfg)
-        _say_source("evaluating", source)
+        _say_source("evaluating", source, cfg)
         metrics = evaluate_plans(cfg, policy, plans, repeats=args.repeats or 1)
         print(report(metrics))
         text = json.dumps(metrics, indent=2)
     else:
-        _say_source("evaluating", source)
+        _say_source("evaluating", source, cfg)
         metrics = evaluate(cfg, policy, num_episodes=args.episodes)
         text = json.dumps(metrics, indent=2)
         print(text)
@@ -213,7 +213,7 @@ def cmd_play(args) -> int:
         plans, cfg = load(args.plans, cfg)
     output = Path(args.output) if args.output else _play_output(source, cfg["task"])
     check_playable(cfg, output, args.size)  # (before the line below: a refusal stays one line)
-    _say_source("playing", source)
+    _say_source("playing", source, cfg)
     # --duration unset: each task chooses (play()'s default).
     out = play(cfg, policy, output, duration_s=args.duration, video=not args.no_video, plans=plans, size=args.size)
     plots = out.with_suffix(".png")

@@ -173,3 +173,11 @@ def test_wandb_offline_gets_the_plots_and_videos(tmp_path, capsys, monkeypatch):
     if (run / "videos").is_dir() and any((run / "videos").iterdir()):
         assert sum(m.startswith("videos/Video/rollout") and m.endswith(".mp4") for m in media) == 2, media
     assert list(run.glob("events.out.tfevents.*"))  # its writer keeps the TensorBoard file too
+
+
+def test_eval_names_the_model_it_simulates(capsys):
+    """A legged task's figures depend on the MJCF: eval's source line names the one it loaded."""
+    policy = Path(__file__).resolve().parents[2] / "policies" / "pretrained" / "quadruped-jump"
+    assert main(["eval", "--policy", str(policy), "--episodes", "2"]) == 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"evaluating exported policy {policy}") and line.endswith(" on model sim/models/go2/scene.xml")
