@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from sim2real.configs.argtypes import CommandLineError, Parser
 from sim2real.configs.argtypes import dds_domain_id, non_negative_int, positive_int, positive_steps  # noqa: F401
 
 EXIT_USER_ERROR = 2
@@ -153,6 +154,10 @@ def _known_task(args) -> None:
 def _say_source(verb: str, source, cfg: dict) -> None:
     """One line on stderr naming the run and checkpoint (or exported policy) eval/play picked, and its MJCF."""
     model = cfg.get("robot", {}).get("mjcf")  # the figures depend on it; quadrotors have none
+    if model:  # resolved first: a model that cannot load is refused before the line says the run has started
+        from sim2real.sim.robot import resolve_mjcf
+
+        model = resolve_mjcf(model)
     print(f"{verb} {source.describe()}" + (f" on model {model}" if model else ""), file=sys.stderr)
 
 
@@ -305,25 +310,6 @@ def cmd_bench(args) -> int:
     from sim2real.bench import run_bench
 
     return run_bench(args)
-
-
-class UnknownCommandError(Exception):
-    """A sub-command the parser does not know (:class:`Parser` raises it; :func:`main` prints it as one line)."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with a mistyped sub-command answered like an unknown task or config key: one ``error:`` line with
-    a did-you-mean (``sim2real trian``: ``error: unknown command 'trian' (did you mean 'train'?)``), exit status 2,
-    instead of the usage and the list of every choice. Its sub-parsers (``bridge``, ``finetune``) are of this class
-    too."""
-
-    def _check_value(self, action, value):
-        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
-            from sim2real.configs import unknown_name
-
-            where = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""  # "bridge " for sim2real bridge
-            raise UnknownCommandError(unknown_name(f"{where}command", value, action.choices, listing="commands"))
-        super()._check_value(action, value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -581,7 +567,7 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_USER_ERROR
     try:
         args = build_parser().parse_args(argv)
-    except UnknownCommandError as exc:
+    except CommandLineError as exc:
         print(f"error: {exc}", file=sys.stderr)  # one line
         return EXIT_USER_ERROR
     from sim2real.configs import ConfigError

@@ -10,6 +10,33 @@ DDS_DOMAIN_ID_MAX = 232
 
 
 
+class CommandLineError(Exception):
+    """A command line the parser refused (:class:`Parser` raises it; ``sim2real``'s main prints it as one line)."""
+
+
+class UnknownCommandError(CommandLineError):
+    """A sub-command the parser does not know."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with every parse error answered in one ``error:`` line, exit status 2, instead of the usage: a
+    mistyped sub-command like an unknown task or config key, with a did-you-mean (``sim2real trian``: ``error:
+    unknown command 'trian' (did you mean 'train'?)``); a bad value or a missing argument naming the command
+    (``error: sim2real eval: argument --episodes: must be at least 1, got '0' (see sim2real eval --help)``). Its
+    sub-parsers (``bridge``, ``finetune``) are of this class too."""
+
+    def _check_value(self, action, value):
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            from sim2real.configs import unknown_name
+
+            where = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""  # "bridge " for sim2real bridge
+            raise UnknownCommandError(unknown_name(f"{where}command", value, action.choices, listing="commands"))
+        super()._check_value(action, value)
+
+    def error(self, message):
+        raise CommandLineError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def positive_steps(text: str) -> int:
     """argparse type: a number of steps >= 1, written as an integer or like 5e6."""
     try:

@@ -146,6 +146,17 @@ def test_mistyped_subcommand_gets_a_did_you_mean():
     assert proc.returncode == 2 and "invalid choice: 'mlflow'" in proc.stderr  # other choices: argparse's own
 
 
+def test_bad_values_and_missing_arguments_are_one_error_line():
+    """argparse's own refusals (a bad value, a missing argument) also give one line naming the command, not the
+    usage block (found by a new-user trial: ``--episodes 0`` printed the whole usage before its error)."""
+    proc = sim2real_main("eval", "--task", "quadrotor-hover", "--episodes", "0", check=False)
+    _assert_clean_error(proc, "sim2real eval: argument --episodes: must be at least 1, got '0'")
+    assert proc.stderr.strip().endswith("(see sim2real eval --help)") and "usage:" not in proc.stderr
+    proc = sim2real_main("bench", check=False)
+    _assert_clean_error(proc, "sim2real bench: the following arguments are required")
+    assert "usage:" not in proc.stderr
+
+
 def test_a_bare_command_lists_every_command_with_what_it_does():
     proc = sim2real_main(check=False)
     assert proc.returncode == 2
@@ -347,8 +358,8 @@ def test_ros_commands_in_a_system_site_packages_venv_name_the_fix(tmp_path):
                             "use a plain venv", "pip install --ignore-installed ros-rclpy", "ros-std-msgs")
 
 
-def test_domain_id_is_checked_up_front_for_every_command_that_takes_it(capsys):
-    from sim2real.cli import build_parser, dds_domain_id
+def test_domain_id_is_checked_up_front_for_every_command_that_takes_it():
+    from sim2real.cli import CommandLineError, build_parser, dds_domain_id
 
     parser = build_parser()
 
@@ -365,9 +376,8 @@ def test_domain_id_is_checked_up_front_for_every_command_that_takes_it(capsys):
     argv = ["bridge", "unitree", "--interface", "eth0", "--domain-id"]
     assert parser.parse_args(argv + ["232"]).domain_id == 232 and parser.parse_args(argv + ["0"]).domain_id == 0
     for bad in ("300", "233", "-1", "x"):
-        with pytest.raises(SystemExit) as exc:
+        with pytest.raises(CommandLineError) as exc:  # main prints it as one "error:" line, exit status 2
             parser.parse_args(argv + [bad])
-        assert exc.value.code == 2
-        err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert err.startswith("sim2real bridge unitree: error: argument --domain-id: ") and "interface" not in err
+        err = str(exc.value)
+        assert err.startswith("sim2real bridge unitree: argument --domain-id: ") and "interface" not in err
         assert (f"a DDS domain id is 0-232, got '{bad}'" if bad != "x" else "not an integer: 'x'") in err

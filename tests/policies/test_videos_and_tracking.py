@@ -86,14 +86,12 @@ def test_bad_play_and_train_flags_are_one_line(tmp_path, capsys):
                  str(tmp_path / "a.avi")]) == 2
     _one_error_line(capsys, "--output", "a.avi", ".mp4", ".gif", ".png")
     assert not (tmp_path / "a.png").exists()
-    with pytest.raises(SystemExit) as exc:
-        main(["play", "--task", "quadrotor-hover", "--size", "1280x721"])
-    assert exc.value.code == 2 and "even numbers of pixels" in capsys.readouterr().err
+    assert main(["play", "--task", "quadrotor-hover", "--size", "1280x721"]) == 2
+    _one_error_line(capsys, "sim2real play: argument --size", "even numbers of pixels")
     assert main(["train", "--task", "quadrotor-hover", "--video-interval", "5", "--runs-root", str(tmp_path)]) == 2
     _one_error_line(capsys, "--video-interval and --video-seconds apply with --video")
-    with pytest.raises(SystemExit):
-        main(["train", "--task", "quadrotor-hover", "--logger", "mlflow"])
-    assert "invalid choice" in capsys.readouterr().err
+    assert main(["train", "--task", "quadrotor-hover", "--logger", "mlflow"]) == 2
+    _one_error_line(capsys, "invalid choice")
     assert sorted(p.name for p in (tmp_path / "quadrotor-hover").iterdir()) == ["fixture"]  # no new run
 
 
@@ -180,4 +178,8 @@ def test_eval_names_the_model_it_simulates(capsys):
     policy = Path(__file__).resolve().parents[2] / "policies" / "pretrained" / "quadruped-jump"
     assert main(["eval", "--policy", str(policy), "--episodes", "2"]) == 0
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith(f"evaluating exported policy {policy}") and line.endswith(" on model sim/models/go2/scene.xml")
+    assert line.startswith(f"evaluating exported policy {policy}")
+    assert line.endswith(f" on model {policy.parents[2] / 'sim' / 'models' / 'go2' / 'scene.xml'}")
+    assert main(["eval", "--policy", str(policy), "--set", f"robot.mjcf={policy.parents[2] / 'sim'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: robot.mjcf: ") and "is a folder" in err[0]  # before the line
