@@ -175,11 +175,13 @@ def test_wandb_offline_gets_the_plots_and_videos(tmp_path, capsys, monkeypatch):
 
 def test_eval_names_the_model_it_simulates(capsys):
     """A legged task's figures depend on the MJCF: eval's source line names the one it loaded."""
+    from sim2real.sim.robot import PACKAGE_ROOT
+
     policy = Path(__file__).resolve().parents[2] / "policies" / "pretrained" / "quadruped-jump"
     assert main(["eval", "--policy", str(policy), "--episodes", "2"]) == 0
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"evaluating exported policy {policy}")
-    assert line.endswith(f" on model {policy.parents[2] / 'sim' / 'models' / 'go2' / 'scene.xml'}")
+    assert line.endswith(f" on model {PACKAGE_ROOT / 'sim' / 'models' / 'go2' / 'scene.xml'}")  # the metadata's, resolved
     assert main(["eval", "--policy", str(policy), "--set", f"robot.mjcf={policy.parents[2] / 'sim'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: robot.mjcf: ") and "is a folder" in err[0]  # before the line
