@@ -278,9 +278,8 @@ class MujocoBackend:
         world's first episode after a mass randomisation with the boxes parked (every evaluation episode).
         """
         boxes = self._movable_boxes()
-        if boxes:
+        if boxes:  # (their BVH leaves: refitted where they are placed, set_obstacle / set_terrain_boxes)
             self.batch.expand("geom_sameframe")[np.ix_(rows, boxes)] = mujoco.mjtSameFrame.mjSAMEFRAME_NONE
-            self._refit_world_bvh(rows)
 
     def set_pd(self, ids: torch.Tensor, kp_scale: torch.Tensor, kd_scale: torch.Tensor,
                strength: torch.Tensor) -> None:
