@@ -170,7 +170,9 @@ def test_standing_height_under_pd_and_welded_agree(jvrc1):
         cfg = _cfg(mjcf, *extra)
         backend = MujocoBackend(cfg["robot"], 1, dict(cfg["sim"], nthread=1))
         heights[name] = backend.settled_height(1.0)
-    assert abs(heights["reduced"] - heights["full"]) < 0.005, heights
+    # JVRC-1's own hold gains (configs/robots/jvrc1.yaml): 0.5 mm on the real model, 0.1 mm on the project's; the
+    # softer hold used before sagged 0.9 mm.
+    assert abs(heights["reduced"] - heights["full"]) < 0.002, heights
 
 
 def test_env_steps_with_domain_randomisation_on_the_reduced_model():
