@@ -14,10 +14,6 @@ class CommandLineError(Exception):
     """A command line the parser refused (:class:`Parser` raises it; ``sim2real``'s main prints it as one line)."""
 
 
-class UnknownCommandError(CommandLineError):
-    """A sub-command the parser does not know."""
-
-
 class Parser(argparse.ArgumentParser):
     """argparse, with every parse error answered in one ``error:`` line, exit status 2, instead of the usage: a
     mistyped sub-command like an unknown task or config key, with a did-you-mean (``sim2real trian``: ``error:
@@ -30,7 +26,7 @@ class Parser(argparse.ArgumentParser):
             from sim2real.configs import unknown_name
 
             where = self.prog.split(" ", 1)[1] + " " if " " in self.prog else ""  # "bridge " for sim2real bridge
-            raise UnknownCommandError(unknown_name(f"{where}command", value, action.choices, listing="commands"))
+            raise CommandLineError(unknown_name(f"{where}command", value, action.choices, listing="commands"))
         super()._check_value(action, value)
 
     def error(self, message):
