@@ -1,7 +1,8 @@
 """``sim2real bench finetune``: how much of the reality gap a fine-tuning session recovers in N minutes of robot time.
 
 For the base policy (default: the task's shipped policy, ``PRETRAINED_DIR / task``) and the stand-in of its robot kind
-(:data:`BENCH_GAPS`, named in :data:`sim2real.hardware.standins.reality_gap.REALITY_GAPS`), one run:
+(the task's own, its spec's ``finetune.gap``, else its robot kind's in :data:`BENCH_GAPS`; named in
+:data:`sim2real.hardware.standins.reality_gap.REALITY_GAPS`), one run:
 
 1. scores the base policy on the nominal simulator and on the stand-in (the task's held-out set, ``eval.seed``);
 2. per seed, runs a session (``finetune run``: learner child process + edge actor) for ``minutes`` of stand-in time
@@ -31,9 +32,9 @@ import numpy as np
 from sim2real.policies.artefact import PRETRAINED_DIR
 
 
-#: The stand-in gap of the bench per robot kind unless ``--set standin.gap=...`` says otherwise: the fine-tuning
-#: issue's, each with an effect the training DR cannot represent (the hover: motor m1 at 85 %; the jump: a compliant
-#: floor).
+#: The stand-in gap of the bench per robot kind unless ``--set standin.gap=...`` or the task's own gap
+#: (``FinetuneSpec.gap``, the humanoid's) says otherwise: the fine-tuning issue's, each with an effect the training DR
+#: cannot represent (the hover: motor m1 at 85 %; the jump: a compliant floor).
 BENCH_GAPS = {"quadrotor": "quadrotor_weak_motor", "legged": "legged_compliant"}
 
 
@@ -59,8 +60,12 @@ def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, 
     if not any(o.split("=", 1)[0].strip() == "standin.gap" for o in overrides):
         from sim2real.hardware.standins.reality_gap import robot_kind
         from sim2real.policies.artefact.metadata import load_metadata
+        from sim2real.tasks import get_task
 
-        overrides.insert(0, f"standin.gap={BENCH_GAPS[robot_kind(load_metadata(policy_dir)['robot'])]}")
+        meta = load_metadata(policy_dir)
+        spec = get_task(meta["task"]).finetune
+        own = spec.gap if spec is not None else None
+        overrides.insert(0, f"standin.gap={own or BENCH_GAPS[robot_kind(meta['robot'])]}")
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
     out.mkdir(parents=True, exist_ok=True)
     rows = []

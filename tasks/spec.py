@@ -93,11 +93,15 @@ class FinetuneSpec:
         higher_is_better: whether a larger ``gap_metric`` is better (success rate) or worse (an error).
         reward: ``"module:attr"`` of the per-step reward the edge actor records, a plain function of the robot
             state, the actions and the task's reward parameters (see the task's ``rewards`` module).
+        gap: the name of the task's stand-in reality gap (a key of
+            ``sim2real.hardware.standins.reality_gap.REALITY_GAPS``), used for ``standin.gap: default`` and by
+            ``bench finetune``; None: its robot kind's.
     """
 
     gap_metric: str
     higher_is_better: bool
     reward: str | None = None
+    gap: str | None = None
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ def finetune_config(overrides: list[str] | None = None, user_file: str | Path | 
         cfg = _merge_deep(cfg, load_yaml(user_file))
     cfg = apply_overrides(cfg, overrides or [])
     check_finetune_config(cfg)
+    if cfg["standin"]["mjcf"]:  # a session resumes from any folder: keep the model's absolute path
+        cfg["standin"]["mjcf"] = str(Path(cfg["standin"]["mjcf"]).expanduser().resolve())
     return cfg
 
 
@@ -172,6 +174,9 @@ def check_finetune_config(cfg: dict) -> None:
             raise ConfigError(f"config key '{key}' {why}")
     from sim2real.hardware.standins.reality_gap import REALITY_GAPS
 
+    mjcf = str(cfg["standin"]["mjcf"])
+    if mjcf and not Path(mjcf).expanduser().is_file():
+        raise ConfigError(f"config key 'standin.mjcf': no MJCF file at {mjcf}")
     gap = cfg["standin"]["gap"]
     if gap not in ("default", "none", *REALITY_GAPS):
         raise ConfigError(f"config key 'standin.gap' must be default, none or one of {', '.join(REALITY_GAPS)}")
@@ -208,11 +213,14 @@ def base_policy(session, cfg: dict | None = None):
 
 
 def episode_task_config(task_cfg: dict, cfg: dict) -> dict:
-    """``task_cfg`` with the session's episode starts: ``start.{tilt, lin_vel, ang_vel}`` replace ``init.*`` of a
-    task that has them (the quadrotor tasks); other tasks are returned unchanged."""
+    """``task_cfg`` with the session's robot model and episode starts: ``standin.mjcf`` (when set) replaces
+    ``robot.mjcf``; ``start.{tilt, lin_vel, ang_vel}`` replace ``init.*`` of a task that has them (the quadrotor
+    tasks)."""
     import copy
 
     out = copy.deepcopy(task_cfg)
+    if cfg["standin"].get("mjcf"):
+        out["robot"]["mjcf"] = str(cfg["standin"]["mjcf"])
     init = out.get("init", {})
     for key, value in cfg["start"].items():
         if key in init:

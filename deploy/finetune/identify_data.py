@@ -81,7 +81,8 @@ def trajectories_from_recording(data: dict, control_dt: float, where: str = "the
 
 def session_trajectories(session) -> tuple[Trajectories, dict]:
     """``(trajectories, task config)`` of a :class:`~sim2real.deploy.finetune.session.FinetuneSession`: its
-    recorded transitions (damaged chunks skipped with a warning) and the base policy's training config.
+    recorded transitions (damaged chunks skipped with a warning) and the base policy's training config (its
+    ``robot.mjcf`` replaced by the session's ``standin.mjcf`` when that is set).
 
     Raises:
         IdentificationError: see :func:`trajectories_from_recording`.
@@ -91,6 +92,9 @@ def session_trajectories(session) -> tuple[Trajectories, dict]:
 
     meta = session.base_metadata()
     task_cfg, _ = complete_saved_config(meta["training"]["task_config"])
+    mjcf = session.read_config().get("standin", {}).get("mjcf")
+    if mjcf:
+        task_cfg["robot"]["mjcf"] = str(mjcf)
     data = merge_recordings([read_transitions(d) for d in session.recording_dirs().values()])
     return trajectories_from_recording(data, float(meta["control_period_s"]), str(session.path)), task_cfg
 

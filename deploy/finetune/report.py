@@ -78,7 +78,7 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     an already computed :func:`~sim2real.deploy.finetune.runner.score_session` result to reuse)."""
     from sim2real.configs.durable import atomic_write_bytes, read_jsonl
     from sim2real.deploy.finetune.config import task_finetune
-    from sim2real.hardware.standins.reality_gap import REALITY_GAPS, robot_kind
+    from sim2real.hardware.standins.reality_gap import REALITY_GAPS, default_gap_name
 
     meta = session.base_metadata()
     gap = task_finetune(meta["task"])
@@ -107,7 +107,7 @@ def session_report(session, cfg: dict, *, score: bool = False, scores: dict | No
     ident_path = Path(session.path) / "identified.json"
     identified = json.loads(ident_path.read_text()) if ident_path.is_file() else None
     gap_name = cfg["standin"]["gap"]
-    named = {"none": {}, "default": REALITY_GAPS[robot_kind(meta["robot"])]}
+    named = {"none": {}, "default": REALITY_GAPS[default_gap_name(meta["task"], meta["robot"])]}
     truth = named[gap_name] if gap_name in named else REALITY_GAPS[gap_name]
     report = {"session": str(session.path), "task": meta["task"], "gap_metric": gap.gap_metric,
               "higher_is_better": gap.higher_is_better, "episode_key": key,

@@ -34,7 +34,7 @@ import numpy as np
 
 from sim2real.configs import ConfigError
 from sim2real.deploy.finetune.config import (
-    base_policy, finetune_config, residual_spec, session_config, standin_task_config, task_finetune,
+    base_policy, episode_task_config, finetune_config, residual_spec, session_config, standin_task_config, task_finetune,
 )
 from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, compose_action, residual_input
 from sim2real.deploy.finetune.session import DEFAULT_ROBOT
@@ -75,7 +75,8 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
         from sim2real.tasks import complete_saved_config
 
         try:
-            standin_task_config(complete_saved_config(meta["training"]["task_config"])[0], cfg)
+            standin_task_config(episode_task_config(complete_saved_config(meta["training"]["task_config"])[0], cfg),
+                                cfg)
             check_prior_sessions(cfg["learner"]["prior_sessions"], sha256_file(Path(policy_dir) / "policy.onnx"),
                                  cfg["hold_steps"])
         except (ValueError, FileNotFoundError) as exc:

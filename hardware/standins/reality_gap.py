@@ -9,7 +9,12 @@ outside the training ranges (the shifts of the fine-tuning issue):
   ``--gap quadrotor`` takes the middle, 25 ms). Thrust-to-weight falls from 2.2 to 1.47 (Crazyflie
   2.x): it still hovers, at 68 % of full thrust instead of 45 %; :func:`check_thrust_to_weight` refuses a gap that
   would leave less than :data:`MIN_THRUST_TO_WEIGHT`;
-* legged: friction 0.25 (training 0.4-1.2), motor strength x0.8 (training 0.9-1.1), latency 2-3 control steps.
+* legged: friction 0.25 (training 0.4-1.2), motor strength x0.8 (training 0.9-1.1), latency 2-3 control steps;
+* humanoid (the ``humanoid-footsteps`` task's, :attr:`~sim2real.tasks.spec.FinetuneSpec.gap`): friction, every
+  body's mass and latency (:data:`REALITY_GAPS` ``humanoid``).
+
+A task may name its own gap (its spec's ``finetune.gap``); :func:`default_gap_name` gives the one a session uses for
+``standin.gap: default``.
 
 :class:`SimulatedRobot` is one such robot (the task's env with one instance and the shifted config), stepped one
 control period at a time; with ``realtime=True`` each step takes the control period of wall-clock time, so "N
@@ -48,6 +53,10 @@ REALITY_GAPS: dict[str, dict[str, list]] = {
     # default 0.02 s), which the training DR does not vary (domain_rand.floor_timeconst [0, 0]: the model's own)
     "legged_compliant": {"domain_rand.friction": [0.25, 0.25], "domain_rand.motor_strength": [0.8, 0.8],
                          "domain_rand.latency_steps": [2, 3], "domain_rand.floor_timeconst": [0.05, 0.05]},
+    # the humanoid's (issue 24: a friction + latency + mass gap): friction 0.3 (training 0.5-1.2), every body 20 %
+    # heavier (training x0.9-1.1) and two control periods of latency (50 ms at 40 Hz; training 0-1)
+    "humanoid": {"domain_rand.friction": [0.3, 0.3], "domain_rand.mass_scale": [1.2, 1.2],
+                 "domain_rand.latency_steps": [2, 2]},
 }
 #: A quadrotor stand-in must keep at least this thrust-to-weight ratio (hover plus a margin to manoeuvre).
 MIN_THRUST_TO_WEIGHT = 1.3
@@ -56,6 +65,19 @@ MIN_THRUST_TO_WEIGHT = 1.3
 def robot_kind(robot: dict) -> str:
     """``quadrotor`` or ``legged`` (the key of :data:`REALITY_GAPS`)."""
     return "quadrotor" if robot.get("kind") == "quadrotor" else "legged"
+
+
+def default_gap_name(task: str | None, robot: dict) -> str:
+    """The key of :data:`REALITY_GAPS` that ``standin.gap: default`` means for a policy of ``task`` on ``robot``:
+    the task's own (its spec's ``finetune.gap``) or else its robot kind's (:func:`robot_kind`)."""
+    from sim2real.tasks import UnknownTaskError, get_task
+
+    try:
+        spec = get_task(str(task)) if task else None
+    except UnknownTaskError:
+        spec = None
+    own = spec.finetune.gap if spec is not None and spec.finetune is not None else None
+    return own or robot_kind(robot)
 
 
 def _get(cfg: dict, dotted: str):
@@ -91,14 +113,14 @@ def check_thrust_to_weight(robot: dict, gap: dict) -> float:
 
 def shifted_config(cfg: dict, gap: dict | None = None, *, check_outside: bool = True) -> dict:
     """A copy of the task config ``cfg`` with the robot's reality gap applied (``gap``: dotted overrides, default
-    the robot kind's :data:`REALITY_GAPS` entry). DR stays enabled (observation noise and the per-episode draws of
+    the :data:`REALITY_GAPS` entry :func:`default_gap_name` names for its task and robot). DR stays enabled (observation noise and the per-episode draws of
     the keys the gap does not pin).
 
     Raises:
         ValueError: a gap key the config lacks; with ``check_outside``, a shifted range that overlaps the
             training range (the gap would not be a gap); a quadrotor that could not hover.
     """
-    gap = REALITY_GAPS[robot_kind(cfg["robot"])] if gap is None else gap
+    gap = REALITY_GAPS[default_gap_name(cfg.get("task"), cfg["robot"])] if gap is None else gap
     out = copy.deepcopy(cfg)
     for key, value in gap.items():
         try:

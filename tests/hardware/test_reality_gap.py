@@ -6,7 +6,7 @@ import pytest
 
 from sim2real.configs import load_robot, resolve_task_config
 from sim2real.hardware.standins.reality_gap import (
-    MIN_THRUST_TO_WEIGHT, REALITY_GAPS, check_thrust_to_weight, shifted_config, thrust_to_weight,
+    MIN_THRUST_TO_WEIGHT, REALITY_GAPS, check_thrust_to_weight, default_gap_name, shifted_config, thrust_to_weight,
 )
 from sim2real.tasks import get_task
 
@@ -39,6 +39,21 @@ def test_the_default_gaps_pin_values_outside_the_training_ranges():
     jump = shifted_config(load_task_config("quadruped-jump"))["domain_rand"]
     assert jump["friction"] == [0.25, 0.25] and jump["motor_strength"] == [0.8, 0.8]
     assert jump["latency_steps"] == [2, 3]
+
+
+def test_the_humanoid_names_its_own_gap_of_friction_mass_and_latency():
+    cfg = load_task_config("humanoid-footsteps")
+    # the task's own gap, not its robot kind's (JVRC-1 is a legged robot as the Go2 is)
+    assert default_gap_name("humanoid-footsteps", cfg["robot"]) == "humanoid"
+    assert default_gap_name("quadruped-jump", cfg["robot"]) == "legged"
+    assert default_gap_name("no-such-task", {"kind": "quadrotor"}) == "quadrotor"
+    train = cfg["domain_rand"]
+    dr = shifted_config(cfg)["domain_rand"]
+    assert dr["friction"] == [0.3, 0.3] and train["friction"][0] > 0.3
+    assert dr["mass_scale"] == [1.2, 1.2] and train["mass_scale"][1] < 1.2
+    # two control periods (50 ms at 40 Hz) where training draws 0-1
+    assert dr["latency_steps"] == [2, 2] and train["latency_steps"] == [0, 1]
+    assert dr["motor_strength"] == train["motor_strength"]  # not part of the humanoid's gap
 
 
 def test_a_gap_inside_the_training_range_or_on_an_unknown_key_is_refused():

@@ -35,7 +35,8 @@ def test_the_tasks_declare_their_gap_metric():
 
     declared = {name: (spec.finetune.gap_metric, spec.finetune.higher_is_better)
                 for name, spec in tasks().items() if spec.finetune is not None}
-    assert declared == {"quadrotor-hover": ("pos_error_mean", False), "quadruped-jump": ("success_rate", True)}
+    assert declared == {"quadrotor-hover": ("pos_error_mean", False), "quadruped-jump": ("success_rate", True),
+                        "humanoid-footsteps": ("success_rate", True)}
     assert task_finetune("quadruped-jump").higher_is_better
     with pytest.raises(ConfigError, match="task 'quadrotor-swarm' declares no fine-tuning gap"):
         task_finetune("quadrotor-swarm")
@@ -116,6 +117,28 @@ def test_a_gap_the_task_cannot_take_is_refused_when_the_session_is_created(tmp_p
     with pytest.raises(ConfigError, match="domain_rand.friction' is not in the task config"):
         ft.open_session(tmp_path / "s", PRETRAINED / "quadrotor-hover", resume=False, overrides=["standin.gap=legged"])
     assert not (tmp_path / "s").exists()
+
+
+def test_a_humanoid_session_runs_the_shipped_walker_on_its_own_gap_and_the_model_it_is_given(tmp_path,
+                                                                                              shared_robots):
+    from sim2real.deploy.recording.transitions import read_transitions
+
+    walker = PRETRAINED / "humanoid-footsteps"
+    with pytest.raises(ConfigError, match="config key 'standin.mjcf': no MJCF file at"):
+        ft.open_session(tmp_path / "none", walker, resume=False, overrides=[f"standin.mjcf={tmp_path / 'no.xml'}"])
+    mjcf = shared_robots / "jvrc1" / "xml" / "scene.xml"
+    session, cfg = ft.open_session(tmp_path / "h", walker, resume=False,
+                                   overrides=[f"standin.mjcf={mjcf}", "standin.realtime=false", "seed=1"])
+    assert cfg["standin"]["mjcf"] == str(mjcf.resolve())
+    _, task_cfg = ft.base_policy(session, cfg)
+    shifted = ft.standin_task_config(task_cfg, cfg)
+    assert shifted["robot"]["mjcf"] == str(mjcf.resolve())
+    dr = shifted["domain_rand"]  # the humanoid's gap (standin.gap: default), not the Go2's
+    assert dr["friction"] == [0.3, 0.3] and dr["mass_scale"] == [1.2, 1.2] and dr["latency_steps"] == [2, 2]
+    run = ft.run_actor(session, cfg, minutes=0.1, learner=False)  # 240 control steps at 40 Hz
+    assert run["steps"] == 240
+    data = read_transitions(session.recordings_dir)
+    assert data["state.v1"].shape == (240, 13 + 2 * 12)  # base pose and twist, the 12 leg joints
 
 
 def test_a_damaged_learner_checkpoint_gives_a_fresh_learner_fed_from_the_recordings(tmp_path, caplog):
