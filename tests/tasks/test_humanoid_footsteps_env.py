@@ -275,6 +275,8 @@ def test_the_walking_recipe_file_resolves_and_builds_its_env():
     env = make_env(cfg, num_envs=2)
     assert env.sim.model.nv == 18  # the 12 leg joints and the free base: the upper body is welded
     assert env.mode_schedule.num_stages == 4 and env.mode_schedule.stage == 0
+    assert cfg["curriculum"]["teacher"] == "alp_gmm"  # the winner of issue 21's first-hour comparison
+    assert type(env.curriculum.teacher).__name__ == "ALPGMMCurriculum"
 
 
 def test_evaluation_pushes_each_episode_at_a_random_mid_episode_step_with_the_configured_speed():
