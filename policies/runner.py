@@ -34,6 +34,9 @@ from sim2real.policies.distributed import is_main_process
 from sim2real.policies.evaluation import evaluate
 from sim2real.policies import tracking
 
+#: rsl-rl-lib 5.5.1's adaptive schedule never sets the learning rate below this (``PPO.update``).
+ADAPTIVE_LR_FLOOR = 1e-5
+
 
 def rsl_rl_train_cfg(train: dict, model: dict | None = None, symmetry=None) -> dict:
     """Map the ``train`` section of a task config to rsl-rl-lib 5.5.1's runner configuration.
@@ -146,8 +149,8 @@ class Sim2RealRunner(OnPolicyRunner):
         self.end_iteration: int | None = None
         self._progress = progress
         self._bar = None
-        #: (iteration at which the actor trains again, its parameters' requires_grad flags) while frozen.
-        self._actor_frozen: tuple[int, list[bool]] | None = None
+        #: (iteration at which the actor trains again, the optimiser's own step function) while the actor is held.
+        self._actor_frozen: tuple[int, object] | None = None
         self._rsl_log = self.logger.log
         self.logger.log = self._log_iteration  # rsl-rl's learn() calls this once per iteration
         # Record this project's git state in the run (rsl-rl records its own package's by default).
@@ -195,22 +198,41 @@ class Sim2RealRunner(OnPolicyRunner):
                 self._bar = None
 
     def freeze_actor(self, iterations: int) -> None:
-        """Train only the critic for the next ``iterations`` updates (``train --init-from``'s critic warm-up: PPO's
-        surrogate and entropy terms then move nothing); afterwards the actor trains again, with the learning rate
-        reset to ``train.learning_rate`` (the adaptive schedule cannot see a KL while the actor is frozen)."""
+        """Train only the critic for the next ``iterations`` updates (``train --init-from``'s critic warm-up).
+
+        The actor keeps its gradients, so the optimiser's moment estimates for its parameters fill with the
+        surrogate's, entropy's and mirror loss's gradients, but its parameters are put back after every optimiser
+        step: it does not move. A fresh Adam state would otherwise move every actor parameter by about the learning
+        rate on its first steps (Adam's normalised step), whatever its gradient: on the shipped humanoid, one
+        update at 1e-3 moved the mean action by 0.24 (a KL of 24 at a noise std of 0.15) and undid the gait.
+        Afterwards the actor trains. With the adaptive schedule its learning rate restarts at the schedule's floor,
+        :data:`ADAPTIVE_LR_FLOOR`, and the schedule raises it as the KL allows (the schedule saw no KL while the
+        actor was held; on that humanoid even the floor gave a KL of 0.01-0.03: Adam's normalised steps follow the
+        mirror loss's steady gradient with their full size); with a fixed schedule it is ``train.learning_rate``."""
         if iterations <= 0:
             return
-        params = list(self.alg.actor.parameters())
-        self._actor_frozen = (self.current_learning_iteration + int(iterations), [p.requires_grad for p in params])
-        for p in params:
-            p.requires_grad_(False)
+        params = [p for p in self.alg.actor.parameters() if p.requires_grad]
+        held = [p.detach().clone() for p in params]
+        optimizer = self.alg.optimizer
+        step = optimizer.step
+
+        def step_holding_the_actor(*args, **kwargs):
+            out = step(*args, **kwargs)
+            with torch.no_grad():
+                for p, value in zip(params, held):
+                    p.copy_(value)
+            return out
+
+        optimizer.step = step_holding_the_actor
+        self._actor_frozen = (self.current_learning_iteration + int(iterations), step)
 
     def _unfreeze_actor(self) -> None:
-        _, flags = self._actor_frozen
-        for p, flag in zip(self.alg.actor.parameters(), flags):
-            p.requires_grad_(flag)
+        _, step = self._actor_frozen
+        self.alg.optimizer.step = step
         self._actor_frozen = None
-        self.alg.learning_rate = float(self.task_cfg["train"]["learning_rate"])
+        train = self.task_cfg["train"]
+        adaptive = train.get("schedule") == "adaptive" and train.get("desired_kl") is not None
+        self.alg.learning_rate = ADAPTIVE_LR_FLOOR if adaptive else float(train["learning_rate"])
         for group in self.alg.optimizer.param_groups:
             group["lr"] = self.alg.learning_rate
 

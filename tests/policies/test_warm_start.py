@@ -45,20 +45,37 @@ def test_the_warm_started_actor_reproduces_the_exported_policy(tiny_policy):
     assert int(runner.alg.actor.obs_normalizer.count) == WARM_COUNT
 
 
-def test_the_actor_is_frozen_during_the_critic_warmup_then_trains(tiny_policy):
+def test_the_actor_is_held_during_the_critic_warmup_with_its_optimiser_moments_filled_then_trains(tiny_policy):
+    from sim2real.policies.runner import ADAPTIVE_LR_FLOOR
+
     torch.manual_seed(4)
     runner = _runner()
+    assert runner.task_cfg["train"]["schedule"] == "adaptive"
     warm_start(runner, tiny_policy, critic_warmup=2)
     actor0 = {k: v.clone() for k, v in runner.alg.actor.state_dict().items() if k.startswith("mlp.")}
     critic0 = {k: v.clone() for k, v in runner.alg.critic.state_dict().items() if k.startswith("mlp.")}
-    runner.alg.learning_rate = 5e-3  # the warm-up ends by resetting it to train.learning_rate
+    runner.alg.learning_rate = 5e-3  # the warm-up ends by setting it anew
     runner.learn(2)  # the two warm-up updates
     actor1 = runner.alg.actor.state_dict()
     assert all(torch.equal(actor0[k], actor1[k]) for k in actor0)
     assert any(not torch.equal(critic0[k], runner.alg.critic.state_dict()[k]) for k in critic0)
-    assert runner.alg.learning_rate == pytest.approx(float(runner.task_cfg["train"]["learning_rate"]))
+    # Adam's second moments of the actor's weights hold the gradients of the held updates (a fresh state would
+    # make its first real steps full-size, whatever the gradient)
+    state = runner.alg.optimizer.state
+    weights = [p for n, p in runner.alg.actor.named_parameters() if n.startswith("mlp.") and n.endswith("weight")]
+    assert all(p in state and float(state[p]["exp_avg_sq"].sum()) > 0 for p in weights)
+    # the adaptive schedule restarts the actor at its floor and raises it as the KL allows
+    assert runner.alg.learning_rate == pytest.approx(ADAPTIVE_LR_FLOOR)
     runner.learn(1)
     assert any(not torch.equal(actor0[k], runner.alg.actor.state_dict()[k]) for k in actor0)
+
+
+def test_with_a_fixed_schedule_the_actor_trains_at_the_configured_rate_after_the_warmup(tiny_policy):
+    torch.manual_seed(4)
+    runner = _runner(["train.schedule=fixed", "train.learning_rate=3e-4"])
+    warm_start(runner, tiny_policy, critic_warmup=1)
+    runner.learn(1)
+    assert runner.alg.learning_rate == pytest.approx(3e-4)
 
 
 def test_a_policy_of_another_observation_layout_is_refused_with_what_differs(tiny_policy):
@@ -109,9 +126,11 @@ def test_a_resume_inside_the_warmup_keeps_the_actor_frozen_to_its_end(tiny_polic
     again = _runner()
     again.load(str(path))
     assert again.current_learning_iteration == 1 and again._actor_frozen[0] == 3
-    assert not any(p.requires_grad for p in again.alg.actor.parameters())
+    held = {k: v.detach().clone() for k, v in again.alg.actor.named_parameters()}
+    again.learn(1)  # iteration 1: still held (its normaliser's statistics move on, as in any rollout)
+    assert all(torch.equal(held[k], v) for k, v in again.alg.actor.named_parameters())
     done = _runner()
     runner.learn(3)  # past the warm-up: a checkpoint then resumes with the actor training
     runner.save(str(tmp_path / "model_3.pt"), prune=False)
     done.load(str(tmp_path / "model_3.pt"))
-    assert done._actor_frozen is None and any(p.requires_grad for p in done.alg.actor.parameters())
+    assert done._actor_frozen is None
