@@ -204,7 +204,7 @@ class Sim2RealRunner(OnPolicyRunner):
         surrogate's, entropy's and mirror loss's gradients, but its parameters are put back after every optimiser
         step: it does not move. A fresh Adam state would otherwise move every actor parameter by about the learning
         rate on its first steps (Adam's normalised step), whatever its gradient: on the shipped humanoid, one
-        update at 1e-3 moved the mean action by 0.24 (a KL of 24 at a noise std of 0.15) and undid the gait.
+        update at 1e-3 moved the mean action by 0.24 (a KL of 24 at a noise std of 0.15).
         Afterwards the actor trains. With the adaptive schedule its learning rate restarts at the schedule's floor,
         :data:`ADAPTIVE_LR_FLOOR`, and the schedule raises it as the KL allows (the schedule saw no KL while the
         actor was held; on that humanoid even the floor gave a KL of 0.01-0.03: Adam's normalised steps follow the
