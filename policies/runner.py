@@ -207,8 +207,8 @@ class Sim2RealRunner(OnPolicyRunner):
         update at 1e-3 moved the mean action by 0.24 (a KL of 24 at a noise std of 0.15).
         Afterwards the actor trains. With the adaptive schedule its learning rate restarts at the schedule's floor,
         :data:`ADAPTIVE_LR_FLOOR`, and the schedule raises it as the KL allows (the schedule saw no KL while the
-        actor was held; on that humanoid even the floor gave a KL of 0.01-0.03: Adam's normalised steps follow the
-        mirror loss's steady gradient with their full size); with a fixed schedule it is ``train.learning_rate``."""
+        actor was held; on that humanoid even the floor gave a KL of 0.01-0.03 per update); with a fixed schedule it
+        is ``train.learning_rate``."""
         if iterations <= 0:
             return
         params = [p for p in self.alg.actor.parameters() if p.requires_grad]

@@ -113,8 +113,8 @@ def check_thrust_to_weight(robot: dict, gap: dict) -> float:
 
 def shifted_config(cfg: dict, gap: dict | None = None, *, check_outside: bool = True) -> dict:
     """A copy of the task config ``cfg`` with the robot's reality gap applied (``gap``: dotted overrides, default
-    the :data:`REALITY_GAPS` entry :func:`default_gap_name` names for its task and robot). DR stays enabled (observation noise and the per-episode draws of
-    the keys the gap does not pin).
+    the :data:`REALITY_GAPS` entry :func:`default_gap_name` names for its task and robot). DR stays enabled
+    (observation noise and the per-episode draws of the keys the gap does not pin).
 
     Raises:
         ValueError: a gap key the config lacks; with ``check_outside``, a shifted range that overlaps the
