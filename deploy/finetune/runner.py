@@ -34,7 +34,8 @@ import numpy as np
 
 from sim2real.configs import ConfigError
 from sim2real.deploy.finetune.config import (
-    base_policy, episode_task_config, finetune_config, residual_spec, session_config, standin_task_config, task_finetune,
+    base_policy, episode_task_config, finetune_config, residual_spec, session_config, standin_task_config,
+    task_finetune,
 )
 from sim2real.deploy.finetune.residual_sac import ResidualActor, ResidualSpec, compose_action, residual_input
 from sim2real.deploy.finetune.session import DEFAULT_ROBOT
