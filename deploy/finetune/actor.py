@@ -10,7 +10,8 @@ Each control step (:meth:`EdgeActor.act`, then :meth:`EdgeActor.record`):
   ``[o, a_base]`` to ``r`` ``[1, A]`` in (-1, 1), sampled from its squashed Gaussian while fine-tuning (SAC's
   behaviour policy), its mean otherwise; ``r`` is held in between (see :mod:`sim2real.deploy.finetune.residual_sac`);
   version 0 is the zero residual;
-* the robot executes ``a = clip(a_base + residual_scale * r, -1, 1)``;
+* the robot executes ``a = clip(a_base + residual_scale * r)`` within the base policy's action bounds
+  (:func:`~sim2real.deploy.finetune.residual_sac.compose_action`);
 * the control-step transition is appended to the session's MCAP recording (durable at every flush, see
   :mod:`sim2real.deploy.recording`) with the version that chose it and the robot's state estimate before and after
   the step (:data:`STATE_FIELD`, what system identification replays); each completed hold (``hold_steps`` steps or
@@ -194,7 +195,7 @@ class EdgeActor:
             self._held = self.policy(residual_input(obs, base_action), deterministic=not self.explore,
                                      generator=self.generator)
         r = self._held
-        return compose_action(base_action, r, self.spec.residual_scale), base_action, r
+        return compose_action(base_action, r, self.spec), base_action, r
 
     def record(self, obs, base_action, residual, action, reward: float, next_obs, next_base_action, *,
                terminated: bool, truncated: bool, intervention: bool = False, state=None,

@@ -199,8 +199,10 @@ def _valid_ent_coef(value) -> bool:
 def residual_spec(session, cfg: dict) -> ResidualSpec:
     """The residual of a session: sizes from the base policy's metadata, bound and widths from the config."""
     meta = session.base_metadata()
+    clip = meta["action"].get("clip") or [-1.0, 1.0]
     return ResidualSpec(obs_dim=int(meta["observation"]["dim"]), action_dim=int(meta["action"]["size"]),
-                        residual_scale=float(cfg["residual_scale"]), hidden=tuple(cfg["learner"]["hidden"]))
+                        residual_scale=float(cfg["residual_scale"]), hidden=tuple(cfg["learner"]["hidden"]),
+                        action_clip=(float(clip[0]), float(clip[1])))
 
 
 def base_policy(session, cfg: dict | None = None):

@@ -17,8 +17,8 @@ The identified simulator (:func:`identified_task_config`)
 The residual, trained with PPO (:func:`train_residual`)
     Residual RL on a frozen base (Johannink et al. 2019, "Residual Reinforcement Learning for Robot Control"), the
     same residual the edge actor runs (:class:`~sim2real.deploy.finetune.residual_sac.ResidualActor`): the robot
-    executes ``clip(a_base(o) + residual_scale * r, -1, 1)`` with ``r = tanh(mu([o, a_base]))`` held for
-    ``hold_steps`` control steps. :class:`ResidualEnv` wraps the task env for rsl-rl-lib's PPO (unchanged, as the
+    executes ``clip(a_base(o) + residual_scale * r)`` (the base policy's action bounds) with ``r =
+    tanh(mu([o, a_base]))`` held for ``hold_steps`` control steps. :class:`ResidualEnv` wraps the task env for rsl-rl-lib's PPO (unchanged, as the
     project's training uses it): one PPO step is one hold (``hold_steps`` control steps, the base policy acting at
     each), PPO's action ``u`` is the pre-squash residual (``r = tanh(u)``: PPO's Gaussian mean is exactly the actor's
     deterministic ``mu``), the reward is the sum of the task's rewards over the hold. :func:`export_residual` turns
@@ -183,7 +183,7 @@ class ResidualEnv:
         time_outs = torch.zeros(n, dtype=torch.bool, device=self.device)
         log: dict = {}
         for _ in range(self.hold):
-            action = compose_action(self._base, torch.where(live.unsqueeze(-1), r, 0.0), self.spec.residual_scale)
+            action = compose_action(self._base, torch.where(live.unsqueeze(-1), r, 0.0), self.spec)
             obs, rew, done, extras = self.env.step(action)
             reward += torch.where(live, rew, 0.0)
             ended = live & done.bool()

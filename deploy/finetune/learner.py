@@ -86,7 +86,7 @@ def prior_rollouts(cfg: dict, base, spec: ResidualSpec, transitions: int, num_en
         term = torch.zeros(num_envs, dtype=torch.bool)
         trunc = torch.zeros(num_envs, dtype=torch.bool)
         for _ in range(hold):
-            a = compose_action(base(obs), r, spec.residual_scale)
+            a = compose_action(base(obs), r, spec)
             terminal.clear()
             nxt, reward, done, extras = env.step(a)
             nxt = nxt["policy"]

@@ -20,8 +20,8 @@ Each control tick (the base policy's control period, ``metadata["control_period_
    the task's ObservationBuilder);
 3. by phase:
 
-   * **episode** (0): ``EdgeActor.act(obs)`` -> ``a = clip(a_base + residual_scale r, -1, 1)``, or a fresh teleop
-     action (see intervention) -> SafetyLayer -> the command topic. The transition of the previous tick is
+   * **episode** (0): ``EdgeActor.act(obs)`` -> ``a = clip(a_base + residual_scale r)`` (the base's action
+     bounds), or a fresh teleop action (see intervention) -> SafetyLayer -> the command topic. The transition of the previous tick is
      recorded now (:meth:`EdgeActor.record`), when its next observation exists: ``next_obs`` = this tick's
      observation, ``next_base_action`` = the base policy's action for it, ``reward`` = the task's robot reward
      of the step (its ``finetune.reward``), ``terminated`` when the safety envelope is breached in the new state,

@@ -58,15 +58,19 @@ class ResidualSpec:
 
     Attributes:
         obs_dim: base policy observation size D.
-        action_dim: action size A (the base policy's normalised actions in [-1, 1]).
+        action_dim: action size A (the base policy's actions, in the units its action interface takes).
         residual_scale: largest change of any action by the residual (same units as the actions).
         hidden: hidden layer sizes of the residual actor and of each critic.
+        action_clip: ``(low, high)`` bounds of the executed action: the base policy's own (its metadata's
+            ``action.clip``: [-1, 1] for the quadrotors' normalised thrusts and rates, [-4, 4] for the legged robots'
+            joint offsets in units of their action scale).
     """
 
     obs_dim: int
     action_dim: int
     residual_scale: float
     hidden: tuple[int, ...] = (256, 256)
+    action_clip: tuple[float, float] = (-1.0, 1.0)
 
     @property
     def input_dim(self) -> int:
@@ -126,9 +130,11 @@ def macro_transitions(steps: dict[str, np.ndarray], hold: int) -> dict[str, np.n
     return {k: v[complete] for k, v in out.items()}
 
 
-def compose_action(base_action: torch.Tensor, residual: torch.Tensor, scale: float) -> torch.Tensor:
-    """The executed action ``clip(a_base + scale * r, -1, 1)`` ``[N, A]``."""
-    return (base_action + scale * residual).clamp(-1.0, 1.0)
+def compose_action(base_action: torch.Tensor, residual: torch.Tensor, spec: ResidualSpec) -> torch.Tensor:
+    """The executed action ``clip(a_base + residual_scale * r, *action_clip)`` ``[N, A]`` (``spec``'s scale and
+    the base policy's action bounds: a residual of 0 executes the base policy's action unchanged)."""
+    low, high = spec.action_clip
+    return (base_action + spec.residual_scale * residual).clamp(float(low), float(high))
 
 
 class ResidualActor(nn.Module):

@@ -363,7 +363,7 @@ def held_residual_policy(base, spec: ResidualSpec, state: dict | None, hold: int
         if held["t"] % hold == 0 or held["r"] is None or held["r"].shape[0] != b.shape[0]:
             held["r"] = actor(residual_input(obs, b))
         held["t"] += 1
-        return compose_action(b, held["r"], spec.residual_scale)
+        return compose_action(b, held["r"], spec)
 
     return policy
 

@@ -141,6 +141,34 @@ def test_a_humanoid_session_runs_the_shipped_walker_on_its_own_gap_and_the_model
     assert data["state.v1"].shape == (240, 13 + 2 * 12)  # base pose and twist, the 12 leg joints
 
 
+def test_the_session_executes_the_base_policys_own_actions_within_its_action_bounds(tmp_path, shared_robots):
+    """A zero residual leaves the base action as it is: the legged robots' actions are joint offsets in units of their
+    action scale, bounded at +-4, not +-1 (clipped to +-1, the shipped walker fell within 3 s in every episode of a
+    session; unclipped it walks its 10 s episodes)."""
+    import json
+
+    import torch
+
+    from sim2real.deploy.finetune.residual_sac import ResidualSpec, compose_action
+
+    walker = PRETRAINED / "humanoid-footsteps"
+    session, cfg = ft.open_session(tmp_path / "h", walker, resume=False, overrides=[
+        f"standin.mjcf={shared_robots / 'jvrc1' / 'xml' / 'scene.xml'}", "standin.realtime=false", "standin.gap=none",
+        "actor.explore=false", "seed=1"])
+    spec = ft.residual_spec(session, cfg)
+    assert spec.action_clip == (-4.0, 4.0)
+    base = torch.tensor([[3.0, -2.5, 0.5]])
+    assert torch.equal(compose_action(base, torch.zeros(1, 3), spec), base)
+    assert spec.residual_scale == 0.4
+    assert compose_action(base, torch.ones(1, 3), spec)[0].tolist() == pytest.approx([3.4, -2.1, 0.9])
+    # a quadrotor's normalised actions stay in [-1, 1] (ResidualSpec's default bounds)
+    assert compose_action(base, torch.ones(1, 3), ResidualSpec(3, 3, 0.4))[0].tolist() == pytest.approx([1.0, -1.0, 0.9])
+    ft.run_actor(session, cfg, minutes=0.35, learner=False)  # 840 control steps: two 10 s episodes and a part
+    episodes = [json.loads(line) for line in (session.path / "metrics.jsonl").read_text().splitlines()]
+    episodes = [e for e in episodes if e.get("event") == "episode"]
+    assert len(episodes) == 2 and all(e["end"] == "time_limit" and e["fall"] == 0.0 for e in episodes), episodes
+
+
 def test_a_damaged_learner_checkpoint_gives_a_fresh_learner_fed_from_the_recordings(tmp_path, caplog):
     import logging
 
