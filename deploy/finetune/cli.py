@@ -166,11 +166,11 @@ def _finetune_command(args) -> int:
         if args.output and not Path(args.output).resolve().parent.is_dir():
             raise ConfigError(f"--output: the folder {Path(args.output).resolve().parent} does not exist")
         scores = ft.score_session(session, session_config(session), args.version, args.episodes)
-        print_scores(scores)
-        if args.output:
+        if args.output:  # first: the scores took minutes to compute
             from sim2real.configs.durable import atomic_write_json
 
             atomic_write_json(Path(args.output), scores)
+        print_scores(scores)
         return 0
 
     if args.finetune_command == "status":
@@ -305,13 +305,22 @@ def _finetune_command(args) -> int:
     return 0
 
 
+#: The score columns ``finetune eval`` prints, each where every scored row has it: (header, metric key, width).
+SCORE_COLUMNS = (("pos error [m]", "pos_error_mean", 14), ("hit rate", "hit_rate", 9), ("success", "success_rate", 8))
+
+
 def print_scores(scores: dict) -> None:
+    """The table of :func:`~sim2real.deploy.finetune.runner.score_session`'s scores: the columns of
+    :data:`SCORE_COLUMNS` the task's metrics have (the quadrotors' position error, the humanoid's hit rate), the
+    success rate, the crash or fall rate, and the gap recovered on the task's gap metric."""
     rows = [("base, nominal simulator", scores["nominal"]), ("base, stand-in", scores["before"]),
             (f"version {scores['version']}, stand-in", scores["after"])]
-    print(f"{'policy':32s} {'pos error [m]':>14s} {'success':>8s} {'crash':>6s}")
+    columns = [c for c in SCORE_COLUMNS if all(c[1] in m for _, m in rows)]
+    fall = "crash" if "crash_rate" in scores["nominal"] else "falls"
+    print(f"{'policy':32s} " + " ".join(f"{h:>{w}s}" for h, _, w in columns) + f" {fall:>6s}")
     for name, m in rows:
         crash = m.get("crash_rate", m.get("fall_rate", float("nan")))
-        print(f"{name:32s} {m['pos_error_mean']:14.3f} {m['success_rate']:8.3f} {crash:6.3f}")
+        print(f"{name:32s} " + " ".join(f"{m[k]:{w}.3f}" for _, k, w in columns) + f" {crash:6.3f}")
     metric = scores.get("gap_metric", "pos_error_mean")
     label = {"pos_error_mean": "position error", "success_rate": "success rate"}.get(metric, metric)
     print(f"gap recovered ({label}): {scores['recovered']:.2f}")

@@ -189,3 +189,23 @@ def test_a_damaged_learner_checkpoint_gives_a_fresh_learner_fed_from_the_recordi
     from sim2real.deploy.finetune.learner import transitions_from_recording
 
     assert fresh.buffer.online.size() == len(transitions_from_recording(session.path, 10)["reward"]) > 0
+
+
+def test_finetune_eval_prints_the_columns_each_task_scores(capsys):
+    """The hover's rows have a position error and a crash rate, the humanoid's a hit rate and a fall rate and no
+    position error (``finetune eval`` on a humanoid session raised KeyError 'pos_error_mean' before)."""
+    from sim2real.deploy.finetune.cli import print_scores
+
+    hover = {"pos_error_mean": 0.081, "success_rate": 0.0, "crash_rate": 0.0}
+    print_scores({"nominal": hover, "before": hover, "after": hover, "version": 3, "gap_metric": "pos_error_mean",
+                  "recovered": 0.82})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["policy", "pos", "error", "[m]", "success", "crash"]
+    assert out[3].split()[-3:] == ["0.081", "0.000", "0.000"] and out[-1] == "gap recovered (position error): 0.82"
+    walker = {"hit_rate": 0.987, "success_rate": 0.961, "fall_rate": 0.023}
+    shifted = {"hit_rate": 0.912, "success_rate": 0.734, "fall_rate": 0.117}
+    print_scores({"nominal": walker, "before": shifted, "after": shifted, "version": 2, "gap_metric": "success_rate",
+                  "recovered": 0.0})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["policy", "hit", "rate", "success", "falls"]
+    assert out[2].split()[-3:] == ["0.912", "0.734", "0.117"] and out[-1] == "gap recovered (success rate): 0.00"
