@@ -134,5 +134,10 @@ def warm_start(runner, policy_dir: str | Path, critic_warmup: int) -> str:
         if "obs_normalizer._mean" in state:
             norm.count.fill_(WARM_COUNT)
     runner.freeze_actor(critic_warmup)
-    return (f"actor initialised from {policy_dir} ({meta.get('task')}); critic fresh, trained alone for "
+    note = (f"actor initialised from {policy_dir} ({meta.get('task')}); critic fresh, trained alone for "
             f"{critic_warmup} iteration{'' if critic_warmup == 1 else 's'}")
+    changed = [f"{k} {meta['gait'][k]} -> {run_meta['gait'][k]}" for k in sorted(meta.get("gait") or {})
+               if k in (run_meta.get("gait") or {}) and meta["gait"][k] != run_meta["gait"][k]]
+    if changed:  # allowed (a deliberate change of gait), but the actor's clock input now means another gait
+        note += "\nnote: this run's gait differs from the policy's (" + ", ".join(changed) + ")"
+    return note

@@ -76,12 +76,21 @@ def open_session(session_dir, policy_dir=None, *, resume: bool, overrides=None, 
         from sim2real.tasks import complete_saved_config
 
         try:
-            standin_task_config(episode_task_config(complete_saved_config(meta["training"]["task_config"])[0], cfg),
-                                cfg)
+            standin = standin_task_config(
+                episode_task_config(complete_saved_config(meta["training"]["task_config"])[0], cfg), cfg)
             check_prior_sessions(cfg["learner"]["prior_sessions"], sha256_file(Path(policy_dir) / "policy.onnx"),
                                  cfg["hold_steps"])
         except (ValueError, FileNotFoundError) as exc:
             raise ConfigError(str(exc)) from None
+        if cfg["standin"]["mjcf"]:  # a model the task cannot simulate would stop every run of the session
+            from sim2real.tasks import make_env
+
+            try:
+                make_env(standin, num_envs=1, eval_mode=True)
+            except Exception as exc:  # the task's own load and model checks (ConfigError, ValueError, MuJoCo's)
+                why = " ".join(str(exc).split())
+                raise ConfigError(f"standin.mjcf={cfg['standin']['mjcf']}: the task cannot simulate it ({why})") \
+                    from None
     session = FinetuneSession.create(session_dir, policy_dir, task=meta.get("task", "?"),
                                      robot_name=meta.get("robot", {}).get("name", "?"), config=cfg)
     session.write_config(cfg)

@@ -134,3 +134,18 @@ def test_a_resume_inside_the_warmup_keeps_the_actor_frozen_to_its_end(tiny_polic
     runner.save(str(tmp_path / "model_3.pt"), prune=False)
     done.load(str(tmp_path / "model_3.pt"))
     assert done._actor_frozen is None
+
+
+def test_a_policy_of_another_gait_is_taken_with_a_note_naming_the_change(shared_robots):
+    from sim2real.policies.artefact import PRETRAINED_DIR
+
+    mjcf = shared_robots / "jvrc1" / "xml" / "scene.xml"
+    base = [f"robot.mjcf={mjcf}", "env.num_envs=2", "train.num_steps_per_env=4", "sim.nthread=1"]
+    walker = PRETRAINED_DIR / "humanoid-footsteps"  # trained with a 1.1 s step period (walk.yaml)
+    for extra, expected in ((["gait.step_period=1.1", "gait.swing_fraction=0.68"], None),
+                            ([], "note: this run's gait differs from the policy's (step_period_s 1.1 -> 0.5, "
+                                 "swing_fraction 0.68 -> 0.65)")):
+        cfg = task_config("humanoid-footsteps", base + extra)
+        note = warm_start(Sim2RealRunner(make_env(cfg), cfg, None, progress=False), walker, critic_warmup=1)
+        assert note.startswith("actor initialised from")
+        assert (note.splitlines()[-1] == expected) if expected else ("note:" not in note)

@@ -126,6 +126,11 @@ def test_a_humanoid_session_runs_the_shipped_walker_on_its_own_gap_and_the_model
     walker = PRETRAINED / "humanoid-footsteps"
     with pytest.raises(ConfigError, match="config key 'standin.mjcf': no MJCF file at"):
         ft.open_session(tmp_path / "none", walker, resume=False, overrides=[f"standin.mjcf={tmp_path / 'no.xml'}"])
+    # a file the task cannot simulate (the Go2 has no JVRC-1 feet) is refused before any session folder exists
+    with pytest.raises(ConfigError, match=r"standin.mjcf=.*go2.*: the task cannot simulate it \(.*foot_bodies"):
+        ft.open_session(tmp_path / "go2", walker, resume=False,
+                        overrides=[f"standin.mjcf={shared_robots / 'unitree_go2' / 'scene.xml'}"])
+    assert not (tmp_path / "go2").exists()
     mjcf = shared_robots / "jvrc1" / "xml" / "scene.xml"
     session, cfg = ft.open_session(tmp_path / "h", walker, resume=False,
                                    overrides=[f"standin.mjcf={mjcf}", "standin.realtime=false", "seed=1"])
