@@ -80,8 +80,9 @@ def actor_state_from_onnx(onnx_path: Path, eps: float) -> dict[str, np.ndarray]:
 
 def warm_start(runner, policy_dir: str | Path, critic_warmup: int) -> str:
     """Load the actor of the exported policy in ``policy_dir`` into ``runner`` (a fresh
-    :class:`~sim2real.policies.runner.Sim2RealRunner`) and freeze it for ``critic_warmup`` iterations; returns a
-    one-line summary.
+    :class:`~sim2real.policies.runner.Sim2RealRunner`) and hold it for ``critic_warmup`` iterations; returns a
+    one-line summary, with a second line when this run's gait (metadata ``gait``: step period, swing fraction)
+    differs from the policy's.
 
     Raises:
         WarmStartError: the policy's metadata is missing or damaged, or its task, observation layout, action or
