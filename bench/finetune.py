@@ -32,9 +32,9 @@ import numpy as np
 from sim2real.policies.artefact import PRETRAINED_DIR
 
 
-#: The stand-in gap of the bench per robot kind unless ``--set standin.gap=...`` or the task's own gap
-#: (``FinetuneSpec.gap``, the humanoid's) says otherwise: the fine-tuning issue's, each with an effect the training DR
-#: cannot represent (the hover: motor m1 at 85 %; the jump: a compliant floor).
+#: The stand-in gap of the bench for each robot kind's default gap, unless ``--set standin.gap=...`` says otherwise
+#: (a task's own gap, ``FinetuneSpec.gap`` such as the humanoid's, is benched as it is): the fine-tuning issue's, each
+#: with an effect the training DR cannot represent (the hover: motor m1 at 85 %; the jump: a compliant floor).
 BENCH_GAPS = {"quadrotor": "quadrotor_weak_motor", "legged": "legged_compliant"}
 
 
@@ -58,14 +58,12 @@ def bench_finetune(policy_dir, minutes: float = 10.0, seeds: int = 3, out=None, 
     policy_dir = Path(policy_dir)
     overrides = list(overrides or [])
     if not any(o.split("=", 1)[0].strip() == "standin.gap" for o in overrides):
-        from sim2real.hardware.standins.reality_gap import robot_kind
+        from sim2real.hardware.standins.reality_gap import default_gap_name
         from sim2real.policies.artefact.metadata import load_metadata
-        from sim2real.tasks import get_task
 
         meta = load_metadata(policy_dir)
-        spec = get_task(meta["task"]).finetune
-        own = spec.gap if spec is not None else None
-        overrides.insert(0, f"standin.gap={own or BENCH_GAPS[robot_kind(meta['robot'])]}")
+        gap = default_gap_name(meta["task"], meta["robot"])  # the task's own, else its robot kind's
+        overrides.insert(0, f"standin.gap={BENCH_GAPS.get(gap, gap)}")
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench_finetune_"))
     out.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -214,15 +214,22 @@ def base_policy(session, cfg: dict | None = None):
     return base, (episode_task_config(task_cfg, cfg) if cfg is not None else task_cfg)
 
 
+def with_session_model(task_cfg: dict, cfg: dict) -> dict:
+    """``task_cfg`` (changed in place and returned) with ``robot.mjcf`` replaced by the session's ``standin.mjcf``
+    when that is set (a session config saved before the key existed has none)."""
+    mjcf = cfg.get("standin", {}).get("mjcf")
+    if mjcf:
+        task_cfg["robot"]["mjcf"] = str(mjcf)
+    return task_cfg
+
+
 def episode_task_config(task_cfg: dict, cfg: dict) -> dict:
     """``task_cfg`` with the session's robot model and episode starts: ``standin.mjcf`` (when set) replaces
     ``robot.mjcf``; ``start.{tilt, lin_vel, ang_vel}`` replace ``init.*`` of a task that has them (the quadrotor
     tasks)."""
     import copy
 
-    out = copy.deepcopy(task_cfg)
-    if cfg["standin"].get("mjcf"):
-        out["robot"]["mjcf"] = str(cfg["standin"]["mjcf"])
+    out = with_session_model(copy.deepcopy(task_cfg), cfg)
     init = out.get("init", {})
     for key, value in cfg["start"].items():
         if key in init:

@@ -87,14 +87,12 @@ def session_trajectories(session) -> tuple[Trajectories, dict]:
     Raises:
         IdentificationError: see :func:`trajectories_from_recording`.
     """
+    from sim2real.deploy.finetune.config import with_session_model
     from sim2real.deploy.recording.transitions import read_transitions
     from sim2real.tasks import complete_saved_config
 
     meta = session.base_metadata()
-    task_cfg, _ = complete_saved_config(meta["training"]["task_config"])
-    mjcf = session.read_config().get("standin", {}).get("mjcf")
-    if mjcf:
-        task_cfg["robot"]["mjcf"] = str(mjcf)
+    task_cfg = with_session_model(complete_saved_config(meta["training"]["task_config"])[0], session.read_config())
     data = merge_recordings([read_transitions(d) for d in session.recording_dirs().values()])
     return trajectories_from_recording(data, float(meta["control_period_s"]), str(session.path)), task_cfg
 

@@ -15,10 +15,10 @@ The identified simulator (:func:`identified_task_config`)
     :class:`~sim2real.tasks.actions.QuadrotorAction.motor_gain`). ADR off, DR on.
 
 The residual, trained with PPO (:func:`train_residual`)
-    Residual RL on a frozen base (Johannink et al. 2019, "Residual Reinforcement Learning for Robot Control"), the
-    same residual the edge actor runs (:class:`~sim2real.deploy.finetune.residual_sac.ResidualActor`): the robot
-    executes ``clip(a_base(o) + residual_scale * r)`` (the base policy's action bounds) with ``r =
-    tanh(mu([o, a_base]))`` held for ``hold_steps`` control steps. :class:`ResidualEnv` wraps the task env for rsl-rl-lib's PPO (unchanged, as the
+    Residual RL on a frozen base (Johannink et al. 2019, "Residual Reinforcement Learning for Robot Control"), the same
+    residual the edge actor runs (:class:`~sim2real.deploy.finetune.residual_sac.ResidualActor`): the robot executes
+    ``clip(a_base(o) + residual_scale * r)`` (the base policy's action bounds) with ``r = tanh(mu([o, a_base]))`` held
+    for ``hold_steps`` control steps. :class:`ResidualEnv` wraps the task env for rsl-rl-lib's PPO (unchanged, as the
     project's training uses it): one PPO step is one hold (``hold_steps`` control steps, the base policy acting at
     each), PPO's action ``u`` is the pre-squash residual (``r = tanh(u)``: PPO's Gaussian mean is exactly the actor's
     deterministic ``mu``), the reward is the sum of the task's rewards over the hold. :func:`export_residual` turns

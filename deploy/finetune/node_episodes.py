@@ -20,14 +20,13 @@ Each control tick (the base policy's control period, ``metadata["control_period_
    the task's ObservationBuilder);
 3. by phase:
 
-   * **episode** (0): ``EdgeActor.act(obs)`` -> ``a = clip(a_base + residual_scale r)`` (the base's action
-     bounds), or a fresh teleop action (see intervention) -> SafetyLayer -> the command topic. The transition of the previous tick is
-     recorded now (:meth:`EdgeActor.record`), when its next observation exists: ``next_obs`` = this tick's
-     observation, ``next_base_action`` = the base policy's action for it, ``reward`` = the task's robot reward
-     of the step (its ``finetune.reward``), ``terminated`` when the safety envelope is breached in the new state,
-     ``truncated`` at the time limit (``episode_s``), on an operator ``stop``, on a fault or a deactivation.
-     The transition carries the policy version that chose its action (versions change only in
-     :meth:`EdgeActor.end_episode`, after verification);
+   * **episode** (0): ``EdgeActor.act(obs)`` -> ``a = clip(a_base + residual_scale r)`` (the base's action bounds), or a
+     fresh teleop action (see intervention) -> SafetyLayer -> the command topic. The transition of the previous tick is
+     recorded now (:meth:`EdgeActor.record`), when its next observation exists: ``next_obs`` = this tick's observation,
+     ``next_base_action`` = the base policy's action for it, ``reward`` = the task's robot reward of the step (its
+     ``finetune.reward``), ``terminated`` when the safety envelope is breached in the new state, ``truncated`` at the
+     time limit (``episode_s``), on an operator ``stop``, on a fault or a deactivation. The transition carries the
+     policy version that chose its action (versions change only in :meth:`EdgeActor.end_episode`, after verification);
    * **reset** (1): the base policy alone (no residual, nothing recorded as learning data) flies to the reset
      point (``reset_to="sample"``: a point drawn in the goal box; ``"start"``: the previous episode's start
      position, at the first reset the current position) until it has been within ``reset_tolerance_m`` (default

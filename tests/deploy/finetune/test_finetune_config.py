@@ -167,7 +167,8 @@ def test_the_session_executes_the_base_policys_own_actions_within_its_action_bou
     assert spec.residual_scale == 0.4
     assert compose_action(base, torch.ones(1, 3), spec)[0].tolist() == pytest.approx([3.4, -2.1, 0.9])
     # a quadrotor's normalised actions stay in [-1, 1] (ResidualSpec's default bounds)
-    assert compose_action(base, torch.ones(1, 3), ResidualSpec(3, 3, 0.4))[0].tolist() == pytest.approx([1.0, -1.0, 0.9])
+    quadrotor = ResidualSpec(3, 3, 0.4)
+    assert compose_action(base, torch.ones(1, 3), quadrotor)[0].tolist() == pytest.approx([1.0, -1.0, 0.9])
     ft.run_actor(session, cfg, minutes=0.35, learner=False)  # 840 control steps: two 10 s episodes and a part
     episodes = [json.loads(line) for line in (session.path / "metrics.jsonl").read_text().splitlines()]
     episodes = [e for e in episodes if e.get("event") == "episode"]
