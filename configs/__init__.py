@@ -179,7 +179,8 @@ def merge_checked(base: dict, update: dict, prefix: str = "") -> dict:
 
 
 def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
-    """Apply ``key.sub=value`` overrides (value parsed as YAML) to ``cfg``; returns a new dict."""
+    """Apply ``key.sub=value`` overrides (value parsed as YAML) to ``cfg``; returns a new dict. An empty value
+    (``key=``) of a string key is the empty string (YAML would read it as null)."""
     out = copy.deepcopy(cfg)
     for item in overrides:
         if "=" not in item:
@@ -200,6 +201,8 @@ def apply_overrides(cfg: dict, overrides: list[str]) -> dict:
             if i < len(parts) - 1:
                 node = node[part]
         leaf = parts[-1]
+        if value is None and not raw.strip() and isinstance(node[leaf], str):  # `--set key=` empties a string
+            value = ""
         node[leaf] = _check_value(key, node[leaf], value)
     return out
 

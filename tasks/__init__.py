@@ -166,8 +166,10 @@ def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
 #: Keys :func:`complete_saved_config` fills without reporting them: their default is, by construction, how every
 #: config saved before them ran (``train.symmetry``: disabled, as training was before the setting existed; the
 #: humanoid's ``eval.pushes`` / ``eval.push_velocity``: evaluation only, no scheduled push by default; the quadrotors'
-#: ``domain_rand.motor_thrust_scale``: all 1, the rotors as every earlier config simulated them).
-QUIET_ADDITIONS = ("train.symmetry", "eval.pushes", "eval.push_velocity", "domain_rand.motor_thrust_scale")
+#: ``domain_rand.motor_thrust_scale``: all 1, the rotors as every earlier config simulated them; the jump's
+#: ``command.distance_min_start``: null, ``distance_min`` throughout, as before the key existed).
+QUIET_ADDITIONS = ("train.symmetry", "eval.pushes", "eval.push_velocity", "domain_rand.motor_thrust_scale",
+                   "command.distance_min_start")
 
 
 def migrate_rewards(cfg: dict, defaults: dict) -> list[str]:

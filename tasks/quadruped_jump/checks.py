@@ -31,6 +31,10 @@ def check_config(cfg: dict) -> None:
     require(c["distance_max"] >= 0, "command.distance_max", f"must be >= 0, got {c['distance_max']}")
     require(0 <= c["distance_min"] <= c["distance_start"] <= c["distance_max"], "command.distance_min",
             "need 0 <= distance_min <= distance_start <= distance_max")
+    start = c.get("distance_min_start")
+    require(start is None or (isinstance(start, (int, float)) and not isinstance(start, bool)
+                              and 0 <= start <= c["distance_min"]), "command.distance_min_start",
+            f"need null or a number in [0, distance_min], got {start!r}")
     require(0 <= c["diagonal_max"] <= 3.1416, "command.diagonal_max", "must lie in [0, pi]")
     for key in ("yaw_max", "obstacle_height_max"):
         require(c[key] >= 0, f"command.{key}", f"must be >= 0, got {c[key]}")

@@ -12,15 +12,26 @@ import math
 import torch
 
 
+def entry_distance_min(cfg: dict) -> float:
+    """Stage 2's lower distance bound [m] at level 0: ``distance_min_start``, or ``distance_min`` when that is null
+    (a fixed lower bound, as before the key existed)."""
+    start = cfg.get("distance_min_start")
+    return float(cfg["distance_min"] if start is None else start)
+
+
 def sample_commands(stage: torch.Tensor, level: torch.Tensor, cfg: dict) -> torch.Tensor:
     """Commands ``[M, 5]`` for envs at 0-based ``stage`` ``[M]`` (0 in place, 1 distance, 2 obstacle) and
-    ``level`` ``[M]`` in [0, 1] (``cfg``: the task's ``command`` section)."""
+    ``level`` ``[M]`` in [0, 1] (``cfg``: the task's ``command`` section). A distance jump's commanded distance
+    [m] is uniform between a lower bound growing from ``distance_min_start`` to ``distance_min`` and an upper bound
+    growing from ``distance_start`` to ``distance_max`` with the level."""
     m, dev = stage.shape[0], stage.device
     u = lambda lo, hi: lo + (hi - lo) * torch.rand(m, device=dev)  # noqa: E731
     cmd = torch.zeros(m, 5, device=dev)
-    # Stage 2: distance upper bound grows with the level; direction up to diagonal; yaw change grows too.
+    # Stage 2: both distance bounds grow with the level (lower: distance_min_start -> distance_min, upper:
+    # distance_start -> distance_max); direction up to diagonal; yaw change grows too.
+    low = entry_distance_min(cfg) + (cfg["distance_min"] - entry_distance_min(cfg)) * level
     reach = cfg["distance_start"] + (cfg["distance_max"] - cfg["distance_start"]) * level
-    dist = cfg["distance_min"] + (reach - cfg["distance_min"]).clamp_min(0.0) * torch.rand(m, device=dev)
+    dist = low + (reach - low).clamp_min(0.0) * torch.rand(m, device=dev)
     lo, hi = cfg["obstacle_distance"]
     dist = torch.where(stage == 2, u(lo, hi), dist)
     direction = u(-1.0, 1.0) * cfg["diagonal_max"] * torch.where(stage == 2, 0.0, 1.0)

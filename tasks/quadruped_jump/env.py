@@ -461,7 +461,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         obstacle)."""
         ccfg, c = self.cfg["curriculum"], self.cfg["command"]
         return {"difficulty": stage_space(ccfg["num_stages"], ccfg["max_difficulty"]),
-                "landing": TaskSpace(("distance", "direction"), (c["distance_min"], -c["diagonal_max"]),
+                "landing": TaskSpace(("distance", "direction"), (cmds.entry_distance_min(c), -c["diagonal_max"]),
                                      (c["distance_max"], c["diagonal_max"]), ("m", "rad"), ccfg["bins"])}
 
     def reset_all(self) -> None:

@@ -26,6 +26,13 @@ def test_overrides_apply_with_types():
     assert cfg["env"]["goal_min"] == [0, 0, 1]
 
 
+def test_an_empty_override_empties_a_string_key_and_is_refused_elsewhere():
+    cfg = apply_overrides({"standin": {"mjcf": "/a/scene.xml"}, "n": 3}, ["standin.mjcf="])
+    assert cfg["standin"]["mjcf"] == ""
+    with pytest.raises(ConfigError, match="'n': expected a number"):
+        apply_overrides({"n": 3}, ["n="])
+
+
 @pytest.mark.parametrize(
     "override, key",
     [

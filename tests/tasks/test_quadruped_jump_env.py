@@ -136,6 +136,25 @@ def test_stage_1_distances_directions_and_yaw(command_cfg, level):
         assert (dist >= 0.9).float().mean() > 0.08  # 1/8 of them reach 0.9 m or more
 
 
+@pytest.mark.parametrize("level, low, high", [(0.0, 0.05, 0.1), (0.5, 0.125, 0.55), (1.0, 0.2, 1.0)])
+def test_stage_1_lower_bound_grows_from_distance_min_start(command_cfg, level, low, high):
+    c = dict(command_cfg, distance_min_start=0.05, distance_start=0.1)  # an entry a low hop reaches
+    dist = torch.linalg.vector_norm(_sample(1, level, c)[:, :2], dim=-1)
+    assert dist.min() >= low - 1e-6 and dist.max() <= high + 1e-6
+    assert dist.min() < low + 0.02 and dist.max() > high - 0.02  # the whole range is used
+    assert command_cfg["distance_min_start"] is None  # the default: distance_min throughout
+    assert cmds.entry_distance_min(command_cfg) == 0.2 and cmds.entry_distance_min(c) == 0.05
+
+
+@pytest.mark.parametrize("value", [0.3, -0.1, "near"])
+def test_a_distance_min_start_outside_0_to_distance_min_is_refused(value):
+    from sim2real.configs import ConfigError
+    from sim2real.tasks import task_config
+
+    with pytest.raises(ConfigError, match="command.distance_min_start"):
+        task_config("quadruped-jump", [f"command.distance_min_start={value}"])
+
+
 @pytest.mark.parametrize("level", [0.0, 0.4, 1.0])
 def test_stage_2_obstacle_height_grows_with_the_level(command_cfg, level):
     c = command_cfg
