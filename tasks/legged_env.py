@@ -57,12 +57,16 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
         """Apply ``actions`` ``[N, A]`` for one control step: a row with NaN/Inf -> zeros and its env flagged
         (:meth:`~sim2real.tasks.base_env.TaskEnv._finite_actions`; the task ends it), clipped to the action clip,
         delayed by the per-env latency, sent as joint targets; random pushes; then read the new state and count the
-        step."""
+        step. ``self.actions`` (the observed last action, the action-rate term) becomes the action sent this tick:
+        on a late tick (``domain_rand.late_tick_prob``) the previous one, the policy's output dropped, as a deploy
+        node that misses a tick never sends it and still observes the last action it sent (what ``sim2real
+        check``'s jitter replay feeds back too)."""
         clip = self.action_term.action_clip
         actions = self._finite_actions(actions).clamp(-clip, clip)
         self.last_actions = self.actions
-        self.actions = actions
-        self.sim.step(self.action_term.to_command(self.dr.delay(actions)))
+        applied = self.dr.delay(actions)
+        self.actions = self.dr.action_history[:, 0].clone()  # what entered the action buffer this tick
+        self.sim.step(self.action_term.to_command(applied))
         self.dr.maybe_push()
         self._state = self.sim.state()
         self.episode_length_buf += 1

@@ -69,3 +69,20 @@ def test_off_passes_actions_through_and_draws_nothing(extra):
 def test_a_range_outside_the_probabilities_is_refused(bad):
     with pytest.raises(ConfigError, match="late_tick_prob"):
         check_domain_rand({**DR, "late_tick_prob": bad})
+
+
+@pytest.mark.parametrize("late, observed", [(1.0, 0.0), (0.0, 0.3)])
+def test_the_env_observes_the_action_it_sent_not_a_dropped_one(late, observed):
+    # a late tick drops the policy's output (the robot holds the previous target, here the reset's zeros), and the
+    # observed last action is what was sent, as on a deploy node that missed the tick and as the check's jitter
+    # replay feeds it back; an on-time tick's output is observed as it is
+    from sim2real.tasks import make_env, task_config
+
+    cfg = task_config("humanoid-footsteps", [f"domain_rand.late_tick_prob=[{late},{late}]",
+                                             "domain_rand.latency_steps=[0,0]"])
+    env = make_env(cfg, num_envs=2)
+    env.get_observations()
+    a = torch.full((2, env.num_actions), 0.3)
+    env.step(a)
+    torch.testing.assert_close(env.actions, torch.full_like(a, observed))
+    torch.testing.assert_close(env.robot_state().last_action, torch.full_like(a, observed))
