@@ -175,9 +175,11 @@ def test_diagnostics_report_the_control_timing_and_safety_state(start, linear_po
             assert wait_until(lambda: status() is not None, 5.0)
             st = status()
             values = {kv.key: kv.value for kv in st.values}
-            # OK in control, unless a period overran (a loaded machine; WARN for that second).
+            # OK in control, unless a period overran or a deadline was skipped (a loaded machine; WARN for that
+            # second, and the count says so)
             assert st.hardware_id == g.ns and st.message == "policy in control"
-            assert st.level == DiagnosticStatus.OK or (st.level == DiagnosticStatus.WARN and int(values["overruns"]) > 0)
+            assert st.level == DiagnosticStatus.OK or (
+                st.level == DiagnosticStatus.WARN and int(values["overruns"]) + int(values["skipped"]) > 0), values
             assert float(values["rate_hz"]) == pytest.approx(100.0)
             for key in ("period_error_p50_ms", "period_error_p99_ms", "compute_p99_us", "inference_p50_us",
                         "inference_p99_us"):

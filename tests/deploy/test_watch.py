@@ -192,8 +192,8 @@ def test_a_foxglove_client_reads_the_robot_state_fed_from_the_topics(ros_ctx, na
 # --- the run recording ----------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_path):
-    """``sim2real standin`` + ``sim2real deploy --viz 127.0.0.1:0`` (recording on by default) with the shipped hover
-    policy; Ctrl-C after the policy has flown a while: exit 0, the run folder says where it recorded, and its
+    """``sim2real standin --lockstep`` + ``sim2real deploy --sim-time --viz 127.0.0.1:0`` (recording on by default)
+    with the shipped hover policy; Ctrl-C after the policy has flown a while: exit 0, the run folder says where it recorded, and its
     ``topics-000000.mcap`` is a properly closed ROS 2 MCAP (summary and footer) that mcap_ros2 decodes, with the
     odometry, the motor commands and the diagnostics; ``viz.mcap`` holds the view's state channel."""
     if not (PRETRAINED / "policy.onnx").is_file():
@@ -204,10 +204,13 @@ def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_p
     from ros_helpers import policy_command_topic, spawn_cli, stop_process, wait_until
 
     ns, runs = "/watch_e2e", tmp_path / "runs"
-    procs = {"standin": spawn_cli(["standin", "--namespace", ns, "--duration", "120"], tmp_path / "standin.log"),
+    # in lockstep (the stand-in steps when a command arrives, the node ticks on its simulated time): the flight
+    # does not depend on the machine's load (in real time a loaded machine once dipped it by more than 0.2 m)
+    procs = {"standin": spawn_cli(["standin", "--namespace", ns, "--lockstep", "100", "--duration", "900"],
+                                  tmp_path / "standin.log"),
              "deploy": spawn_cli(["deploy", "--policy", str(PRETRAINED), "--robot", "crazyflie2", "--namespace", ns,
-                                  "--activate", "--duration", "120", "--viz", "127.0.0.1:0", "--runs-root", str(runs)],
-                                 tmp_path / "deploy.log")}
+                                  "--activate", "--sim-time", "--duration", "900", "--viz", "127.0.0.1:0",
+                                  "--runs-root", str(runs)], tmp_path / "deploy.log")}
     log = lambda: (tmp_path / "deploy.log").read_text()  # noqa: E731
     try:
         assert wait_until(lambda: "policy in control" in log(), 90.0, poll_s=0.2), log()
@@ -218,6 +221,7 @@ def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_p
         time.sleep(3.0)  # flying: odometry, commands and a few diagnostics recorded
         sigint_ns = time.time_ns()  # the recorder's log times are time.time_ns() at receipt
         assert stop_process(procs["deploy"], signal.SIGINT, timeout_s=30.0) == 0, log()
+        assert "simulated time jumped" not in log(), log()  # the stand-in steps at the policy's rate
     finally:
         for proc in procs.values():
             stop_process(proc)
