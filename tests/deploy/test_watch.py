@@ -193,8 +193,8 @@ def test_a_foxglove_client_reads_the_robot_state_fed_from_the_topics(ros_ctx, na
 @pytest.mark.slow
 def test_a_deploy_run_leaves_a_decodable_mcap_closed_properly_after_ctrl_c(tmp_path):
     """``sim2real standin --lockstep`` + ``sim2real deploy --sim-time --viz 127.0.0.1:0`` (recording on by default)
-    with the shipped hover policy; Ctrl-C after the policy has flown a while: exit 0, the run folder says where it recorded, and its
-    ``topics-000000.mcap`` is a properly closed ROS 2 MCAP (summary and footer) that mcap_ros2 decodes, with the
+    with the shipped hover policy; Ctrl-C after the policy has flown a while: exit 0, the run folder says where it
+    recorded, and its ``topics-000000.mcap`` is a properly closed ROS 2 MCAP (summary and footer) that mcap_ros2 decodes, with the
     odometry, the motor commands and the diagnostics; ``viz.mcap`` holds the view's state channel."""
     if not (PRETRAINED / "policy.onnx").is_file():
         pytest.skip(f"no pretrained policy shipped at {PRETRAINED}")
