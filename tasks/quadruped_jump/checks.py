@@ -29,12 +29,19 @@ def check_config(cfg: dict) -> None:
         require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
     check_mujoco_sim(cfg["sim"])
     require(c["distance_max"] >= 0, "command.distance_max", f"must be >= 0, got {c['distance_max']}")
-    require(0 <= c["distance_min"] <= c["distance_start"] <= c["distance_max"], "command.distance_min",
-            "need 0 <= distance_min <= distance_start <= distance_max")
+    # stage 2's distance range at level 0 is [distance_min_start (or distance_min), distance_start], at level 1
+    # [distance_min, distance_max]; both bounds move linearly in between, so the two ends decide
+    d_min, d_start, d_max = c["distance_min"], c["distance_start"], c["distance_max"]
+    require(0 <= d_min <= d_max, "command.distance_min",
+            f"need 0 <= distance_min <= distance_max, got {d_min!r} and {d_max!r}")
     start = c.get("distance_min_start")
     require(start is None or (isinstance(start, (int, float)) and not isinstance(start, bool)
-                              and 0 <= start <= c["distance_min"]), "command.distance_min_start",
-            f"need null or a number in [0, distance_min], got {start!r}")
+                              and 0 <= start <= d_min), "command.distance_min_start",
+            f"need null or a number in [0, distance_min {d_min!r}], got {start!r}")
+    low = d_min if start is None else start
+    name = "distance_min" if start is None else "distance_min_start"
+    require(low <= d_start <= d_max, f"command.{name}" if start is None else "command.distance_start",
+            f"need {name} <= distance_start <= distance_max, got {low!r}, {d_start!r}, {d_max!r}")
     require(0 <= c["diagonal_max"] <= 3.1416, "command.diagonal_max", "must lie in [0, pi]")
     for key in ("yaw_max", "obstacle_height_max"):
         require(c[key] >= 0, f"command.{key}", f"must be >= 0, got {c[key]}")

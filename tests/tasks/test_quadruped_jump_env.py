@@ -155,6 +155,19 @@ def test_a_distance_min_start_outside_0_to_distance_min_is_refused(value):
         task_config("quadruped-jump", [f"command.distance_min_start={value}"])
 
 
+def test_an_entry_below_distance_min_is_accepted_and_its_upper_bound_checked():
+    from sim2real.configs import ConfigError
+    from sim2real.tasks import task_config
+
+    # 0.05-0.1 m at level 0 grows to 0.2-1.0 m at level 1 (distance_start below distance_min is fine then)
+    cfg = task_config("quadruped-jump", ["command.distance_min_start=0.05", "command.distance_start=0.1"])
+    assert (cfg["command"]["distance_min_start"], cfg["command"]["distance_start"]) == (0.05, 0.1)
+    with pytest.raises(ConfigError, match=r"command\.distance_start.*0\.1, 0\.05"):
+        task_config("quadruped-jump", ["command.distance_min_start=0.1", "command.distance_start=0.05"])
+    with pytest.raises(ConfigError, match=r"command\.distance_min'.*0\.2, 0\.1"):  # no entry: as before
+        task_config("quadruped-jump", ["command.distance_start=0.1"])
+
+
 @pytest.mark.parametrize("level", [0.0, 0.4, 1.0])
 def test_stage_2_obstacle_height_grows_with_the_level(command_cfg, level):
     c = command_cfg
