@@ -130,6 +130,12 @@ class LeggedDomainRandomization:
         self.action_history[:, 0] = actions
         return self.action_history[torch.arange(len(actions), device=self.device), self.latency]
 
+    @property
+    def sent(self) -> torch.Tensor:
+        """``[N, A]`` the action that entered the buffer at the last :meth:`delay` (a late tick's: the previous one),
+        a copy: what a deploy node sent this tick."""
+        return self.action_history[:, 0].clone()
+
     def maybe_push(self) -> None:
         """With probability ``push_prob`` per env, add a random horizontal base velocity (``push_velocity``)."""
         dr = self.dr

@@ -65,7 +65,7 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
         actions = self._finite_actions(actions).clamp(-clip, clip)
         self.last_actions = self.actions
         applied = self.dr.delay(actions)
-        self.actions = self.dr.action_history[:, 0].clone()  # what entered the action buffer this tick
+        self.actions = self.dr.sent
         self.sim.step(self.action_term.to_command(applied))
         self.dr.maybe_push()
         self._state = self.sim.state()

@@ -38,9 +38,9 @@ def check_config(cfg: dict) -> None:
     require(start is None or (isinstance(start, (int, float)) and not isinstance(start, bool)
                               and 0 <= start <= d_min), "command.distance_min_start",
             f"need null or a number in [0, distance_min {d_min!r}], got {start!r}")
-    low = d_min if start is None else start
-    name = "distance_min" if start is None else "distance_min_start"
-    require(low <= d_start <= d_max, f"command.{name}" if start is None else "command.distance_start",
+    low, name, key = (d_min, "distance_min", "command.distance_min") if start is None else \
+        (start, "distance_min_start", "command.distance_start")
+    require(low <= d_start <= d_max, key,
             f"need {name} <= distance_start <= distance_max, got {low!r}, {d_start!r}, {d_max!r}")
     require(0 <= c["diagonal_max"] <= 3.1416, "command.diagonal_max", "must lie in [0, pi]")
     for key in ("yaw_max", "obstacle_height_max"):

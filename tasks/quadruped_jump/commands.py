@@ -29,7 +29,8 @@ def sample_commands(stage: torch.Tensor, level: torch.Tensor, cfg: dict) -> torc
     cmd = torch.zeros(m, 5, device=dev)
     # Stage 2: both distance bounds grow with the level (lower: distance_min_start -> distance_min, upper:
     # distance_start -> distance_max); direction up to diagonal; yaw change grows too.
-    low = entry_distance_min(cfg) + (cfg["distance_min"] - entry_distance_min(cfg)) * level
+    entry = entry_distance_min(cfg)
+    low = entry + (cfg["distance_min"] - entry) * level
     reach = cfg["distance_start"] + (cfg["distance_max"] - cfg["distance_start"]) * level
     dist = low + (reach - low).clamp_min(0.0) * torch.rand(m, device=dev)
     lo, hi = cfg["obstacle_distance"]
