@@ -10,11 +10,11 @@ displayed, no global figure registry holds them (no leak across calls), and plot
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from sim2real.configs.durable import atomic_writer
 
 #: Bins of the 1-D histogram.
 HIST_BINS = 40
@@ -89,7 +89,8 @@ def plot_task_space(curriculum, path: str | Path) -> Path | None:
     and episode count. The teacher's :meth:`plot_overlay` then draws on the main axis, in the space's units.
 
     The figure is saved to a temporary file in the target folder (created if missing) and moved onto ``path``
-    with :func:`os.replace`, so a reader never sees a half-written image.
+    with :func:`os.replace` (:func:`~sim2real.configs.durable.atomic_writer`: the permission bits ``open`` gives),
+    so a reader never sees a half-written image.
     """
     import numpy as np
     from matplotlib.figure import Figure
@@ -127,15 +128,9 @@ def plot_task_space(curriculum, path: str | Path) -> Path | None:
     curriculum.plot_overlay(ax)
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    try:  # atomically, with the permission bits open() gives (mkstemp's own are 0o600)
+        with atomic_writer(path) as f:
             fig.savefig(f, format="png", dpi=100, bbox_inches="tight")  # takes in panels drawn outside the axis
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     finally:
         fig.clear()
     return path

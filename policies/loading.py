@@ -42,13 +42,15 @@ def load_policy(*, task: str | None, policy_dir: str | Path | None = None, check
     With ``policy_dir``: the exported policy's own training config (action interface, control period, robot, ...),
     then ``config_file``'s values, then ``overrides``. Else the checkpoint ``checkpoint`` (``PATH|latest|best``,
     default latest) of ``task`` under ``runs_root`` (``task`` None: a checkpoint file's or run folder's own task;
-    ``latest`` and ``best`` need ``task``), its saved config, then ``config_file``'s values, then ``overrides``. ``check_task(name)`` (e.g. the CLI's refusal of flags a task does not take) is called with ``task``
-    before anything is loaded and with the policy's own task once it is known.
+    ``latest`` and ``best`` need ``task``), its saved config, then ``config_file``'s values, then ``overrides``.
+    ``check_task(name)`` (e.g. the CLI's refusal of flags a task does not take) is called with ``task`` before
+    anything is loaded and with the policy's own task once it is known.
 
     Raises:
         CheckpointError: no ``task`` with ``latest`` or ``best``, or no such checkpoint.
         PolicyMismatchError: the exported policy is missing or damaged, or not for ``task``.
-        UnknownTaskError, ConfigError: an unknown task, key or a value out of range.
+        UnknownTaskError, ConfigError: an unknown task, key or a value out of range; a change of the policy's
+            task, action interface, observation layout or control period (:func:`refuse_interface_change`).
     """
     policy, cfg, _ = load_policy_source(task=task, policy_dir=policy_dir, checkpoint=checkpoint, runs_root=runs_root,
                                         overrides=overrides, config_file=config_file, check_task=check_task)
@@ -69,11 +71,11 @@ def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None
 
         if task:
             check_task(get_task(task).name)
-        policy, cfg = load_exported(policy_dir, task)
-        check_task(cfg["task"])
-        if config_file:
-            cfg = merge_config_file(cfg, config_file)
+        policy, trained = load_exported(policy_dir, task)
+        check_task(trained["task"])
+        cfg = merge_config_file(trained, config_file) if config_file else trained
         cfg = apply_overrides(cfg, list(overrides))
+        refuse_interface_change(trained, cfg)
         get_task(cfg["task"]).check_config(cfg)
         return policy, cfg, _exported_source(Path(policy_dir))
     from sim2real.policies import checkpoints as ck
@@ -85,10 +87,58 @@ def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None
     path, data = ck.load_task_checkpoint(checkpoint or "latest", task or None, runs_root)
     if not task:  # the checkpoint's own task
         check_task(get_task(data["infos"]["config"]["task"]).name)
+    if config_file or overrides:  # refused before the env is built
+        from sim2real.tasks import complete_saved_config
+
+        trained, _ = complete_saved_config(data["infos"]["config"])
+        cfg = merge_config_file(trained, config_file) if config_file else trained
+        refuse_interface_change(trained, apply_overrides(cfg, list(overrides)))
     runner, cfg, _ = load_runner(path, data=data, overrides=list(overrides), config_file=config_file)
     get_task(cfg["task"]).check_config(cfg)
     iteration = int(data["iter"]) - 1 if isinstance(data.get("iter"), int) else None  # "iter": the next one to run
     return torch_policy(runner), cfg, PolicySource("checkpoint", path, path.parent, iteration)
+
+
+#: Keys that fix what a trained policy reads and writes: its task, action interface and observation layout. eval and
+#: play run a policy with the ones it was trained with (its control period too: :func:`refuse_interface_change`).
+INTERFACE_KEYS = ("task", "env.action_interface", "observations.policy", "observations.scales",
+                  "observations.history_length", "observations.num_neighbors", "observations.sdf_size")
+
+
+def _lookup(cfg: dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def control_period_s(cfg: dict) -> float:
+    """The policy period [s] of a task config: ``sim.control_dt`` (legged tasks), else ``env.sim_dt`` x
+    ``env.decimation`` (quadrotor tasks)."""
+    if _lookup(cfg, "sim.control_dt") is not None:
+        return float(cfg["sim"]["control_dt"])
+    return float(cfg["env"]["sim_dt"]) * int(cfg["env"]["decimation"])
+
+
+def refuse_interface_change(trained: dict, cfg: dict) -> None:
+    """Raise ConfigError when ``cfg`` (the trained config with ``--config`` / ``--set`` applied) changes a key of
+    :data:`INTERFACE_KEYS` or the control period of ``trained``: the policy would read or command something it was
+    not trained on (e.g. a motor-thrust policy's outputs taken as thrust and body rates), which evaluates silently
+    as a crash. Physics that keep the period (a finer ``env.sim_dt`` with a larger ``env.decimation``), the robot
+    model, DR ranges and evaluation settings may change."""
+    from sim2real.configs import ConfigError
+
+    for key in INTERFACE_KEYS:
+        before, after = _lookup(trained, key), _lookup(cfg, key)
+        if before != after:
+            raise ConfigError(f"{key}: the policy was trained with {before!r}, not {after!r}; eval and play run it "
+                              f"with the inputs and outputs it was trained with (leave {key} as it is)")
+    before, after = control_period_s(trained), control_period_s(cfg)
+    if abs(before - after) > 1e-9:
+        raise ConfigError(f"control period: the policy was trained at {before:g} s, the config gives {after:g} s; "
+                          "keep it (a finer physics step needs a larger decimation)")
 
 
 def _exported_source(folder: Path) -> PolicySource:

@@ -301,6 +301,26 @@ def test_eval_of_an_export_uses_the_policy_own_interface_and_rate(tmp_path):
         assert via_policy[key] == pytest.approx(via_checkpoint[key], abs=1e-4), key
 
 
+def test_eval_and_play_refuse_a_change_of_the_policy_interface(tmp_path):
+    """A `--set` of the action interface, the observation layout or the control period would run the policy on
+    inputs or outputs it was not trained on (a motor-thrust policy's outputs read as thrust and body rates: every
+    episode crashes, silently); a finer physics step at the same control period is fine."""
+    shipped = Path(__file__).resolve().parents[1] / "policies" / "pretrained" / "quadrotor-hover"
+    ckpt = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "quadrotor-hover" / "model_0.pt"
+    for source in (("--policy", shipped), ("--task", "quadrotor-hover", "--checkpoint", ckpt)):
+        for verb in ("eval", "play"):
+            out = ("--output", tmp_path / "p.png", "--no-video") if verb == "play" else ("--episodes", 4)
+            _assert_clean_error(sim2real_main(verb, *source, *out, "--set", "env.action_interface=ctbr", check=False),
+                                "env.action_interface: the policy was trained with 'motor_thrust'", notes=True)
+            _assert_clean_error(sim2real_main(verb, *source, *out, "--set", "env.decimation=2", check=False),
+                                "control period", "0.01 s", "0.02 s", notes=True)
+    _assert_clean_error(sim2real_main("eval", "--policy", shipped, "--set", "observations.history_length.last_action=1",
+                                      check=False), "observations.history_length: the policy was trained with")
+    finer = json.loads(sim2real_main("eval", "--policy", shipped, "--episodes", 4, "--set", "env.sim_dt=0.005",
+                                     "--set", "env.decimation=2").stdout)
+    assert finer["num_episodes"] == 4
+
+
 def test_invalid_ros_names_are_refused():
     _assert_clean_error(sim2real_main("standin", "--namespace", "bad ns!", check=False), "--namespace")
     _assert_clean_error(sim2real_main("deploy", "--policy", "unused", "--robot", "crazyflie2", "--node-name",

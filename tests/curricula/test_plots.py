@@ -85,3 +85,19 @@ def test_zero_width_dimension_still_plots(tmp_path):
     x = teacher.sample(ids)
     teacher.update(ids, x, syn.FrontierLearner(dim=1).play(x[:, :1]))
     assert _is_png(plot_task_space(teacher, tmp_path / "z.png"))
+
+
+def test_the_png_gets_the_permission_bits_open_gives(tmp_path):
+    """The atomic write's temp file is 0o600 (mkstemp); the PNG a user opens must not be: 0o666 less the umask."""
+    import os
+
+    torch.manual_seed(0)
+    learner = syn.FrontierLearner(dim=2)
+    teacher = build_teacher("variance", learner.space, 16)
+    syn.drive(teacher, learner, 2, num_envs=16, batch=16)
+    old = os.umask(0o022)
+    try:
+        path = plot_task_space(teacher, tmp_path / "p.png")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
