@@ -152,7 +152,8 @@ def check_metadata(policy_dir: Path, robot: dict) -> Section:
     ok = {
         "interface": f"{act.get('interface')} on a {kind} robot ({meta.get('task')})",
         "joints": (f"{len(pr.get('joint_names', []))} joints, names and order match the robot's" if legged else
-                   f"{len(pr.get('motor_names', []))} motors {pr.get('motor_names')}, order matches"),
+                   f"{len(pr.get('motor_names', []))} motors {pr.get('motor_names')}, order matches; policy outputs "
+                   f"{act.get('command_names')}"),
         "control rate": _rate_text(meta, robot),
         "observation": (f"{meta.get('observation', {}).get('dim')} dims, "
                         f"{len(meta.get('observation', {}).get('policy', []))} terms match the term registry"),
