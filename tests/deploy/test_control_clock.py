@@ -88,11 +88,15 @@ def test_the_schedstat_reading_counts_the_threads_own_cpu_time():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="schedstat is Linux's")
 def test_a_late_wake_behind_the_gil_is_switched_in_more_than_once():
-    """Another thread holding the GIL for ~0.1 s in one C call (sorting a long list) makes the clock's thread late:
-    its overrun record shows the thread was switched in more than once between its last tick and its late start
-    (woken by its timer, then again by the GIL), where a late timer alone switches it in once."""
+    """Another thread holding the GIL for ~0.2 s in one C call (sorting a long shuffled list) makes the clock's
+    thread late: its overrun record shows the thread was switched in more than once between its last tick and its
+    late start (woken by its timer, then again by the GIL), where a late timer alone switches it in once. (A
+    reversed list sorts in one O(n) pass, 20-50 ms here: too short to make the wake reliably 20 ms late.)"""
+    import random
+
     started, done = threading.Event(), threading.Event()
-    data = list(range(3_000_000, 0, -1))
+    data = list(range(600_000))
+    random.Random(0).shuffle(data)
 
     def hog():
         started.wait(5.0)
