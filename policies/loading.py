@@ -106,12 +106,13 @@ INTERFACE_KEYS = ("task", "env.action_interface", "observations.policy", "observ
 
 
 def _lookup(cfg: dict, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
+    """The value at ``dotted`` in ``cfg``, None where a task's config has no such key."""
+    from sim2real.configs import lookup
+
+    try:
+        return lookup(cfg, dotted)
+    except KeyError:
+        return None
 
 
 def control_period_s(cfg: dict) -> float:
