@@ -153,11 +153,13 @@ class Sim2RealRunner(OnPolicyRunner):
         self._actor_frozen: tuple[int, object] | None = None
         self._rsl_log = self.logger.log
         self.logger.log = self._log_iteration  # rsl-rl's learn() calls this once per iteration
+        self.pin_normalization()
         # Record this project's git state in the run (rsl-rl records its own package's by default).
         self.logger.git_status_repos = [str(Path(__file__).resolve().parent)]
 
     # --- per-iteration hook --------------------------------------------------------------------------------
     def _log_iteration(self, it: int, start_it: int, total_it: int, **kwargs) -> None:
+        self.pin_normalization()  # the update just moved the normalisers' statistics
         self._curriculum_hooks(it, total_it)
         if self._actor_frozen is not None and it + 1 >= self._actor_frozen[0]:
             self._unfreeze_actor()
@@ -196,6 +198,23 @@ class Sim2RealRunner(OnPolicyRunner):
             if it + 1 == total_it:
                 self._bar.close()
                 self._bar = None
+
+    def pin_normalization(self) -> None:
+        """Set the observation columns the env fixes (``env.fixed_obs_std()``: per group, columns and std) in the
+        actor's and critic's empirical normalisers to mean 0 and that std, so that a command term whose range the
+        curriculum widens late (the jump's landing target: zeros throughout stage 1) is scaled the same from the
+        first iteration to the last, and in the exported policy. rsl-rl-lib updates every column of its
+        normalisers at the end of each update; this runs right after (and at construction and load)."""
+        fixed = self.env.fixed_obs_std() if hasattr(self.env, "fixed_obs_std") else {}
+        for group, model in (("policy", self.alg.actor), ("critic", self.alg.critic)):
+            norm = getattr(model, "obs_normalizer", None)
+            if group not in fixed or not hasattr(norm, "_std"):
+                continue
+            cols, std = (t.to(norm._std.device) for t in fixed[group])
+            with torch.no_grad():
+                norm._mean[:, cols] = 0.0
+                norm._var[:, cols] = std.square()
+                norm._std[:, cols] = std
 
     def freeze_actor(self, iterations: int) -> None:
         """Train only the critic for the next ``iterations`` updates (``train --init-from``'s critic warm-up).
@@ -363,6 +382,7 @@ class Sim2RealRunner(OnPolicyRunner):
         """Restore models, optimiser, iteration, curriculum and RNG states from one of our checkpoints."""
         data = load_checkpoint(Path(path))
         self.alg.load(data, load_cfg, strict)
+        self.pin_normalization()
         self.current_learning_iteration = int(data["iter"])
         infos = data["infos"]
         try:

@@ -18,6 +18,7 @@ from pathlib import Path
 # Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
 FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
                    "observations.policy", "observations.scales", "observations.history_length",
+                   "observations.fixed_std",
                    "train.actor_hidden_dims", "train.critic_hidden_dims", "train.activation", "train.obs_normalization",
                    "device", "observations.num_neighbors", "observations.sdf_size", "train.embed_dim", "train.num_heads",
                    "curriculum.teacher", "curriculum.space", "curriculum.bins",

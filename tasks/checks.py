@@ -38,6 +38,15 @@ def check_observations(obs: dict) -> None:
         require(name in obs["policy"], f"observations.history_length.{name}", "is not a term of observations.policy")
         require(isinstance(length, int) and not isinstance(length, bool) and length >= 1,
                 f"observations.history_length.{name}", f"must be an integer >= 1, got {length!r}")
+    for name, stds in (obs.get("fixed_std") or {}).items():
+        key = f"observations.fixed_std.{name}"
+        require(name in obs["policy"], key, "is not a term of observations.policy")
+        size = OBS_TERMS[name].size
+        require(size > 0, key, f"{name}'s size is set by the robot or the task: not supported")
+        require(isinstance(stds, list) and len(stds) == size, key,
+                f"needs one std per column of {name} ({size}), got {stds!r}")
+        require(all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf") for v in stds),
+                key, f"stds must be positive and finite, got {stds!r}")
 
 
 def check_quadrotor_robot(robot: dict) -> None:

@@ -31,6 +31,24 @@ class LeggedTaskEnv(HasTaskCurriculum, TaskEnv):
         self.obs_builder = ObservationBuilder.from_config(ocfg, self.num_actions)
         self._obs_noise_std = noise_std_vector(self.obs_builder.layout(), ocfg["noise"], self.device)
 
+    def fixed_obs_std(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Observation columns whose normaliser statistics are fixed rather than learned
+        (``observations.fixed_std``: per term, one std per column of one value, repeated over its history), per
+        group: ``{"policy": (columns [K] long, std [K]), "critic": (...)}`` (the critic group starts with the same
+        noise-free terms); ``{}`` when none. The runner pins those columns of rsl-rl's empirical normalisers to mean 0
+        and that std after every update (:meth:`~sim2real.policies.runner.Sim2RealRunner.pin_normalization`)."""
+        fixed = self.cfg["observations"].get("fixed_std") or {}
+        cols, stds = [], []
+        for d in self.obs_builder.layout():
+            if d["name"] in fixed:
+                values = [float(v) for v in fixed[d["name"]]] * int(d.get("history_length", 1))
+                cols += range(d["offset"], d["offset"] + d["size"])
+                stds += values
+        if not cols:
+            return {}
+        pinned = (torch.tensor(cols, dtype=torch.long), torch.tensor(stds, dtype=torch.float32))
+        return {"policy": pinned, "critic": pinned}
+
     def get_observations(self) -> TensorDict:
         """``policy``: the policy terms with noise ``[N, D]``; ``critic``: the noise-free terms plus the privileged
         state ``[N, D + P]``."""
