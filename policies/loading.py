@@ -102,7 +102,8 @@ def load_policy_source(*, task: str | None, policy_dir: str | Path | None = None
 #: Keys that fix what a trained policy reads and writes: its task, action interface and observation layout. eval and
 #: play run a policy with the ones it was trained with (its control period too: :func:`refuse_interface_change`).
 INTERFACE_KEYS = ("task", "env.action_interface", "observations.policy", "observations.scales",
-                  "observations.history_length", "observations.num_neighbors", "observations.sdf_size")
+                  "observations.history_length", "observations.fixed_std", "observations.num_neighbors",
+                  "observations.sdf_size")
 
 
 def _lookup(cfg: dict, dotted: str):
