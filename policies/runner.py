@@ -205,8 +205,11 @@ class Sim2RealRunner(OnPolicyRunner):
         curriculum widens late (the jump's landing target: zeros throughout stage 1) is scaled the same from the
         first iteration to the last, and in the exported policy. rsl-rl-lib updates every column of its
         normalisers at the end of each update; this runs right after (and at construction and load)."""
-        fixed = self.env.fixed_obs_std() if hasattr(self.env, "fixed_obs_std") else {}
-        for group, model in (("policy", self.alg.actor), ("critic", self.alg.critic)):
+        env, alg = getattr(self, "env", None), getattr(self, "alg", None)  # (both set by rsl-rl's constructor)
+        fixed = env.fixed_obs_std() if hasattr(env, "fixed_obs_std") else {}
+        if not fixed:
+            return
+        for group, model in (("policy", alg.actor), ("critic", alg.critic)):
             norm = getattr(model, "obs_normalizer", None)
             if group not in fixed or not hasattr(norm, "_std"):
                 continue
