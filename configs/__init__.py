@@ -217,6 +217,24 @@ def lookup(cfg: dict, dotted: str):
     return node
 
 
+def first_change(before: dict, after: dict, keys) -> tuple[str, Any, Any] | None:
+    """``(key, before's value, after's value)`` of the first dotted key of ``keys`` that ``before`` has and whose
+    value in ``after`` differs (absent there: None); None when none changed. Keys ``before`` lacks (keys of
+    another task) are skipped."""
+    for key in keys:
+        try:
+            old = lookup(before, key)
+        except KeyError:
+            continue
+        try:
+            new = lookup(after, key)
+        except KeyError:
+            new = None
+        if new != old:
+            return key, old, new
+    return None
+
+
 def config_hash(cfg: dict) -> str:
     """Stable SHA-256 (first 16 hex digits) of a config's canonical JSON form."""
     blob = json.dumps(cfg, sort_keys=True, default=str).encode()

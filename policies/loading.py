@@ -106,20 +106,10 @@ INTERFACE_KEYS = ("task", "env.action_interface", "observations.policy", "observ
                   "observations.sdf_size")
 
 
-def _lookup(cfg: dict, dotted: str):
-    """The value at ``dotted`` in ``cfg``, None where a task's config has no such key."""
-    from sim2real.configs import lookup
-
-    try:
-        return lookup(cfg, dotted)
-    except KeyError:
-        return None
-
-
 def control_period_s(cfg: dict) -> float:
     """The policy period [s] of a task config: ``sim.control_dt`` (legged tasks), else ``env.sim_dt`` x
     ``env.decimation`` (quadrotor tasks)."""
-    if _lookup(cfg, "sim.control_dt") is not None:
+    if "control_dt" in cfg.get("sim", {}):
         return float(cfg["sim"]["control_dt"])
     return float(cfg["env"]["sim_dt"]) * int(cfg["env"]["decimation"])
 
@@ -130,13 +120,12 @@ def refuse_interface_change(trained: dict, cfg: dict) -> None:
     not trained on (e.g. a motor-thrust policy's outputs taken as thrust and body rates), which evaluates silently
     as a crash. Physics that keep the period (a finer ``env.sim_dt`` with a larger ``env.decimation``), the robot
     model, DR ranges and evaluation settings may change."""
-    from sim2real.configs import ConfigError
+    from sim2real.configs import ConfigError, first_change
 
-    for key in INTERFACE_KEYS:
-        before, after = _lookup(trained, key), _lookup(cfg, key)
-        if before != after:
-            raise ConfigError(f"{key}: the policy was trained with {before!r}, not {after!r}; eval and play run it "
-                              f"with the inputs and outputs it was trained with (leave {key} as it is)")
+    if changed := first_change(trained, cfg, INTERFACE_KEYS):
+        key, before, after = changed
+        raise ConfigError(f"{key}: the policy was trained with {before!r}, not {after!r}; eval and play run it "
+                          f"with the inputs and outputs it was trained with (leave {key} as it is)")
     before, after = control_period_s(trained), control_period_s(cfg)
     if abs(before - after) > 1e-9:
         raise ConfigError(f"control period: the policy was trained at {before:g} s, the config gives {after:g} s; "

@@ -15,14 +15,15 @@ import threading
 import time
 from pathlib import Path
 
+from sim2real.policies.loading import INTERFACE_KEYS
+
 # Keys a resumed run cannot change: the networks, their inputs and outputs, and the robot depend on them.
-FIXED_ON_RESUME = ("task", "robot", "env.action_interface", "env.sim_dt", "env.decimation", "sim.control_dt",
-                   "observations.policy", "observations.scales", "observations.history_length",
-                   "observations.fixed_std",
-                   "train.actor_hidden_dims", "train.critic_hidden_dims", "train.activation", "train.obs_normalization",
-                   "device", "observations.num_neighbors", "observations.sdf_size", "train.embed_dim", "train.num_heads",
-                   "curriculum.teacher", "curriculum.space", "curriculum.bins",
-                   "curriculum.penalty_anneal")  # keys a task lacks are skipped
+# (INTERFACE_KEYS: what the policy reads and writes, which eval and play keep as well.)
+FIXED_ON_RESUME = INTERFACE_KEYS + (
+    "robot", "env.sim_dt", "env.decimation", "sim.control_dt",
+    "train.actor_hidden_dims", "train.critic_hidden_dims", "train.activation", "train.obs_normalization",
+    "device", "train.embed_dim", "train.num_heads", "curriculum.teacher", "curriculum.space", "curriculum.bins",
+    "curriculum.penalty_anneal")  # keys a task lacks are skipped
 
 
 def seed_everything(seed: int) -> None:
@@ -46,7 +47,7 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
         ConfigError: ``config_file`` or an override changes a key of :data:`FIXED_ON_RESUME`, or ``distributed`` on
             a checkpoint not trained on CUDA, or an unknown key or a value out of range.
     """
-    from sim2real.configs import ConfigError, apply_overrides, lookup, merge_config_file
+    from sim2real.configs import ConfigError, apply_overrides, first_change, merge_config_file
     from sim2real.policies import checkpoints as ck
     from sim2real.tasks import complete_saved_config, get_task
 
@@ -57,14 +58,10 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
               f"{', '.join(added)}", file=sys.stderr)
     cfg = saved if config_file is None else merge_config_file(saved, config_file)
     cfg = apply_overrides(cfg, overrides)
-    for key in FIXED_ON_RESUME:
-        try:
-            lookup(saved, key)
-        except KeyError:  # not a key of this task
-            continue
-        if lookup(cfg, key) != lookup(saved, key):
-            raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
-                              f"{lookup(saved, key)!r}); start a new run instead")
+    if changed := first_change(saved, cfg, FIXED_ON_RESUME):
+        key, trained, _ = changed
+        raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "
+                          f"{trained!r}); start a new run instead")
     if distributed and str(saved["device"]).split(":")[0] != "cuda":
         raise ConfigError(f"config key 'device' cannot change on --resume (the checkpoint was trained with "
                           f"{saved['device']!r}); --distributed trains on cuda:LOCAL_RANK: start a new run instead")
