@@ -128,8 +128,9 @@ def refuse_interface_change(trained: dict, cfg: dict) -> None:
                           f"with the inputs and outputs it was trained with (leave {key} as it is)")
     before, after = control_period_s(trained), control_period_s(cfg)
     if abs(before - after) > 1e-9:
-        raise ConfigError(f"control period: the policy was trained at {before:g} s, the config gives {after:g} s; "
-                          "keep it (a finer physics step needs a larger decimation)")
+        keys = "sim.control_dt" if "control_dt" in cfg.get("sim", {}) else "env.sim_dt x env.decimation"
+        raise ConfigError(f"control period ({keys}): the policy was trained at {before:g} s, the config gives "
+                          f"{after:g} s; keep it (a finer physics step needs a larger decimation)")
 
 
 def _exported_source(folder: Path) -> PolicySource:
