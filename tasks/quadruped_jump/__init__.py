@@ -21,10 +21,11 @@ SPEC = TaskSpec(
         episodes=48, deploy_observations=True),
     deploy=DeploySpec(node="legged"),
     # configs saved before each key existed, as they were trained: no stand-only episodes, no feet-in-the-air or
-    # joint-velocity-while-standing term, the take-off counted from the command's start, no penalty anneal
+    # joint-velocity, action-rate or sharp stillness term while standing, the take-off counted from the command's start, no penalty anneal
     legacy_defaults=(("env.stand_prob", 0.0), ("env.stand_after_jump", False), ("rewards.weights.stand_feet_air", 0.0),
                      ("env.takeoff_after_command", False), ("curriculum.penalty_anneal", "none"),
-                     ("rewards.weights.stand_joint_vel", 0.0), ("env.stand_anneal", False)),
+                     ("rewards.weights.stand_joint_vel", 0.0), ("env.stand_anneal", False),
+                     ("rewards.weights.stand_still", 0.0), ("rewards.weights.stand_action_rate", 0.0)),
     finetune=FinetuneSpec(gap_metric="success_rate", higher_is_better=True),
     bench=BenchSpec(entries=("train-profile", "throughput", "curricula", "finetune", "gpu"),
                     curricula=CurriculaBenchSpec(space="landing", hand_written="stages",

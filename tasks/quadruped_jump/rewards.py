@@ -20,7 +20,7 @@ from sim2real.tasks.state import RobotState
 ONCE = ("success", "termination")
 #: Standing penalties, scaled by the curriculum's penalty schedule (``curriculum.penalty_anneal``: annealed in by
 #: measured jump success, so they cannot stop the robot from learning to jump).
-STAND_PENALTIES = ("stand_feet_air", "stand_joint_vel")
+STAND_PENALTIES = ("stand_feet_air", "stand_joint_vel", "stand_action_rate")
 #: Window after the command's start [s] in which flight and height are rewarded.
 TAKEOFF_WINDOW_S = 0.8
 #: Time after the command's start [s] from which standing still is rewarded.
@@ -121,6 +121,29 @@ def wait_still(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     return x.standing.float() * torch.exp(-_speed2(x) - pose2)
 
 
+#: m/s, the base speed at which :func:`stand_still` falls to 1/e: twice the stand rule's 0.05 m/s
+#: (``success.stand_speed``), because under training's exploration noise (action std about 0.25) a standing robot
+#: moves at about 0.1 m/s, where a 0.05 m/s kernel is flat (exp(-4)) and its gradient a tenth of its peak.
+STAND_SPEED_SIGMA = 0.1
+
+
+def stand_still(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``exp(-(|v| / STAND_SPEED_SIGMA)^2)`` while standing (``x.standing``), ``v`` the base's linear velocity
+    [m/s, world frame]: ``wait_still``'s and ``land_still``'s kernels (``exp(-|v|^2)``) are flat at the standing
+    success rule's scale (0.05 m/s costs them 0.25%), so a policy that jitters at 0.05 m/s saw almost no reward
+    difference from one that stands still."""
+    speed2 = x.state.base_lin_vel_w.square().sum(-1)
+    return x.standing.float() * torch.exp(-speed2 / STAND_SPEED_SIGMA ** 2)
+
+
+def stand_action_rate(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``|a_t - a_{t-1}|^2`` while standing (``x.standing``). Observation noise alone moved a deterministic
+    policy's standing actions by 0.5 per step (0.001 without the noise), jittering the base at 0.045 m/s; unlike
+    a speed kernel, this term's gradient on the mean action does not fade under the exploration noise (that adds
+    a constant ``2 sigma^2`` per joint)."""
+    return x.standing.float() * (x.state.last_action - x.last_actions).square().sum(-1)
+
+
 def stand_feet_air(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     """Number of feet out of contact while standing (``x.standing``: a standing robot keeps its feet down)."""
     return x.standing.float() * (x.state.foot_contact < 1.0).float().sum(-1)
@@ -159,9 +182,10 @@ def termination(x: JumpRewardInputs, p: dict) -> torch.Tensor:
 
 #: Every term but ``success``, which the env sets at time-out from the task's success rule.
 STEP_TERMS = {"position": position, "yaw": yaw, "flight": flight, "height": height, "rise": rise,
-              "land_still": land_still, "wait_still": wait_still, "stand_feet_air": stand_feet_air,
-              "stand_joint_vel": stand_joint_vel, "upright": upright, "action_rate": action_rate,
-              "torque": torque, "joint_vel": joint_vel, "termination": termination}
+              "land_still": land_still, "wait_still": wait_still, "stand_still": stand_still,
+              "stand_feet_air": stand_feet_air, "stand_joint_vel": stand_joint_vel,
+              "stand_action_rate": stand_action_rate, "upright": upright,
+              "action_rate": action_rate, "torque": torque, "joint_vel": joint_vel, "termination": termination}
 TERMS = {**STEP_TERMS, "success": None}
 
 

@@ -5,6 +5,7 @@ maths, the success criterion and its wiring into the curriculum, unstable-world 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -405,6 +406,21 @@ def test_a_jump_episode_scores_standing_before_the_command_and_after_its_window(
                              *[None] * 7, torch.tensor([True, False, True]), None, None, None)
     assert rew.stand_feet_air(x, {}).tolist() == [2.0, 0.0, 2.0]
     assert rew.stand_joint_vel(x, {}).tolist() == [25.0, 0.0, 25.0]  # |dq|^2 = 3^2 + 4^2, only while standing
+    # stand_still: exp(-(|v| / 0.1)^2) while standing: 1 at rest, 1/e at 0.1 m/s (3-4-0 triangle: 0.06, 0.08),
+    # exp(-4) at 0.2 m/s, 0 while the command's window runs; stand_action_rate: |a_t - a_{t-1}|^2 while standing
+    v = torch.tensor([[0.0, 0.0, 0.0], [0.06, 0.08, 0.0], [0.0, 0.12, 0.16]])
+    a = torch.tensor([[0.5] * 12, [0.0] * 12, [1.0] * 12])
+    xs = rew.JumpRewardInputs(RobotState(base_pos_w=None, base_quat_w=None, base_lin_vel_w=v, base_ang_vel_b=None,
+                                         last_action=a, command=None, foot_contact=None, joint_vel=None,
+                                         time_s=torch.tensor([-0.1, 1.7, 1.8])),
+                              *[None] * 7, torch.tensor([True, True, False]), None, None, None)
+    xs = dataclasses.replace(xs, last_actions=torch.zeros(3, 12))
+    assert rew.stand_still(xs, {}).tolist() == pytest.approx([1.0, math.exp(-1.0), 0.0])
+    assert rew.stand_action_rate(xs, {}).tolist() == pytest.approx([12 * 0.25, 0.0, 0.0])
+    xs.standing[2] = True
+    assert rew.stand_still(xs, {})[2].item() == pytest.approx(math.exp(-4.0))
+    assert rew.stand_action_rate(xs, {})[2].item() == pytest.approx(12.0)
+    assert "stand_action_rate" in rew.STAND_PENALTIES  # annealed in with the other standing penalties
 
 
 def test_stand_anneal_scales_the_standing_by_the_penalty_scale():
@@ -446,9 +462,12 @@ def test_a_policy_saved_before_the_stand_command_keeps_its_training_settings():
         saved[section].pop(key, None)  # as it was saved (export --migrate has since written them in)
     saved["rewards"]["weights"].pop("stand_feet_air", None)
     saved["rewards"]["weights"].pop("stand_joint_vel", None)
+    saved["rewards"]["weights"].pop("stand_still", None)
+    saved["rewards"]["weights"].pop("stand_action_rate", None)
     cfg, added = complete_saved_config(saved)
     assert cfg["env"]["stand_prob"] == 0.0 and cfg["rewards"]["weights"]["stand_feet_air"] == 0.0
-    assert cfg["rewards"]["weights"]["stand_joint_vel"] == 0.0
+    assert cfg["rewards"]["weights"]["stand_joint_vel"] == 0.0 and cfg["rewards"]["weights"]["stand_still"] == 0.0
+    assert cfg["rewards"]["weights"]["stand_action_rate"] == 0.0
     assert cfg["env"]["stand_after_jump"] is False
     assert cfg["observations"]["policy"][-2:] == ["jump_command", "command_time"]  # its own layout, as saved
     assert "env.stand_prob" in added
