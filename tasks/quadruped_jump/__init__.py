@@ -20,8 +20,9 @@ SPEC = TaskSpec(
                                   show=("fall_rate", "pos_error_mean", "peak_height_mean")),
         episodes=48, deploy_observations=True),
     deploy=DeploySpec(node="legged"),
-    # configs saved before each key existed, as they were trained: no stand-only episodes, no feet-in-the-air or
-    # joint-velocity, action-rate or sharp stillness term while standing, the take-off counted from the command's start, no penalty anneal
+    # configs saved before each key existed, as they were trained: no stand-only episodes, no feet-in-the-air,
+    # joint-velocity, action-rate or sharp stillness term while standing, the take-off counted from the command's
+    # start, no penalty anneal
     legacy_defaults=(("env.stand_prob", 0.0), ("env.stand_after_jump", False), ("rewards.weights.stand_feet_air", 0.0),
                      ("env.takeoff_after_command", False), ("curriculum.penalty_anneal", "none"),
                      ("rewards.weights.stand_joint_vel", 0.0), ("env.stand_anneal", False),
