@@ -141,7 +141,7 @@ def stand_action_rate(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     policy's standing actions by 0.5 per step (0.001 without the noise), jittering the base at 0.045 m/s; unlike
     a speed kernel, this term's gradient on the mean action does not fade under the exploration noise (that adds
     a constant ``2 sigma^2`` per joint)."""
-    return x.standing.float() * (x.state.last_action - x.last_actions).square().sum(-1)
+    return x.standing.float() * action_rate(x, p)
 
 
 def stand_feet_air(x: JumpRewardInputs, p: dict) -> torch.Tensor:
@@ -152,7 +152,7 @@ def stand_feet_air(x: JumpRewardInputs, p: dict) -> torch.Tensor:
 def stand_joint_vel(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     """``|dq|^2`` [rad^2/s^2] while standing (``x.standing``): treading in place moves the joints while the base
     barely moves, which ``wait_still``'s kernel hardly sees (a 0.06 m/s base speed costs it 0.4%)."""
-    return x.standing.float() * x.state.joint_vel.square().sum(-1)
+    return x.standing.float() * joint_vel(x, p)
 
 
 def upright(x: JumpRewardInputs, p: dict) -> torch.Tensor:
