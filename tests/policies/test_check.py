@@ -74,7 +74,10 @@ def permuted_outputs(tmp_path_factory) -> Path:
     model.graph.initializer.append(numpy_helper.from_array(np.array(perm, dtype=np.int64), "column_perm"))
     model.graph.node.append(helper.make_node("Gather", [out + "_raw", "column_perm"], [out], axis=1))
     onnx.checker.check_model(model)
-    _rewrite(policy, json.loads((policy / METADATA_FILE).read_text()), model)
+    meta = json.loads((policy / METADATA_FILE).read_text())
+    # As on any machine without the training run (CI): no torch weights, so parity cannot see the permutation.
+    meta["training"]["checkpoint"] = str(policy.parent / "absent" / "best.pt")
+    _rewrite(policy, meta, model)
     return policy
 
 
@@ -182,6 +185,8 @@ def test_metadata_json_edited_after_export_is_an_artefact_fail_judged_by_the_emb
     policy = tmp_path / "jump"
     shutil.copytree(JUMP, policy)
     meta = json.loads((policy / METADATA_FILE).read_text())
+    meta["training"]["checkpoint"] = str(tmp_path / "absent" / "best.pt")  # no torch weights, as in CI
+    _rewrite(policy, meta)
     names = list(meta["robot"]["joint_names"])
     names[FL_THIGH], names[FR_THIGH] = names[FR_THIGH], names[FL_THIGH]
     meta["robot"]["joint_names"] = names  # only metadata.json: policy.onnx (and its embedded copy) untouched
@@ -203,7 +208,9 @@ def test_metadata_json_edited_after_export_is_an_artefact_fail_judged_by_the_emb
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and "metadata: artefact: metadata.json differs from the copy embedded" in err[0]
     # the untouched export is judged by metadata.json itself (nothing differs)
-    assert judged_metadata(JUMP)[1] == [] and run_check(JUMP, load_robot("go2"), replay=False).verdict == WARN
+    shipped = run_check(JUMP, load_robot("go2"), replay=False)
+    weights = Path(json.loads((JUMP / METADATA_FILE).read_text())["training"]["checkpoint"]).is_file()
+    assert judged_metadata(JUMP)[1] == [] and shipped.verdict == (PASS if weights else WARN)  # WARN: no torch weights
 
 
 @pytest.mark.parametrize("content, why", [('{"verdict": "FA', "Unterminated string"), ("[1, 2]", "not a sim2real"),

@@ -448,14 +448,15 @@ def test_stand_anneal_scales_the_standing_by_the_penalty_scale():
 
 
 def test_a_policy_saved_before_the_stand_command_keeps_its_training_settings():
-    """The shipped policy's config (saved before env.stand_prob and the stand_feet_air term existed) completes with
-    the task's legacy defaults, which reproduce how it was trained: no stand-only episodes, the term off."""
+    """The policy shipped until 2026-12-07 (its metadata in tests/fixtures/policies/jump-before-stand; the config
+    saved before env.stand_prob and the stand_feet_air term existed) completes with the task's legacy defaults, which
+    reproduce how it was trained: no stand-only episodes, the term off."""
     import json
 
     from sim2real.tasks import complete_saved_config
 
-    root = Path(__file__).resolve().parents[2]
-    meta = json.loads((root / "policies" / "pretrained" / "quadruped-jump" / "metadata.json").read_text())
+    root = Path(__file__).resolve().parents[1]
+    meta = json.loads((root / "fixtures" / "policies" / "jump-before-stand" / "metadata.json").read_text())
     saved = meta["training"]["task_config"]
     for section, key in (("env", "stand_prob"), ("env", "stand_after_jump"), ("success", "stand_speed"),
                          ("success", "stand_air_s"), ("eval", "stand_only")):
