@@ -159,8 +159,8 @@ def _check_value(key: str, default: Any, value: Any) -> Any:
     if kd == "list" and default and all(_kind(d) == "number" for d in default):
         if not all(_kind(v) == "number" for v in value):
             raise ConfigError(f"config key '{key}': expected a list of numbers, got {value!r}")
-        # Vectors and ranges keep their length; layer sizes may change it.
-        if len(default) != len(value) and not key.endswith("hidden_dims"):
+        # Vectors and ranges keep their length; layer sizes and lists of difficulties may change it.
+        if len(default) != len(value) and not key.endswith(("hidden_dims", "_difficulties")):
             raise ConfigError(f"config key '{key}': expected {len(default)} numbers, got {value!r}")
     if kd == "mapping":
         return merge_checked(default, value, key)

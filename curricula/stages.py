@@ -14,6 +14,7 @@ trains stage 1 only).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -46,7 +47,8 @@ class StagedLevelCurriculum(Curriculum):
         review_prob: probability that a reset reviews an easier difficulty instead of ``x`` (a stage up to the
             env's own drawn uniformly, then a difficulty within it, below ``x`` in ``x``'s own stage).
         device: torch device.
-        fixed: if set, every reset gets this difficulty and updates do nothing (evaluation).
+        fixed: if set, every reset gets this difficulty and updates do nothing (evaluation); a sequence of P
+            difficulties: env ``i`` gets ``fixed[i % P]`` (a held-out set spread over several stages).
 
     Raises:
         ValueError: an argument outside its range.
@@ -56,7 +58,7 @@ class StagedLevelCurriculum(Curriculum):
 
     def __init__(self, num_envs: int, num_stages: int, initial: float, step_up: float, step_down: float,
                  max_difficulty: float, review_prob: float = 0.0, device: str | torch.device = "cpu",
-                 fixed: float | None = None):
+                 fixed: float | Sequence[float] | None = None):
         if not 0 <= initial <= max_difficulty <= num_stages:
             raise ValueError(f"need 0 <= initial ({initial}) <= max_difficulty ({max_difficulty}) <= {num_stages}")
         if not 0.0 <= review_prob <= 1.0:
@@ -68,10 +70,16 @@ class StagedLevelCurriculum(Curriculum):
         self.max_difficulty = float(max_difficulty)
         self.review_prob = float(review_prob)
         self.fixed = fixed
+        if fixed is not None:  # env i's held-out difficulty
+            values = torch.as_tensor([float(v) for v in (fixed if isinstance(fixed, Sequence) else [fixed])],
+                                     device=device)
+            if values.numel() == 0 or not bool(((values >= 0) & (values <= num_stages)).all()):
+                raise ValueError(f"fixed difficulties must lie in [0, {num_stages}], got {fixed}")
+            self.fixed_difficulty = values[torch.arange(num_envs, device=device) % values.numel()]
 
     @classmethod
     def from_config(cls, ccfg: dict, num_envs: int, device: str | torch.device = "cpu",
-                    fixed: float | None = None) -> "StagedLevelCurriculum":
+                    fixed: float | Sequence[float] | None = None) -> "StagedLevelCurriculum":
         """From a task's ``curriculum`` section (``num_stages``, ``initial``, ``step_up``, ``step_down``,
         ``max_difficulty``, ``review_prob``)."""
         return cls(num_envs, ccfg["num_stages"], ccfg["initial"], ccfg["step_up"], ccfg["step_down"],
@@ -84,7 +92,7 @@ class StagedLevelCurriculum(Curriculum):
     def sample(self, env_ids: torch.Tensor) -> torch.Tensor:
         """Difficulties ``[M, 1]`` of the envs being reset (their own, or a review of an easier one)."""
         if self.fixed is not None:
-            return torch.full((len(env_ids), 1), float(self.fixed), device=self.difficulty.device)
+            return self.fixed_difficulty[env_ids].unsqueeze(-1)
         x = self.difficulty[env_ids]
         review = torch.rand(len(env_ids), device=x.device) < self.review_prob
         # A review picks one of the stages up to the env's own uniformly, then a difficulty uniformly within it

@@ -45,6 +45,26 @@ def evaluate(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num_epis
     return {"task": cfg["task"], **env.summarize_outcomes(outcome), "num_episodes": n, "seed": seed}
 
 
+def selection_config(cfg: dict) -> dict:
+    """The config of the evaluation that picks ``best.pt`` (run with ``eval.selection_seed``): ``cfg`` itself, or for
+    a staged task with a non-empty ``eval.selection_difficulties`` (e.g. ``[1.0, 2.0, 3.0]``: the top of every stage,
+    env ``i`` playing entry ``i % P``, so one score covers every stage and a policy that forgets one ranks lower)
+    ``cfg`` with ``eval.difficulty`` set to that list."""
+    chosen = list(cfg.get("eval", {}).get("selection_difficulties") or [])
+    return {**cfg, "eval": {**cfg["eval"], "difficulty": chosen}} if chosen else cfg
+
+
+def selection_signature(cfg: dict) -> str:
+    """What makes two selection scores comparable: :func:`selection_config`'s ``eval`` section (less ``seed``, the
+    reported set's, ``num_episodes`` and ``selection_difficulties`` itself) and ``train.eval_episodes``, as canonical
+    JSON."""
+    import json
+
+    section = {k: v for k, v in selection_config(cfg)["eval"].items()
+               if k not in ("seed", "num_episodes", "selection_difficulties")}
+    return json.dumps([section, cfg.get("train", {}).get("eval_episodes")], sort_keys=True, default=str)
+
+
 def plan_hooks(task: str) -> tuple[Callable, Callable, Callable]:
     """``(load, evaluate, report)`` of ``task``'s plan files (its spec's :class:`~sim2real.tasks.spec.PlanHooks`):
     ``load(path, cfg) -> (plans, cfg)``, ``evaluate(cfg, policy, plans, repeats=...) -> metrics``,

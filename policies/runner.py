@@ -31,7 +31,7 @@ from sim2real.tasks.rollout import rng_state, set_rng_state
 from sim2real.tasks.spec import symmetry_enabled
 from sim2real.configs.durable import atomic_torch_save, atomic_write_bytes
 from sim2real.policies.distributed import is_main_process
-from sim2real.policies.evaluation import evaluate
+from sim2real.policies.evaluation import evaluate, selection_config, selection_signature
 from sim2real.policies import tracking
 
 #: rsl-rl-lib 5.5.1's adaptive schedule never sets the learning rate below this (``PPO.update``).
@@ -312,14 +312,15 @@ class Sim2RealRunner(OnPolicyRunner):
     def evaluate_and_keep_best(self, it: int) -> dict:
         """Score the current policy on the selection set (the task's held-out distribution drawn from
         ``eval.selection_seed``, disjoint from the ``eval.seed`` set that ``sim2real eval`` reports, so the figure a
-        user reads is not the one ``best.pt`` was picked on); write ``best.pt`` when it improves. A run on
+        user reads is not the one ``best.pt`` was picked on; a staged task's ``eval.selection_difficulties`` spreads it
+        over its stages, see :func:`~sim2real.policies.evaluation.selection_config`); write ``best.pt`` when it improves. A run on
         ``--sim isaaclab`` scores on MuJoCo Warp (the solver of Isaac Lab's ``newton_mjwarp`` physics), since Isaac
         Lab keeps one simulation per process and the training envs hold it."""
         policy = self.alg.get_policy()
         self.alg.eval_mode()
         backend = "mujoco-warp" if self.task_cfg.get("sim", {}).get("backend") == "isaaclab" else None
         try:
-            metrics = evaluate(self.task_cfg, lambda o: policy({"policy": o}),
+            metrics = evaluate(selection_config(self.task_cfg), lambda o: policy({"policy": o}),
                                num_episodes=self.task_cfg["train"]["eval_episodes"],
                                seed=self.task_cfg["eval"]["selection_seed"], sim_backend=backend)
         finally:
@@ -397,7 +398,14 @@ class Sim2RealRunner(OnPolicyRunner):
         # The best score is that of this run directory's best.pt: a resume that branched into a new directory (from
         # an earlier checkpoint, often with changed settings) starts its own best.pt at its first evaluation.
         own_best = self.run_dir is None or (Path(self.run_dir) / "best.pt").is_file()
-        self.best_score = float(infos.get("best_score", -float("inf"))) if own_best else -float("inf")
+        # A resume that changed the selection set (eval.selection_difficulties, eval.selection_seed, ...) scores on another scale:
+        # best.pt is kept, and the next evaluation writes a new one.
+        saved = infos.get("config")
+        same_set = not isinstance(saved, dict) or selection_signature(saved) == selection_signature(self.task_cfg)
+        if own_best and not same_set:
+            print(f"note: the selection set changed since {Path(path).name}: the next evaluation writes a new best.pt "
+                  f"(the previous one's score is not comparable)", file=sys.stderr)
+        self.best_score = float(infos.get("best_score", -float("inf"))) if own_best and same_set else -float("inf")
         self.last_eval = infos.get("last_eval")
         self.freeze_actor(int(infos.get("actor_frozen_until", 0)) - self.current_learning_iteration)
         return infos

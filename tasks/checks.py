@@ -187,16 +187,19 @@ def check_mujoco_sim(sim: dict) -> None:
 
 
 def check_staged_curriculum(cfg: dict, num_stages: int, task: str) -> None:
-    """``curriculum`` (a :class:`~sim2real.curricula.StagedLevelCurriculum` of ``num_stages`` stages) and
-    ``eval.difficulty``."""
+    """``curriculum`` (a :class:`~sim2real.curricula.StagedLevelCurriculum` of ``num_stages`` stages),
+    ``eval.difficulty`` and (where the task has it) ``eval.selection_difficulties``."""
     cur = cfg["curriculum"]
     require(cur["num_stages"] == num_stages, "curriculum.num_stages", f"{task} has {num_stages} stages")
     require(0 <= cur["initial"] <= cur["max_difficulty"] <= cur["num_stages"], "curriculum.max_difficulty",
             "need 0 <= initial <= max_difficulty <= num_stages")
     require(0 <= cur["review_prob"] <= 1, "curriculum.review_prob", "must lie in [0, 1]")
     require(cur["step_up"] >= 0 and cur["step_down"] >= 0, "curriculum.step_up", "steps must be >= 0")
-    require(0 <= cfg["eval"]["difficulty"] <= cur["num_stages"], "eval.difficulty",
-            f"must lie in [0, {cur['num_stages']}] (the curriculum's stages), got {cfg['eval']['difficulty']}")
+    for key in ("difficulty", "selection_difficulties"):  # the selection set's config holds a list in the first
+        value = cfg["eval"].get(key, [])
+        values = value if isinstance(value, list) else [value]
+        require(all(0 <= v <= cur["num_stages"] for v in values), f"eval.{key}",
+                f"must lie in [0, {cur['num_stages']}] (the curriculum's stages), got {value}")
 
 
 def check_legged_robot(cfg: dict, task: str):

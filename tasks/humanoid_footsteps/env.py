@@ -135,7 +135,7 @@ class HumanoidFootstepsEnv(LeggedTaskEnv):
             ccfg, self.task_spaces(), n, device, eval_mode=eval_mode,
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
             hand_written=lambda: StagedLevelCurriculum.from_config(
-                ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
+                ccfg, n, device, fixed=cfg["eval"]["difficulty"] if eval_mode else None))
         # The modes sampled in training: plans.modes, or the stages of curriculum.mode_stages (promoted on the hit
         # rate of the modes a stage introduces).
         self.mode_schedule = None

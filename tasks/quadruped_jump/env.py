@@ -65,7 +65,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         cfg: resolved task config (``tasks/quadruped_jump/config.yaml``).
         num_envs: overrides ``cfg["env"]["num_envs"]``.
         device: torch device of every tensor (the physics runs on the CPU).
-        eval_mode: the curriculum is fixed at ``cfg["eval"]["difficulty"]`` and not updated.
+        eval_mode: the curriculum is fixed at ``cfg["eval"]["difficulty"]`` (one difficulty, or a list: env ``i``
+            plays entry ``i % P``, as the selection set of ``eval.selection_difficulties`` does) and not updated.
 
     Raises:
         ConfigError: a config value out of range, or a robot config / model that does not fit.
@@ -137,7 +138,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             ccfg, self.task_spaces(), n, device, eval_mode=eval_mode,
             trace_steps=int(cfg["train"]["num_steps_per_env"]),
             hand_written=lambda: StagedLevelCurriculum.from_config(
-                ccfg, n, device, fixed=float(cfg["eval"]["difficulty"]) if eval_mode else None))
+                ccfg, n, device, fixed=cfg["eval"]["difficulty"] if eval_mode else None))
         self.num_stages = int(ccfg["num_stages"])
         # The standing penalties (rewards.STAND_PENALTIES) grow with measured jump success (curriculum.penalty_anneal).
         self.penalty_schedule = penalty_schedule(ccfg, eval_mode)

@@ -111,6 +111,17 @@ def test_fixed_mode_samples_the_fixed_difficulty_and_never_moves():
     assert (cur.difficulty == 0.0).all()
 
 
+def test_a_fixed_list_spreads_the_envs_over_its_difficulties_in_turn():
+    """``fixed=[d_0, ..., d_{P-1}]`` (a held-out set over several stages, e.g. the jump's best.pt set): env ``i``
+    always plays ``d_{i % P}``, whichever envs reset together; a difficulty outside [0, S] is refused."""
+    cur = _cur(n=7, initial=0.0, review_prob=1.0, fixed=[1.0, 2.0, 3.0])
+    torch.testing.assert_close(cur.sample(torch.arange(7)), torch.tensor([[1.0], [2.0], [3.0], [1.0], [2.0], [3.0],
+                                                                          [1.0]]))
+    torch.testing.assert_close(cur.sample(torch.tensor([5, 1])), torch.tensor([[3.0], [2.0]]))
+    with pytest.raises(ValueError, match=r"fixed difficulties must lie in \[0, 3\]"):
+        _cur(n=2, fixed=[1.0, 3.5])
+
+
 def test_log_reports_mean_max_and_stage_fractions():
     cur = _cur(n=4)
     cur.difficulty = torch.tensor([0.0, 1.0, 1.05, 2.9])  # stages 0, 0, 1, 2

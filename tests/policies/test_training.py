@@ -219,6 +219,53 @@ def test_eval_play_view_apply_a_config_file_over_a_checkpoints_config(tiny_run, 
         load_policy(task=None, checkpoint=str(ckpt), config_file=str(changes))
 
 
+def test_a_resume_with_another_selection_set_starts_a_new_best_pt(tiny_run, tmp_path, monkeypatch, capsys):
+    """Scores of two selection sets are not comparable: a resume in place whose ``eval.selection_seed`` (or a staged
+    task's ``eval.selection_difficulties``) differs from the checkpoint's says so and writes best.pt at its next
+    evaluation, even below the saved best score; the same set keeps the saved score."""
+    import copy
+    import shutil
+
+    from sim2real.policies import runner as runner_mod
+
+    last = list_checkpoints(tiny_run)[-1]
+    data = load_checkpoint(last)
+    saved = float(data["infos"]["best_score"])
+    cfg = copy.deepcopy(data["infos"]["config"])
+    cfg["eval"]["selection_seed"] += 1
+    here = tmp_path / "here"
+    shutil.copytree(tiny_run, here)
+    runner = Sim2RealRunner(make_env(cfg), cfg, here, progress=False)
+    runner.load(str(here / last.name))
+    assert runner.best_score == -float("inf")
+    assert "the selection set changed since " + last.name in capsys.readouterr().err
+    monkeypatch.setattr(runner_mod, "evaluate", lambda *a, **k: {"success_rate": 0.0, "score": saved - 1.0})
+    runner.evaluate_and_keep_best(9)
+    assert json.loads((here / "best.json").read_text())["iteration"] == 9
+
+
+def test_the_jump_picks_best_pt_on_the_top_of_every_stage(monkeypatch, tmp_path):
+    """quadruped-jump's selection set (``eval.selection_difficulties`` [1, 2, 3]) puts a third of its episodes at
+    the top of each stage, so a policy that forgets one stage ranks lower; ``sim2real eval``'s set stays at
+    ``eval.difficulty``. Configs saved before the key pick on stage 1 alone (the legacy default [])."""
+    from sim2real.policies import runner as runner_mod
+    from sim2real.policies.evaluation import evaluate, selection_config
+    from sim2real.tasks import complete_saved_config, task_config
+
+    cfg = task_config("quadruped-jump", ["env.num_envs=6", "train.eval_episodes=6"])
+    assert cfg["eval"]["difficulty"] == 1.0 and selection_config(cfg)["eval"]["difficulty"] == [1.0, 2.0, 3.0]
+    metrics = evaluate(selection_config(cfg), lambda o: torch.zeros(o.shape[0], 12), num_episodes=6, seed=3)
+    assert {"stage1_success_rate", "stage2_success_rate", "stage3_success_rate"} <= set(metrics)
+    seen = []
+    monkeypatch.setattr(runner_mod, "evaluate", lambda c, *a, **k: seen.append(c["eval"]["difficulty"]) or
+                        {"success_rate": 0.0, "score": 0.0})
+    Sim2RealRunner(make_env(cfg), cfg, tmp_path / "run", progress=False).evaluate_and_keep_best(0)
+    assert seen == [[1.0, 2.0, 3.0]]
+    old = {k: v for k, v in cfg["eval"].items() if k != "selection_difficulties"}
+    legacy, added = complete_saved_config({**cfg, "eval": old})
+    assert "eval.selection_difficulties" in added and selection_config(legacy)["eval"]["difficulty"] == 1.0
+
+
 def test_a_resume_in_a_new_run_directory_keeps_its_own_best_pt(tiny_run, tmp_path, monkeypatch):
     """The best score a resume carries is that of its run directory's best.pt: resumed in place it is the saved
     one; branched into a directory without best.pt (a resume from an earlier checkpoint, often with changed
