@@ -313,7 +313,8 @@ class Sim2RealRunner(OnPolicyRunner):
         """Score the current policy on the selection set (the task's held-out distribution drawn from
         ``eval.selection_seed``, disjoint from the ``eval.seed`` set that ``sim2real eval`` reports, so the figure a
         user reads is not the one ``best.pt`` was picked on; a staged task's ``eval.selection_difficulties`` spreads it
-        over its stages, see :func:`~sim2real.policies.evaluation.selection_config`); write ``best.pt`` when it improves. A run on
+        over its stages, see :func:`~sim2real.policies.evaluation.selection_config`); write ``best.pt`` when it
+        improves. A run on
         ``--sim isaaclab`` scores on MuJoCo Warp (the solver of Isaac Lab's ``newton_mjwarp`` physics), since Isaac
         Lab keeps one simulation per process and the training envs hold it."""
         policy = self.alg.get_policy()
@@ -398,8 +399,8 @@ class Sim2RealRunner(OnPolicyRunner):
         # The best score is that of this run directory's best.pt: a resume that branched into a new directory (from
         # an earlier checkpoint, often with changed settings) starts its own best.pt at its first evaluation.
         own_best = self.run_dir is None or (Path(self.run_dir) / "best.pt").is_file()
-        # A resume that changed the selection set (eval.selection_difficulties, eval.selection_seed, ...) scores on another scale:
-        # best.pt is kept, and the next evaluation writes a new one.
+        # A resume that changed the selection set (eval.selection_difficulties, eval.selection_seed, ...) scores on
+        # another scale: best.pt is kept, and the next evaluation writes a new one.
         saved = infos.get("config")
         same_set = not isinstance(saved, dict) or selection_signature(saved) == selection_signature(self.task_cfg)
         if own_best and not same_set:

@@ -12,8 +12,9 @@ curriculum's penalty scale ``s`` (``curriculum.penalty_anneal: competence``: fro
 the measured jump success rises): each episode's stand phase after the command's window lasts ``s`` times its full
 length (the episode ends that much earlier) and a fraction ``s * env.stand_prob`` of the episodes stands throughout,
 so a policy that cannot jump yet is not paid mostly for standing still; evaluation always runs full episodes.
-Success (at the time-out) of a jump = landing xy within the tolerance of the target (the landing pose: the base's at the command window's end with ``env.stand_after_jump``, so standing
-after the window is not traded for accuracy; the final pose without it), yaw within ``success.yaw_tol``, upright,
+Success (at the time-out) of a jump = landing xy within the tolerance of the target (the landing pose: the base's
+at the command window's end with ``env.stand_after_jump``, so standing after the window is not traded for accuracy;
+the final pose without it), yaw within ``success.yaw_tol``, upright,
 at least ``env.airborne_min_s`` of flight, a peak base height at least ``success.min_peak_height`` above the
 settled standing height, and no fall or body contact (with
 ``env.takeoff_after_command`` flight and peak count only once every foot touched the ground after the command
