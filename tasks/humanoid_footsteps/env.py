@@ -10,8 +10,8 @@ plan step is the swing foot's target for ``gait.step_period`` seconds; with ``ga
 follows ``gait.arrival_hold_s`` after a hit, or after ``gait.timeout_periods`` step periods (the hit rate still
 divides by the steps of a nominal gait, one per ``gait.step_period``). A step is a *hit* when the target foot's first
 real step of its window (at least ``gait.min_swing_s`` in the air and a rise of ``gait.min_clearance`` above its
-lift-off height) touches down within ``success.hit_distance`` (xy) and ``success.hit_yaw`` of the target; otherwise (wrong
-place, no step) a miss. The placement reward scores the window's first touchdown (clearance not required).
+lift-off height) touches down within ``success.hit_distance`` (xy) and ``success.hit_yaw`` of the target; otherwise
+(wrong place, no step) a miss. The placement reward scores the window's first touchdown (clearance not required).
 Episodes last ``env.episode_s`` and end early on a fall (pelvis tilt, pelvis height above the ground, body contact,
 an unstable simulation).
 
