@@ -69,13 +69,14 @@ class StagedLevelCurriculum(Curriculum):
         self.step_up, self.step_down = float(step_up), float(step_down)
         self.max_difficulty = float(max_difficulty)
         self.review_prob = float(review_prob)
-        self.fixed = fixed
-        if fixed is not None:  # env i's held-out difficulty
+        # Evaluation: env i's held-out difficulty [num_envs] (None: training).
+        self.fixed: torch.Tensor | None = None
+        if fixed is not None:
             values = torch.as_tensor([float(v) for v in (fixed if isinstance(fixed, Sequence) else [fixed])],
                                      device=device)
             if values.numel() == 0 or not bool(((values >= 0) & (values <= num_stages)).all()):
                 raise ValueError(f"fixed difficulties must lie in [0, {num_stages}], got {fixed}")
-            self.fixed_difficulty = values[torch.arange(num_envs, device=device) % values.numel()]
+            self.fixed = values[torch.arange(num_envs, device=device) % values.numel()]
 
     @classmethod
     def from_config(cls, ccfg: dict, num_envs: int, device: str | torch.device = "cpu",
@@ -92,7 +93,7 @@ class StagedLevelCurriculum(Curriculum):
     def sample(self, env_ids: torch.Tensor) -> torch.Tensor:
         """Difficulties ``[M, 1]`` of the envs being reset (their own, or a review of an easier one)."""
         if self.fixed is not None:
-            return self.fixed_difficulty[env_ids].unsqueeze(-1)
+            return self.fixed[env_ids].unsqueeze(-1)
         x = self.difficulty[env_ids]
         review = torch.rand(len(env_ids), device=x.device) < self.review_prob
         # A review picks one of the stages up to the env's own uniformly, then a difficulty uniformly within it

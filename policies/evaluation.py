@@ -7,6 +7,7 @@ The set is the task's env in evaluation mode (curriculum at full difficulty, ful
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 import torch
@@ -58,8 +59,6 @@ def selection_signature(cfg: dict) -> str:
     """What makes two selection scores comparable: :func:`selection_config`'s ``eval`` section (less ``seed``, the
     reported set's, ``num_episodes`` and ``selection_difficulties`` itself) and ``train.eval_episodes``, as canonical
     JSON."""
-    import json
-
     section = {k: v for k, v in selection_config(cfg)["eval"].items()
                if k not in ("seed", "num_episodes", "selection_difficulties")}
     return json.dumps([section, cfg.get("train", {}).get("eval_episodes")], sort_keys=True, default=str)
