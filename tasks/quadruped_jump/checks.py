@@ -52,6 +52,14 @@ def check_config(cfg: dict) -> None:
     require(e["body_contact_force"] >= 0, "env.body_contact_force", "must be >= 0")
     for key in ("obstacle_distance", "obstacle_length"):
         require(0 <= c[key][0] <= c[key][1], f"command.{key}", f"must be a range [low, high] >= 0, got {c[key]}")
+    near = c["obstacle_near_edge"]
+    require(near is None or (isinstance(near, (int, float)) and not isinstance(near, bool) and near >= 0),
+            "command.obstacle_near_edge", f"need null or a distance >= 0 [m], got {near!r}")
+    if near is not None:  # the landing target must lie beyond the longest box's far face
+        far = near + c["obstacle_length"][1]
+        require(c["obstacle_distance"][0] > far, "command.obstacle_distance",
+                f"the shortest obstacle jump must land beyond the box's far face (obstacle_near_edge + the longest "
+                f"obstacle_length = {far:.3g} m), got {c['obstacle_distance']}")
     require(s["min_peak_height"] >= 0, "success.min_peak_height", "must be >= 0")
     require(s["position_tol_per_m"] >= 0, "success.position_tol_per_m", "must be >= 0")
     for key in ("position_tol", "yaw_tol", "upright_tilt"):

@@ -2,7 +2,9 @@
 
 A command is ``[dx, dy, dyaw, obstacle_height, obstacle_length]``: the landing target relative to the start
 position in the robot's start heading frame [m], the landing yaw change [rad], and the obstacle's height and
-length along the jump [m] (zeros when there is none). The obstacle stands midway, across the jump direction.
+length along the jump [m] (zeros when there is none). The obstacle stands across the jump direction, its near face
+``command.obstacle_near_edge`` ahead of the start (clear of the robot's front at the reset; configs saved before
+that key existed placed it midway along the jump).
 """
 
 from __future__ import annotations
@@ -66,13 +68,20 @@ def target_world(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Ten
     return xy, start_yaw + cmd[:, 2]
 
 
-def obstacle_box(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Tensor, width: float
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Centre ``[M, 3]``, half sizes ``[M, 3]`` and yaw ``[M]`` of each command's obstacle box (world frame): midway
-    along the jump, its length along the jump direction, ``width`` across it; half height 0 when absent."""
+def obstacle_box(start_xy: torch.Tensor, start_yaw: torch.Tensor, cmd: torch.Tensor, width: float,
+                 near_edge: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Centre ``[M, 3]``, half sizes ``[M, 3]`` and yaw ``[M]`` of each command's obstacle box (world frame): its
+    length along the jump direction, ``width`` across it, half height 0 when absent. Its near face lies
+    ``near_edge`` [m] ahead of ``start_xy`` along the jump; ``None``: the box is centred midway along the jump
+    (how configs saved before ``command.obstacle_near_edge`` existed placed it)."""
     target, _ = target_world(start_xy, start_yaw, cmd)
-    mid = 0.5 * (start_xy + target)
-    direction = torch.atan2(target[:, 1] - start_xy[:, 1], target[:, 0] - start_xy[:, 0])
+    delta = target - start_xy
+    direction = torch.atan2(delta[:, 1], delta[:, 0])
+    if near_edge is None:
+        mid = start_xy + 0.5 * delta
+    else:
+        along = float(near_edge) + 0.5 * cmd[:, 4]
+        mid = start_xy + along.unsqueeze(-1) * torch.stack((torch.cos(direction), torch.sin(direction)), dim=-1)
     h = cmd[:, 3]
     centre = torch.cat((mid, (0.5 * h).unsqueeze(-1)), dim=-1)
     half = torch.stack((0.5 * cmd[:, 4], torch.full_like(h, 0.5 * width), 0.5 * h), dim=-1)

@@ -369,8 +369,9 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         start_xy = torch.zeros(m, 2, device=dev)
         self.start_xy[ids], self.start_yaw[ids] = start_xy, yaw
         self.target_xy[ids], self.target_yaw[ids] = cmds.target_world(start_xy, yaw, self.command[ids])
-        width = self.cfg["command"]["obstacle_width"]
-        centre, half, direction = cmds.obstacle_box(start_xy, yaw, self.command[ids], width)
+        c = self.cfg["command"]
+        centre, half, direction = cmds.obstacle_box(start_xy, yaw, self.command[ids], c["obstacle_width"],
+                                                    c["obstacle_near_edge"])
         self.sim.set_obstacle(ids, centre, half, direction)
         lo, hi = e["wait_s"]
         wait = lo + (hi - lo) * torch.rand(m, device=dev)

@@ -24,7 +24,7 @@ from sim2real.tasks.quadruped_jump import commands as cmds
 
 #: ``[dx, dy, dyaw, obstacle height, obstacle length]``: in place, forward 0.5 m, diagonal, forward 0.9 m, obstacle.
 PLAY_COMMANDS = [[0.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.0], [0.4, 0.3, 0.0, 0.0, 0.0],
-                 [0.9, 0.0, 0.0, 0.0, 0.0], [0.6, 0.0, 0.0, 0.1, 0.1]]
+                 [0.9, 0.0, 0.0, 0.0, 0.0], [0.8, 0.0, 0.0, 0.1, 0.1]]
 
 #: Seconds each command's last frame stays on screen before the next command's reset.
 HOLD_S = 0.5
@@ -92,7 +92,9 @@ def _jump_round(env, command: torch.Tensor, policy, scene_markers, shots: list[i
     ids = torch.arange(k)
     env.command[:] = command
     env.target_xy[:], env.target_yaw[:] = cmds.target_world(env.start_xy, env.start_yaw, command)
-    centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, env.cfg["command"]["obstacle_width"])
+    c = env.cfg["command"]
+    centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, c["obstacle_width"],
+                                          c["obstacle_near_edge"])
     env.sim.set_obstacle(ids, centre, half, yaw)
     target_xy = env.target_xy.clone()  # resets after an episode ends draw new commands
     heading = np.degrees(env.start_yaw.cpu().numpy())  # (and new headings)

@@ -60,6 +60,14 @@ def swapped_names(tmp_path_factory) -> Path:
     return policy
 
 
+def _without_torch_weights(policy: Path) -> dict:
+    """``policy``'s metadata with ``training.checkpoint`` pointing at an absent file: as on any machine without the
+    training run (CI), the check has no torch weights to compare the ONNX graph with."""
+    meta = json.loads((policy / METADATA_FILE).read_text())
+    meta["training"]["checkpoint"] = str(policy.parent / "absent" / "best.pt")
+    return meta
+
+
 @pytest.fixture(scope="module")
 def permuted_outputs(tmp_path_factory) -> Path:
     """The shipped jump policy with its FL_thigh and FR_thigh output columns exchanged (names left correct)."""
@@ -74,9 +82,7 @@ def permuted_outputs(tmp_path_factory) -> Path:
     model.graph.initializer.append(numpy_helper.from_array(np.array(perm, dtype=np.int64), "column_perm"))
     model.graph.node.append(helper.make_node("Gather", [out + "_raw", "column_perm"], [out], axis=1))
     onnx.checker.check_model(model)
-    meta = json.loads((policy / METADATA_FILE).read_text())
-    # As on any machine without the training run (CI): no torch weights, so parity cannot see the permutation.
-    meta["training"]["checkpoint"] = str(policy.parent / "absent" / "best.pt")
+    meta = _without_torch_weights(policy)  # so parity cannot see the permutation
     _rewrite(policy, meta, model)
     return policy
 
@@ -184,8 +190,7 @@ def test_json_report_is_atomic_and_check_json_goes_stale(tmp_path):
 def test_metadata_json_edited_after_export_is_an_artefact_fail_judged_by_the_embedded_copy(tmp_path, capsys):
     policy = tmp_path / "jump"
     shutil.copytree(JUMP, policy)
-    meta = json.loads((policy / METADATA_FILE).read_text())
-    meta["training"]["checkpoint"] = str(tmp_path / "absent" / "best.pt")  # no torch weights, as in CI
+    meta = _without_torch_weights(policy)
     _rewrite(policy, meta)
     names = list(meta["robot"]["joint_names"])
     names[FL_THIGH], names[FR_THIGH] = names[FR_THIGH], names[FL_THIGH]

@@ -294,3 +294,20 @@ def test_a_resume_in_a_new_run_directory_keeps_its_own_best_pt(tiny_run, tmp_pat
     monkeypatch.setattr(runner_mod, "evaluate", lambda *a, **k: {"success_rate": 0.0, "score": saved - 1.0})
     runner.evaluate_and_keep_best(7)
     assert (branch / "best.pt").is_file() and json.loads((branch / "best.json").read_text())["iteration"] == 7
+
+
+def test_the_resume_note_names_only_the_new_keys_left_at_their_defaults(capsys):
+    """A checkpoint saved before keys existed: the note lists those left at their defaults, not those the user sets
+    with --set (the fixture predates both ``command.obstacle_near_edge`` and ``eval.stand_only``)."""
+    from pathlib import Path
+
+    from sim2real.policies.train import resume_config
+
+    old = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints" / "quadruped-jump" / "model_0.pt"
+    _, _, cfg = resume_config(str(old), "quadruped-jump", None,
+                              ["command.obstacle_near_edge=0.32", "command.obstacle_distance=[0.75,0.95]"], False)
+    assert cfg["command"]["obstacle_near_edge"] == 0.32
+    note = capsys.readouterr().err
+    assert "eval.stand_only" in note and "obstacle_near_edge" not in note, note
+    resume_config(str(old), "quadruped-jump", None, [], False)
+    assert "command.obstacle_near_edge" in capsys.readouterr().err  # left at its legacy default: named

@@ -9,6 +9,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+import mujoco
 import numpy as np
 import pytest
 import torch
@@ -220,18 +221,31 @@ def test_stage_0_env_commands_are_zero():
 
 
 # --- the obstacle in MuJoCo ---------------------------------------------------------------------------------------
-def test_stage_2_obstacle_stands_midway_at_the_level_height():
+def _placed_env(n: int, *overrides: str, near_edge: float | None):
+    """An evaluation env with the obstacle's near face ``near_edge`` [m] ahead, or (None) centred midway along
+    jumps of 0.5-0.8 m, as configs saved before ``command.obstacle_near_edge`` were trained."""
+    cfg = _cfg(*overrides)
+    if near_edge is None:
+        cfg["command"].update(obstacle_near_edge=None, obstacle_distance=[0.5, 0.8])
+    torch.manual_seed(0)
+    return make_env(cfg, num_envs=n, eval_mode=True)
+
+
+@pytest.mark.parametrize("near_edge", [None, 0.32])
+def test_stage_2_obstacle_stands_at_its_place_at_the_level_height(near_edge):
+    """Near face ``command.obstacle_near_edge`` ahead of the start along the jump; null (configs saved before the
+    key): centred midway."""
     n, level = 6, 0.6
-    env = _env(n, f"eval.difficulty={2.0 + level}", eval_mode=True)
+    env = _placed_env(n, f"eval.difficulty={2.0 + level}", near_edge=near_edge)
     height = 0.15 * level
     torch.testing.assert_close(env.command[:, 3], torch.full((n,), height))
     sim = env.sim
     target = env.target_xy.double().numpy()
     start = env.start_xy.double().numpy()
-    mid = 0.5 * (start + target)
     direction = (target - start) / np.linalg.norm(target - start, axis=1, keepdims=True)
     across = np.stack((-direction[:, 1], direction[:, 0]), axis=1)
     half_length = 0.5 * env.command[:, 4].double().numpy()
+    mid = 0.5 * (start + target) if near_edge is None else start + (near_edge + half_length)[:, None] * direction
     top = 0.5
 
     def cast(xy):  # one ray per world, straight down from 0.5 m, ignoring the robot's base
@@ -252,6 +266,36 @@ def test_stage_2_obstacle_stands_midway_at_the_level_height():
         np.testing.assert_allclose(dist, top, atol=1e-6)
     dist, geom = cast(mid + (half_length - 0.01)[:, None] * direction)  # inside its length along the jump
     assert (geom == obstacle).all()
+
+
+def _obstacle_contacts(env) -> list[int]:
+    """Contacts of each world's obstacle box with the robot, from a fresh forward pass."""
+    g, out = env.sim.index.obstacle_geom, []
+    for i in range(env.num_envs):
+        model, data = env.sim.batch.get_model(i), env.sim.batch.get_data(i)
+        mujoco.mj_forward(model, data)
+        out.append(sum(int(g in (c.geom1, c.geom2)) for c in data.contact[:data.ncon]))
+    return out
+
+
+@pytest.mark.parametrize("near_edge", [None, 0.32])
+def test_the_obstacle_starts_clear_of_the_robot(near_edge):
+    """Stage 3's longest box (0.2 m) on its shortest jump: centred midway of a 0.5 m jump (configs saved before
+    ``command.obstacle_near_edge``) its near face is 0.15 m ahead, under the front feet (0.19 m) at the reset;
+    0.32 m ahead (the default) nothing touches it."""
+    env = _placed_env(4, "eval.difficulty=3.0", near_edge=near_edge)
+    c = env.cfg["command"]
+    command = torch.tensor([[c["obstacle_distance"][0], 0.0, 0.0, 0.15, 0.2]]).repeat(4, 1)
+    centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, c["obstacle_width"],
+                                          c["obstacle_near_edge"])
+    env.sim.set_obstacle(torch.arange(4), centre, half, yaw)
+    contacts = _obstacle_contacts(env)
+    if near_edge is None:
+        assert min(contacts) > 0, contacts
+    else:
+        assert contacts == [0, 0, 0, 0]
+        # the far face (0.52 m) lies behind the hind feet (0.19 m behind the base) on the shortest jump (0.75 m)
+        assert c["obstacle_distance"][0] - 0.19 > near_edge + 0.2
 
 
 def test_no_obstacle_below_stage_2():
@@ -526,6 +570,8 @@ def test_metadata_lists_policy_terms_and_joint_names():
     ("env.stand_prob=1.5", "env.stand_prob"),
     ("success.stand_speed=0", "success.stand_speed"),
     ("command.distance_maxx=1.0", "command.distance_maxx"),
+    ("command.obstacle_near_edge=-0.1", "command.obstacle_near_edge"),
+    ("command.obstacle_distance=[0.5,0.8]", "command.obstacle_distance"),  # lands on the box
 ])
 def test_bad_config_values_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
