@@ -49,15 +49,14 @@ def resume_config(resume: str, task: str, runs_root: Path | None, overrides: lis
     """
     from sim2real.configs import ConfigError, apply_overrides, first_change, merge_config_file
     from sim2real.policies import checkpoints as ck
-    from sim2real.tasks import complete_saved_config, get_task
+    from sim2real.tasks import complete_saved_config, completion_note, get_task
 
     resume_path, data = ck.load_task_checkpoint(resume, task, runs_root)
     saved, added = complete_saved_config(data["infos"]["config"])
     cfg = saved if config_file is None else merge_config_file(saved, config_file)
     cfg = apply_overrides(cfg, overrides)
     if defaulted := [key for key in added if first_change(saved, cfg, [key]) is None]:  # (not set by the user)
-        print(f"note: {resume_path.name} was saved before these config keys existed; using their defaults: "
-              f"{', '.join(defaulted)}", file=sys.stderr)
+        print(completion_note(f"{resume_path.name} was saved", saved, defaulted), file=sys.stderr)
     if changed := first_change(saved, cfg, FIXED_ON_RESUME):
         key, trained, _ = changed
         raise ConfigError(f"config key '{key}' cannot change on --resume (the checkpoint was trained with "

@@ -163,6 +163,19 @@ def complete_saved_config(cfg: dict) -> tuple[dict, list[str]]:
     return out, [key for key in added if key not in QUIET_ADDITIONS]
 
 
+def completion_note(what: str, cfg: dict, keys: list[str]) -> str:
+    """The one-line note that ``what`` (e.g. "model_10.pt was saved") predates config ``keys``, naming the value
+    :func:`complete_saved_config` gave each in ``cfg``: a legacy value (how such configs ran) or today's default."""
+    from sim2real.configs import lookup
+
+    def shown(key: str) -> str:
+        value = lookup(cfg, key)
+        return key if isinstance(value, dict) else f"{key}={value!r}"
+
+    return (f"note: {what} before these config keys existed; using the values it ran with (or today's defaults): "
+            f"{', '.join(shown(k) for k in keys)}")
+
+
 #: Keys :func:`complete_saved_config` fills without reporting them: their default is, by construction, how every
 #: config saved before them ran (``train.symmetry``: disabled, as training was before the setting existed; the
 #: humanoid's ``eval.pushes`` / ``eval.push_velocity``: evaluation only, no scheduled push by default; the quadrotors'

@@ -28,7 +28,7 @@ from sim2real.configs.durable import atomic_write_bytes
 from sim2real.errors import ExportError  # noqa: F401  (defined there, without torch, for the command line)
 from sim2real.policies.artefact.metadata import EMBEDDED_KEY, METADATA_FILE, ONNX_FILE, build_metadata, embedded_copy
 from sim2real.policies.runner import Sim2RealRunner
-from sim2real.tasks import complete_saved_config, make_env
+from sim2real.tasks import complete_saved_config, completion_note, make_env
 
 
 def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None,
@@ -46,8 +46,7 @@ def load_runner(checkpoint: Path, num_envs: int = 1, data: dict | None = None,
     data = load_checkpoint(checkpoint) if data is None else data
     cfg, added = complete_saved_config(data["infos"]["config"])
     if added:
-        print(f"note: {Path(checkpoint).name} was saved before these config keys existed; using their defaults: "
-              f"{', '.join(added)}", file=sys.stderr)
+        print(completion_note(f"{Path(checkpoint).name} was saved", cfg, added), file=sys.stderr)
     if config_file:
         cfg = merge_config_file(cfg, config_file)
     if overrides:

@@ -179,9 +179,10 @@ def _note_in_readme(policy_dir: Path, added: list[str]) -> None:
     keys = ", ".join(f"`{k}`" for k in added)
     paragraph = textwrap.fill(
         f"Metadata migrated on {datetime.date.today().isoformat()} (`sim2real export --migrate`): the training config "
-        f"in `metadata.json` and in the copy embedded in `policy.onnx` was completed with the task defaults of the "
-        f"{len(added)} config key{'s' if len(added) != 1 else ''} added since the export, the value"
-        f"{'s' if len(added) != 1 else ''} every command already ran it with: {keys}. "
+        f"in `metadata.json` and in the copy embedded in `policy.onnx` was completed with the "
+        f"{len(added)} config key{'s' if len(added) != 1 else ''} added since the export, at the value"
+        f"{'s' if len(added) != 1 else ''} every command already ran it with (a legacy value, or today's default where "
+        f"that is how it ran): {keys}. "
         f"The weights and the rest of the metadata are unchanged; `training.git_revision`, `iteration` and "
         f"`checkpoint` are still the original run's, and `training.migrations` records the step.",
         width=117, break_on_hyphens=False, break_long_words=False)

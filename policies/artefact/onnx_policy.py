@@ -78,14 +78,13 @@ def load_exported(policy_dir: str | Path, task: str | None = None):
     """
     import torch
 
-    from sim2real.tasks import complete_saved_config
+    from sim2real.tasks import complete_saved_config, completion_note
 
     pol = OnnxPolicy(policy_dir)
     if task and pol.metadata["task"] != task:
         raise PolicyMismatchError([("task", f"policy is for '{pol.metadata['task']}', not '{task}'")])
     cfg, added = complete_saved_config(pol.metadata["training"]["task_config"])
     if added:
-        print(f"note: the policy was exported before these config keys existed; using their defaults: "
-              f"{', '.join(added)}", file=sys.stderr)
+        print(completion_note("the policy was exported", cfg, added), file=sys.stderr)
     policy: Callable = lambda obs: torch.from_numpy(pol(obs.cpu().numpy()))  # noqa: E731
     return policy, cfg

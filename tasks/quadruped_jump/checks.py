@@ -55,11 +55,12 @@ def check_config(cfg: dict) -> None:
     near = c["obstacle_near_edge"]
     require(near is None or (isinstance(near, (int, float)) and not isinstance(near, bool) and near >= 0),
             "command.obstacle_near_edge", f"need null or a distance >= 0 [m], got {near!r}")
-    if near is not None:  # the landing target must lie beyond the longest box's far face
+    if near is not None:  # the landing target beyond the longest box's far face (the env checks the hind feet)
         far = near + c["obstacle_length"][1]
         require(c["obstacle_distance"][0] > far, "command.obstacle_distance",
-                f"the shortest obstacle jump must land beyond the box's far face (obstacle_near_edge + the longest "
-                f"obstacle_length = {far:.3g} m), got {c['obstacle_distance']}")
+                f"the shortest obstacle jump must land the base beyond the box's far face (obstacle_near_edge + the "
+                f"longest obstacle_length = {far:.3g} m), got {c['obstacle_distance']}: set it beyond that (the "
+                f"env also checks the robot's hind feet)")
     require(s["min_peak_height"] >= 0, "success.min_peak_height", "must be >= 0")
     require(s["position_tol_per_m"] >= 0, "success.position_tol_per_m", "must be >= 0")
     for key in ("position_tol", "yaw_tol", "upright_tilt"):

@@ -38,8 +38,10 @@ per-episode latency, tracked by PD servos inside MuJoCo (:mod:`sim2real.sim.mujo
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from sim2real.configs import ConfigError
 from sim2real.curricula import StagedLevelCurriculum
 from sim2real.curricula.base import EpisodeOutcome, TaskSpace
 from sim2real.curricula.driver import build_task_curriculum
@@ -102,6 +104,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         settled_quat = settled_quat.unsqueeze(0)
         self.settled_tilt_quat = quat_mul(quat_from_yaw(-yaw_from_quat(settled_quat)), settled_quat)
         self.settled_joint_pos = torch.tensor(settled_joints, dtype=torch.float32, device=device)
+        self._check_obstacle_clearance(cfg)
 
         self.dr = LeggedDomainRandomization(self.sim, cfg["domain_rand"], self.num_actions, device)
         self.actions = torch.zeros(n, self.num_actions, device=device)
@@ -400,6 +403,25 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         """Length [steps] of an episode holding ``stand_scale`` of the full standing after the window."""
         return self.jump_end_steps + int(round(stand_scale * (self.max_episode_length - self.jump_end_steps)))
 
+    def _check_obstacle_clearance(self, cfg: dict) -> None:
+        """Refuse (ConfigError, one line) an obstacle placement this robot model touches: the box's near face
+        (``command.obstacle_near_edge``) must lie beyond the robot's front at the reset, and the shortest obstacle
+        jump must land the hind feet beyond the longest box's far face (extents of the model's geoms at the settled
+        pose, :func:`robot_extents`). Skipped for configs without the key (the box midway, as they trained)."""
+        c = cfg["command"]
+        near = c["obstacle_near_edge"]
+        if near is None or float(cfg["curriculum"]["max_difficulty"]) <= 2.0:
+            return
+        front, feet_rear = robot_extents(self.sim)
+        if near <= front:
+            raise ConfigError(f"config key 'command.obstacle_near_edge': {near} m puts the box against this robot at "
+                              f"the reset (its front reaches {front:.3f} m ahead of the base): use more than that")
+        far = near + c["obstacle_length"][1]
+        if c["obstacle_distance"][0] - feet_rear <= far:
+            raise ConfigError(f"config key 'command.obstacle_distance': the shortest obstacle jump "
+                              f"({c['obstacle_distance'][0]} m) lands this robot's hind feet ({feet_rear:.3f} m behind "
+                              f"the base) short of the longest box's far face ({far:.3g} m)")
+
     def stand_scale(self) -> float:
         """The share of the full standing a new episode gets (``env.stand_anneal``: the curriculum's penalty scale,
         in ``(0, 1]``; 1 in evaluation, without the key, or without ``env.stand_after_jump``)."""
@@ -482,3 +504,29 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             self.penalty_schedule.load_state_dict(state["penalty_schedule"])
             # episodes begun at construction take the loaded scale's length (env.stand_anneal)
             self.episode_steps[:] = self._episode_steps(self.stand_scale())
+
+
+def robot_extents(sim) -> tuple[float, float]:
+    """How far this robot reaches ahead of its base [m] (any of its geoms) and how far its feet reach behind it [m],
+    along its heading, at the pose it settles in on flat ground (``sim.settled_state()``; axis-aligned boxes of
+    the geoms' own bounding boxes, so a little more than the geometry)."""
+    import mujoco
+
+    model, index = sim.model, sim.index
+    height, quat, joints = sim.settled_state()
+    data = mujoco.MjData(model)
+    data.qpos[index.base_qpos:index.base_qpos + 7] = [0.0, 0.0, height, *quat]
+    data.qpos[index.joint_qpos] = joints
+    mujoco.mj_kinematics(model, data)
+    corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
+    root = model.body_rootid[index.base_body]
+
+    def along(geoms) -> np.ndarray:  # every corner's coordinate along the heading (base x axis), base at 0
+        out = [(data.geom_xpos[g] + (corners * model.geom_aabb[g, 3:] + model.geom_aabb[g, :3])
+                @ data.geom_xmat[g].reshape(3, 3).T) for g in geoms]
+        heading = data.xmat[index.base_body].reshape(3, 3)[:, 0]
+        heading = heading / max(float(np.linalg.norm(heading[:2])), 1e-9)
+        return np.concatenate(out)[:, :2] @ heading[:2] - data.xpos[index.base_body, :2] @ heading[:2]
+
+    robot = [g for g in range(model.ngeom) if model.body_rootid[model.geom_bodyid[g]] == root]
+    return float(along(robot).max()), float(-along(index.foot_geoms).min())

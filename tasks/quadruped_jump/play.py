@@ -6,7 +6,8 @@ box). A video longer than the commands (``play --duration``, ``train --video``'s
 falls) jumps them again, round after round, until it lasts as long as asked.
 
 The rollouts use the task's evaluation env (domain randomisation as configured, seeded by ``eval.seed``) with the
-commands replaced by :data:`PLAY_COMMANDS` (cycled when ``num_commands`` exceeds them).
+commands replaced by :data:`PLAY_COMMANDS` (cycled when ``num_commands`` exceeds them; the obstacle jump's distance
+is the middle of the config's ``command.obstacle_distance``, so the box stands where that config places it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from sim2real.sim.render import Camera, Clip, clips_seconds, dress_spec, plots_t
 from sim2real.tasks import get_task, make_env
 from sim2real.tasks.quadruped_jump import commands as cmds
 
-#: ``[dx, dy, dyaw, obstacle height, obstacle length]``: in place, forward 0.5 m, diagonal, forward 0.9 m, obstacle.
+#: ``[dx, dy, dyaw, obstacle height, obstacle length]``: in place, forward 0.5 m, diagonal, forward 0.9 m, obstacle
+#: (its distance replaced by the middle of the config's ``command.obstacle_distance``).
 PLAY_COMMANDS = [[0.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.0], [0.4, 0.3, 0.0, 0.0, 0.0],
                  [0.9, 0.0, 0.0, 0.0, 0.0], [0.8, 0.0, 0.0, 0.1, 0.1]]
 
@@ -65,6 +67,7 @@ def rollout_jumps(cfg: dict, policy: Callable[[torch.Tensor], torch.Tensor], num
     scene_markers = get_task(cfg["task"]).markers_function()
     k = num_commands
     command = torch.tensor([PLAY_COMMANDS[i % len(PLAY_COMMANDS)] for i in range(k)], dtype=torch.float32)
+    command[command[:, 3] > 0, 0] = 0.5 * sum(cfg["command"]["obstacle_distance"])  # (the config's obstacle range)
     ids = torch.arange(k)
     shots = [] if frames_of is None else [int(frames_of)] if np.ndim(frames_of) == 0 else [int(i) for i in frames_of]
     control_dt = float(env.control_dt)

@@ -305,9 +305,10 @@ def test_the_resume_note_names_only_the_new_keys_left_at_their_defaults(capsys):
 
     old = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints" / "quadruped-jump" / "model_0.pt"
     _, _, cfg = resume_config(str(old), "quadruped-jump", None,
-                              ["command.obstacle_near_edge=0.32", "command.obstacle_distance=[0.75,0.95]"], False)
-    assert cfg["command"]["obstacle_near_edge"] == 0.32
+                              ["command.obstacle_near_edge=0.4", "command.obstacle_distance=[0.8,1.0]"], False)
+    assert cfg["command"]["obstacle_near_edge"] == 0.4
     note = capsys.readouterr().err
     assert "eval.stand_only" in note and "obstacle_near_edge" not in note, note
     resume_config(str(old), "quadruped-jump", None, [], False)
-    assert "command.obstacle_near_edge" in capsys.readouterr().err  # left at its legacy default: named
+    note = capsys.readouterr().err  # left at its legacy value (the box midway, as it trained): named with it
+    assert "command.obstacle_near_edge=None" in note and "eval.selection_difficulties=[]" in note, note

@@ -20,6 +20,7 @@ from sim2real.configs import ConfigError
 from sim2real.sim.rotations import quat_from_yaw, yaw_from_quat
 from sim2real.tasks import make_env, task_config
 from sim2real.tasks.quadruped_jump import commands as cmds
+from sim2real.tasks.quadruped_jump.env import robot_extents
 from sim2real.tasks.state import RobotState
 
 POLICY_SIZES = {"projected_gravity_b": 3, "ang_vel_b": 3, "joint_pos_rel": 12, "joint_vel": 12, "last_action": 12,
@@ -231,7 +232,7 @@ def _placed_env(n: int, *overrides: str, near_edge: float | None):
     return make_env(cfg, num_envs=n, eval_mode=True)
 
 
-@pytest.mark.parametrize("near_edge", [None, 0.32])
+@pytest.mark.parametrize("near_edge", [None, 0.4])
 def test_stage_2_obstacle_stands_at_its_place_at_the_level_height(near_edge):
     """Near face ``command.obstacle_near_edge`` ahead of the start along the jump; null (configs saved before the
     key): centred midway."""
@@ -278,14 +279,14 @@ def _obstacle_contacts(env) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("near_edge", [None, 0.32])
+@pytest.mark.parametrize("near_edge", [None, 0.4])
 def test_the_obstacle_starts_clear_of_the_robot(near_edge):
-    """Stage 3's longest box (0.2 m) on its shortest jump: centred midway of a 0.5 m jump (configs saved before
-    ``command.obstacle_near_edge``) its near face is 0.15 m ahead, under the front feet (0.19 m) at the reset;
-    0.32 m ahead (the default) nothing touches it."""
+    """Stage 3's longest box on its shortest jump: centred midway of a 0.5 m jump (configs saved before
+    ``command.obstacle_near_edge``: 0.2 m long) its near face is 0.15 m ahead, under the front feet (0.19 m) at the
+    reset; with the defaults (near face 0.4 m ahead) nothing touches it."""
     env = _placed_env(4, "eval.difficulty=3.0", near_edge=near_edge)
     c = env.cfg["command"]
-    command = torch.tensor([[c["obstacle_distance"][0], 0.0, 0.0, 0.15, 0.2]]).repeat(4, 1)
+    command = torch.tensor([[c["obstacle_distance"][0], 0.0, 0.0, 0.15, c["obstacle_length"][1]]]).repeat(4, 1)
     centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, c["obstacle_width"],
                                           c["obstacle_near_edge"])
     env.sim.set_obstacle(torch.arange(4), centre, half, yaw)
@@ -294,8 +295,33 @@ def test_the_obstacle_starts_clear_of_the_robot(near_edge):
         assert min(contacts) > 0, contacts
     else:
         assert contacts == [0, 0, 0, 0]
-        # the far face (0.52 m) lies behind the hind feet (0.19 m behind the base) on the shortest jump (0.75 m)
-        assert c["obstacle_distance"][0] - 0.19 > near_edge + 0.2
+
+
+def test_robot_extents_match_where_the_box_starts_touching():
+    """:func:`robot_extents`' front reach, checked by contact: a box whose near face is 5 mm beyond it touches
+    nothing at the reset, one 2 cm inside it touches the robot; the hind feet's reach is that of a Go2-class leg."""
+    env = _placed_env(2, "eval.difficulty=3.0", near_edge=0.4)
+    front, feet_rear = robot_extents(env.sim)
+    assert 0.2 < front < 0.4 and 0.15 < feet_rear < 0.25, (front, feet_rear)
+    command = torch.tensor([[0.9, 0.0, 0.0, 0.15, 0.15]]).repeat(2, 1)
+    for near, touching in ((front + 0.005, False), (front - 0.02, True)):
+        centre, half, yaw = cmds.obstacle_box(env.start_xy, env.start_yaw, command, 1.0, near)
+        env.sim.set_obstacle(torch.arange(2), centre, half, yaw)
+        assert (min(_obstacle_contacts(env)) > 0) == touching, (near, front)
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["command.obstacle_near_edge=0.2"], "command.obstacle_near_edge': 0.2 m puts the box against this robot"),
+    (["command.obstacle_distance=[0.6,1.0]"], "command.obstacle_distance': the shortest obstacle jump \\(0.6 m\\) "
+                                               "lands this robot's hind feet"),
+])
+def test_a_placement_the_robot_model_touches_is_refused_when_the_env_is_built(overrides, key):
+    """The config alone passes (the base lands beyond the far face); the model's extents do not."""
+    cfg = _cfg(*overrides)
+    with pytest.raises(ConfigError, match=key):
+        make_env(cfg, num_envs=1)
+    cfg["curriculum"]["max_difficulty"] = 2.0  # no stage 3: no box, nothing to refuse
+    make_env(cfg, num_envs=1)
 
 
 def test_no_obstacle_below_stage_2():
