@@ -25,7 +25,7 @@ import torch
 from sim2real.configs import ConfigError
 from sim2real.sim.kinematics import foot_yaw_from_xmat
 from sim2real.sim.mujoco_model import (
-    OBSTACLE_PARK, UNSTABLE_WARNINGS, batch_class, build_model, make_position_servos,
+    OBSTACLE_PARK, UNSTABLE_WARNINGS, batch_class, build_model, geom_box_corners, make_position_servos,
 )
 from sim2real.sim.robot import MAX_PLAUSIBLE_VELOCITY, LeggedRobot
 
@@ -101,14 +101,12 @@ class MujocoBackend:
         data.qpos[i.joint_qpos] = self.legged.default_pose
         data.qpos[self.model.jnt_qposadr[[self.model.joint(n).id for n in i.held_joint_names]]] = i.held_joint_pos
         mujoco.mj_kinematics(self.model, data)
-        signs = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
         bottom = np.inf
         for g in i.foot_geoms:  # spheres: their bottom; others: the lowest corner of their (rotated) bounding box
             if self.model.geom_type[g] == mujoco.mjtGeom.mjGEOM_SPHERE:
                 bottom = min(bottom, float(data.geom_xpos[g, 2] - self.model.geom_size[g, 0]))
                 continue
-            centre, half = self.model.geom_aabb[g, :3], self.model.geom_aabb[g, 3:]
-            corners = data.geom_xpos[g] + (centre + signs * half) @ data.geom_xmat[g].reshape(3, 3).T
+            corners = geom_box_corners(self.model, g, data.geom_xpos[g], data.geom_xmat[g])
             bottom = min(bottom, float(corners[:, 2].min()))
         return -bottom
 

@@ -103,18 +103,28 @@ def _collides(model: mujoco.MjModel, g: int) -> bool:
     return bool(model.geom_contype[g] or model.geom_conaffinity[g])
 
 
+#: Signs of the eight corners of a box, ``[8, 3]``.
+BOX_SIGNS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
+
+
+def geom_box_corners(model: mujoco.MjModel, g: int, pos: np.ndarray, mat: np.ndarray) -> np.ndarray:
+    """The eight corners ``[8, 3]`` [m] of geom ``g``'s own bounding box (``model.geom_aabb``: centre and half sizes
+    in the geom frame) for the geom at ``pos`` ``[3]`` with rotation ``mat`` ``[3, 3]``, in their frame (world
+    for ``geom_xpos`` / ``geom_xmat``, the body's for ``geom_pos`` / ``geom_quat``)."""
+    centre, half = model.geom_aabb[g, :3], model.geom_aabb[g, 3:]
+    return pos + (centre + BOX_SIGNS * half) @ np.asarray(mat).reshape(3, 3).T
+
+
 def _body_box(model: mujoco.MjModel, body: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Body-frame axis-aligned box ``(lo, hi)`` [m] enclosing the collision geoms of ``body`` (from the compiled
     geoms' own bounding boxes, so meshes are covered), or None if it has none."""
     lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
-    signs = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
     for g in range(model.ngeom):
         if model.geom_bodyid[g] != body or not _collides(model, g):
             continue
         rot = np.zeros(9)
         mujoco.mju_quat2Mat(rot, model.geom_quat[g])
-        centre, half = model.geom_aabb[g, :3], model.geom_aabb[g, 3:]
-        corners = model.geom_pos[g] + (centre + signs * half) @ rot.reshape(3, 3).T
+        corners = geom_box_corners(model, g, model.geom_pos[g], rot)
         lo, hi = np.minimum(lo, corners.min(0)), np.maximum(hi, corners.max(0))
     return (lo, hi) if np.isfinite(lo).all() else None
 

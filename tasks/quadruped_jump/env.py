@@ -512,21 +512,21 @@ def robot_extents(sim) -> tuple[float, float]:
     the geoms' own bounding boxes, so a little more than the geometry)."""
     import mujoco
 
+    from sim2real.sim.mujoco_model import geom_box_corners
+
     model, index = sim.model, sim.index
     height, quat, joints = sim.settled_state()
     data = mujoco.MjData(model)
     data.qpos[index.base_qpos:index.base_qpos + 7] = [0.0, 0.0, height, *quat]
     data.qpos[index.joint_qpos] = joints
     mujoco.mj_kinematics(model, data)
-    corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], dtype=float)
     root = model.body_rootid[index.base_body]
+    heading = data.xmat[index.base_body].reshape(3, 3)[:2, 0]  # the base's x axis, horizontal
+    heading = heading / max(float(np.linalg.norm(heading)), 1e-9)
 
-    def along(geoms) -> np.ndarray:  # every corner's coordinate along the heading (base x axis), base at 0
-        out = [(data.geom_xpos[g] + (corners * model.geom_aabb[g, 3:] + model.geom_aabb[g, :3])
-                @ data.geom_xmat[g].reshape(3, 3).T) for g in geoms]
-        heading = data.xmat[index.base_body].reshape(3, 3)[:, 0]
-        heading = heading / max(float(np.linalg.norm(heading[:2])), 1e-9)
-        return np.concatenate(out)[:, :2] @ heading[:2] - data.xpos[index.base_body, :2] @ heading[:2]
+    def along(geoms) -> np.ndarray:  # every corner's coordinate along the heading, base at 0
+        out = [geom_box_corners(model, g, data.geom_xpos[g], data.geom_xmat[g]) for g in geoms]
+        return (np.concatenate(out)[:, :2] - data.xpos[index.base_body, :2]) @ heading
 
     robot = [g for g in range(model.ngeom) if model.body_rootid[model.geom_bodyid[g]] == root]
     return float(along(robot).max()), float(-along(index.foot_geoms).min())
