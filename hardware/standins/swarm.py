@@ -233,6 +233,8 @@ class SimSwarmNode(StandInClock, Node):
         self.command_time = torch.full((n,), -math.inf, dtype=torch.float64)
         self.watchdog_tripped = torch.zeros(n, dtype=torch.bool)
         self.commands_received = [0] * n
+        self.motor_starts = [0] * n  # running commands after none, an idle one or a stale one (per deploy session)
+        self._running = torch.zeros(n, dtype=torch.bool)  # the held command runs the motors
         self.contact_counts = torch.zeros(n, len(CONTACT_KINDS), dtype=torch.long)
         self._pairs = torch.zeros(n, n, dtype=torch.bool)  # contacts at the previous physics step
         self._touching = torch.zeros(n, len(CONTACT_KINDS) - 1, dtype=torch.bool)  # obstacle, floor, wall
@@ -304,15 +306,20 @@ class SimSwarmNode(StandInClock, Node):
         """Drone ``i``'s valid command ``values`` (4 finite numbers of ``interface``) arrived now (the monotonic
         clock; in lockstep the current simulated instant): held from now on; a held drone whose motors run is
         released (hand launch)."""
+        now = self.sim_time if self.lockstep_steps is not None else time.monotonic()
+        was_running = bool(self._running[i]) and now - float(self.command_time[i]) <= self.command_timeout_s
         self.command[i] = torch.as_tensor(values, dtype=torch.float32)
         self.interface[i] = interface
-        self.command_time[i] = self.sim_time if self.lockstep_steps is not None else time.monotonic()
+        self.command_time[i] = now
         self.commands_received[i] += 1
+        thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
+        self._running[i] = float(thrust[i].sum()) > 0.0
+        if self._running[i] and not was_running:
+            self.motor_starts[i] += 1
         if not self.released[i]:
             # Hand launch: the motors spin up to this command in the hand, then it lets go; an idle command (the
             # deploy node's safe command while it waits for its inputs) keeps the drone in the hand.
-            thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
-            if float(thrust[i].sum()) <= 0.0:
+            if not self._running[i]:
                 return
             self.dyn.motor_thrust[i] = thrust[i]
             self.released[i] = True
@@ -455,7 +462,8 @@ class SimSwarmNode(StandInClock, Node):
     def report(self) -> dict:
         """Per drone: start and final position [m], contact events by kind, ``collisions`` (drone-drone + column
         events, the task's collision count) and ``boundary`` (floor + wall/ceiling events), released, commands
-        received; the totals; and the world."""
+        received, ``motor_starts`` (commands that ran the motors after none, an idle or a timed-out one: one per
+        deploy session that flew it); the totals; and the world."""
         drones = {}
         for i, name in enumerate(self.names):
             counts = {k: int(c) for k, c in zip(CONTACT_KINDS, self.contact_counts[i])}
@@ -463,7 +471,8 @@ class SimSwarmNode(StandInClock, Node):
                             "start_position": [round(float(x), 4) for x in self.start_positions[i]],
                             "contacts": counts, "collisions": counts["drone"] + counts["obstacle"],
                             "boundary": counts["floor"] + counts["wall"],
-                            "released": bool(self.released[i]), "commands_received": self.commands_received[i]}
+                            "released": bool(self.released[i]), "commands_received": self.commands_received[i],
+                            "motor_starts": self.motor_starts[i]}
         return {"drones": drones, "total_collisions": sum(d["collisions"] for d in drones.values()),
                 "total_boundary": sum(d["boundary"] for d in drones.values()),
                 "sim_time_s": self.sim_time, "dropped_steps": self.stepper.dropped_steps,

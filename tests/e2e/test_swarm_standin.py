@@ -204,7 +204,8 @@ def test_swarm_deploy_mechanics_with_a_synthetic_policy(tmp_path, namespace, wri
     assert list(report["drones"]) == NAMES
     for i, n in enumerate(NAMES):
         d = report["drones"][n]
-        # Commands the stand-in took in (its subscription keeps the last 10: a stand-in starved on a loaded machine
-        # drops some; CI once counted 49 over both layouts' runs), at least the probe's 10 per layout.
-        assert d["released"] and d["commands_received"] >= 20 and d["start_position"] == STARTS[i].tolist(), d
+        # Both layouts flew every drone: the stand-in saw the motors start once per layout (a running command after
+        # the previous layout's idle or timed-out one). Not a count of commands: its subscription keeps the last 10,
+        # and a stand-in starved on a loaded machine drops some (CI once counted 15 over both layouts' runs).
+        assert d["released"] and d["motor_starts"] >= 2 and d["start_position"] == STARTS[i].tolist(), d
     assert len(report["columns"]) == round(DENSITY * 36)

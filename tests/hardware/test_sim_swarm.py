@@ -137,6 +137,17 @@ def test_drones_are_held_until_their_own_first_command_and_idle_without_commands
     assert node.watchdog_tripped.tolist() == [True, False]
     assert float(node.dyn.motor_thrust[0].sum()) < 0.05 * hover
     assert float(node.positions()[0, 2]) < 0.95
+    # Motor starts (the report's count of deploy sessions that flew a drone): a running command after a timed-out
+    # one, after an idle one, and never a running command that follows a fresh running one.
+    assert node.motor_starts == [1, 0]
+    messages = [([hover, 0.0, 0.0, 0.0], 0.30), ([hover, 0.0, 0.0, 0.0], 0.31), ([0.0] * 4, 0.32),
+                ([hover, 0.0, 0.0, 0.0], 0.33), ([hover, 0.0, 0.0, 0.0], 0.34)]
+    starts = []
+    for values, t in messages:
+        clock.now = t
+        node._on_command(command_to_message(values, ["t", "p", "q", "r"]), 0, "ctbr")
+        starts.append(node.motor_starts[0])
+    assert starts == [2, 2, 2, 3, 3] and node.commands_received == [6, 0]
 
 
 def test_odometry_pose_in_world_twist_in_body_frame(swarm):
