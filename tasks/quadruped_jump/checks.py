@@ -65,6 +65,8 @@ def check_config(cfg: dict) -> None:
     require(s["position_tol_per_m"] >= 0, "success.position_tol_per_m", "must be >= 0")
     for key in ("position_tol", "yaw_tol", "upright_tilt"):
         require(s[key] > 0, f"success.{key}", f"must be positive, got {s[key]}")
+    for key in ("first_landing", "clear_obstacle"):
+        require(isinstance(s[key], bool), f"success.{key}", f"must be true or false, got {s[key]!r}")
     check_observations(cfg["observations"])
     check_domain_rand(cfg["domain_rand"])
     check_staged_curriculum(cfg, 3, "quadruped-jump")

@@ -58,7 +58,12 @@ from sim2real.tasks.observations import JUMP_WINDOW_S, jump_active
 from sim2real.tasks.quadruped_jump import commands as cmds
 from sim2real.tasks.quadruped_jump import rewards as rew
 from sim2real.tasks.quadruped_jump.checks import check_config
+from sim2real.tasks.quadruped_jump.outcomes import summarize_outcomes
 from sim2real.tasks.state import RobotState
+
+#: m, a foot point (the foot geom's centre) this close to the obstacle box counts as touching it: about a Go2-class
+#: foot's radius (0.022 m) and a centimetre (``stage3_box_touch_rate``: stepping on the box is not jumping over it).
+FOOT_BOX_MARGIN_M = 0.03
 
 
 class QuadrupedJumpEnv(LeggedTaskEnv):
@@ -119,6 +124,18 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.airborne_steps = torch.zeros(n, dtype=torch.long, device=device)
         self.max_airborne_steps = torch.zeros(n, dtype=torch.long, device=device)
         self.peak_height = torch.zeros(n, device=device)
+        # What kind of jump it was (reported, not rewarded; summarize_outcomes): flight phases of at least
+        # env.airborne_min_s since the command started, the base xy at the touchdown that ended the first one, and
+        # whether a foot came within FOOT_BOX_MARGIN_M of the obstacle box (placed per episode: centre, half sizes,
+        # yaw, as obstacle_box gives them).
+        self.flights = torch.zeros(n, dtype=torch.long, device=device)
+        self.long_flight = torch.zeros(n, dtype=torch.bool, device=device)
+        self.first_landing_xy = torch.full((n, 2), float("nan"), device=device)
+        self.box_touched = torch.zeros(n, dtype=torch.bool, device=device)
+        self.box_touch_now = torch.zeros(n, dtype=torch.bool, device=device)
+        self.box_centre = torch.zeros(n, 3, device=device)
+        self.box_half = torch.zeros(n, 3, device=device)
+        self.box_yaw = torch.zeros(n, device=device)
         self.body_contact_seen = torch.zeros(n, dtype=torch.bool, device=device)
         self.difficulty = torch.zeros(n, device=device)
         self.stand_only = torch.zeros(n, dtype=torch.bool, device=device)  # this episode never gets a command
@@ -152,7 +169,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.bin_success = torch.zeros(len(self.distance_bins), device=device)  # EMA success per distance bin
         self.bin_count = torch.zeros(len(self.distance_bins), device=device)
         self._init_bookkeeping(n, rew.TERMS, ("success", "fall", "pos_error", "yaw_error", "peak_height", "distance",
-                                              "stage", "stand_only", "stood_before", "stood_after"), device)
+                                              "stage", "stand_only", "stood_before", "stood_after", "flights",
+                                              "first_landing", "one_jump", "box_touch"), device)
         self._state = None
         self._reset_envs(torch.arange(n, device=device))
 
@@ -195,6 +213,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         airborne = (state.foot_contact < 1.0).all(-1) & (self.time_s() > 0) & self.grounded
         self.airborne_steps = torch.where(airborne, self.airborne_steps + 1, torch.zeros_like(self.airborne_steps))
         self.max_airborne_steps = torch.maximum(self.max_airborne_steps, self.airborne_steps)
+        self._track_flights(state, airborne)
         started = (self.time_s() > 0) & self.grounded
         self.peak_height = torch.where(started, torch.maximum(self.peak_height, state.base_pos_w[:, 2]),
                                        self.peak_height)
@@ -209,7 +228,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
         x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
                                  self.sim.joint_torque(), fall, tilt, self.standing(), self.landing_xy,
-                                 self.landing_yaw, self.grounded)
+                                 self.landing_yaw, self.grounded, self.first_landing_xy, self.box_touch_now)
         terms = rew.compute(x, self.reward_params)
         stood = self.stood()
         success = time_out & torch.where(self.stand_only, stood[:, 0] == 1.0, self._success(state, tilt))
@@ -266,6 +285,27 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             return
         self.grounded |= (self.time_s() > 0) & (state.foot_contact >= 1.0).all(-1)
 
+    def _track_flights(self, state: RobotState, airborne: torch.Tensor) -> None:
+        """Count the flight phases of at least ``env.airborne_min_s`` (``flights``), keep the base xy at the
+        touchdown that ended the first one (``first_landing_xy``) and note a foot near the obstacle box
+        (``box_touched``: a foot point within :data:`FOOT_BOX_MARGIN_M` of the box, about a foot's radius and a
+        centimetre: touching it or stepping on it)."""
+        long = self.airborne_steps.float() * self.control_dt >= self.cfg["env"]["airborne_min_s"] - 1e-6
+        self.flights += (long & ~self.long_flight).long()
+        touchdown = self.long_flight & ~airborne & torch.isnan(self.first_landing_xy[:, 0])
+        self.first_landing_xy = torch.where(touchdown.unsqueeze(-1), state.base_pos_w[:, :2], self.first_landing_xy)
+        self.long_flight = long
+        present = self.box_half[:, 2] > 0
+        self.box_touch_now = torch.zeros_like(present)
+        if not bool(present.any()):
+            return
+        rel = self._state["foot_pos_w"] - self.box_centre.unsqueeze(1)  # [N, F, 3]
+        c, s = torch.cos(self.box_yaw).unsqueeze(1), torch.sin(self.box_yaw).unsqueeze(1)
+        local = torch.stack((c * rel[..., 0] + s * rel[..., 1], -s * rel[..., 0] + c * rel[..., 1], rel[..., 2]), -1)
+        near = (local.abs() <= self.box_half.unsqueeze(1) + FOOT_BOX_MARGIN_M).all(-1).any(-1)
+        self.box_touch_now = near & present
+        self.box_touched |= self.box_touch_now
+
     def _track_landing(self, state: RobotState) -> None:
         """Follow the base's pose while the command's window runs and hold it after (``landing_xy``/``_yaw``);
         without ``env.stand_after_jump`` (the command lasts to the end) the pose is always the current one."""
@@ -288,7 +328,13 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         tol = s["position_tol"] + s["position_tol_per_m"] * dist
         flight = self.max_airborne_steps.float() * self.control_dt >= self.cfg["env"]["airborne_min_s"]
         jumped = self.peak_height - self.settled_height >= s["min_peak_height"]
-        return (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight & jumped
+        ok = (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight & jumped
+        if s["first_landing"]:  # the first flight's touchdown within the tolerance too: one jump, not a hop and a walk
+            first_err = torch.linalg.vector_norm(self.first_landing_xy - self.target_xy, dim=-1)
+            ok &= torch.nan_to_num(first_err, nan=1e9) < tol
+        if s["clear_obstacle"]:  # no foot touched the box (FOOT_BOX_MARGIN_M): over it, not onto it
+            ok &= ~self.box_touched
+        return ok
 
     def _record_outcome(self, ids, state: RobotState, success, fall, log) -> None:
         ret = self._close_episodes(ids, log)
@@ -302,9 +348,21 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         stood_after = torch.where(no_phase, torch.full_like(fall, float("nan"), dtype=torch.float32),
                                   torch.where(fall, torch.zeros_like(stood[:, 1]), stood[:, 1]))
         stood_before = torch.where(fall & (self.time_s()[ids] < 0), torch.zeros_like(stood[:, 0]), stood[:, 0])
+        # The first landing: the base's distance along the commanded jump at the touchdown that ended the first
+        # flight [m] (NaN: no flight); a success landed in one jump when that touchdown was within the tolerance too.
+        delta = self.target_xy[ids] - self.start_xy[ids]
+        unit = delta / torch.linalg.vector_norm(delta, dim=-1, keepdim=True).clamp_min(1e-6)
+        first = self.first_landing_xy[ids]
+        tol = self.cfg["success"]["position_tol"] + self.cfg["success"]["position_tol_per_m"] * dist
+        first_err = torch.linalg.vector_norm(first - self.target_xy[ids], dim=-1)
+        one_jump = success & (torch.nan_to_num(first_err, nan=1e9) < tol)
+        has_box = self.box_half[ids, 2] > 0
         out = {"success": success.float(), "fall": fall.float(), "pos_error": pos_err[ids], "yaw_error": yaw_err[ids],
                "peak_height": self.peak_height[ids] - self.settled_height, "distance": dist, "stage": stage.float(),
-               "stand_only": stand_only.float(), "stood_before": stood_before, "stood_after": stood_after}
+               "stand_only": stand_only.float(), "stood_before": stood_before, "stood_after": stood_after,
+               "flights": self.flights[ids].float(), "first_landing": ((first - self.start_xy[ids]) * unit).sum(-1),
+               "one_jump": one_jump.float(),
+               "box_touch": torch.where(has_box, self.box_touched[ids].float(), torch.full_like(dist, float("nan")))}
         self._record_outcomes(ids, out)
         if stand_only.any():
             log["Metrics/stand_success"] = success[stand_only].float().mean()
@@ -376,6 +434,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         centre, half, direction = cmds.obstacle_box(start_xy, yaw, self.command[ids], c["obstacle_width"],
                                                     c["obstacle_near_edge"])
         self.sim.set_obstacle(ids, centre, half, direction)
+        self.box_centre[ids], self.box_half[ids], self.box_yaw[ids] = centre, half, direction
         lo, hi = e["wait_s"]
         wait = lo + (hi - lo) * torch.rand(m, device=dev)
         self.wait_steps[ids] = torch.where(stand_only, self.max_episode_length + 1,
@@ -390,6 +449,11 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.last_actions[ids] = 0.0
         self.airborne_steps[ids] = 0
         self.max_airborne_steps[ids] = 0
+        self.flights[ids] = 0
+        self.long_flight[ids] = False
+        self.first_landing_xy[ids] = float("nan")
+        self.box_touched[ids] = False
+        self.box_touch_now[ids] = False
         self.grounded[ids] = False
         self.peak_height[ids] = self.settled_height
         self.stand_steps[ids] = 0.0
@@ -432,52 +496,9 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
     @staticmethod
     def summarize_outcomes(outcome: dict[str, torch.Tensor]) -> dict:
-        """Held-out metrics of one episode per env (``last_outcome`` tensors ``[N]``): ``success_rate``,
-        ``fall_rate``, landing ``pos_error_mean`` [m] and ``yaw_error_mean`` [rad], ``peak_height_mean`` [m above
-        the settled standing height, after the command's start], per-stage success and landing error, ``score``, and
-        for stage-2 jumps the success rate per 0.2 m bin of commanded distance with ``max_distance_80`` [m], the
-        upper edge of the longest bin succeeding >= 80% (bins of >= 10 episodes); ``stand_from_reset_rate`` and
-        ``stand_after_landing_rate``: the fraction of episodes that stood in that phase (see the module docstring;
-        with ``eval.stand_only`` ``success_rate`` is the stand-only episodes' standing success); ``score`` (picks
-        ``best.pt``): success, times (1 + the after-landing standing rate) / 2 where the episodes have that phase
-        (a policy that stands after its jumps ranks higher; one that jumps still ranks above one that does not),
-        less a thousandth of the landing error [m]."""
-        err = torch.nan_to_num(outcome["pos_error"], nan=10.0).clamp_max(10.0)
-        success = float(outcome["success"].mean())
-        out = {
-            "success_rate": success,
-            "fall_rate": float(outcome["fall"].mean()),
-            "pos_error_mean": float(err.mean()),
-            "yaw_error_mean": float(torch.nan_to_num(outcome["yaw_error"], nan=3.2).mean()),
-            "peak_height_mean": float(torch.nan_to_num(outcome["peak_height"], nan=0.0).mean()),
-            "score": success - 1e-3 * float(err.mean()),
-        }
-        # Standing (module docstring): from the reset (before the command; a stand-only episode throughout) and after
-        # the landing (after the command's window), over the episodes that have the phase.
-        for key, name in (("stood_before", "stand_from_reset_rate"), ("stood_after", "stand_after_landing_rate")):
-            if key in outcome and torch.isfinite(outcome[key]).any():
-                out[name] = float(torch.nanmean(outcome[key]))
-        if "stand_after_landing_rate" in out:  # best.pt: jumps that also stand after landing count double
-            out["score"] = success * (1.0 + out["stand_after_landing_rate"]) / 2.0 - 1e-3 * float(err.mean())
-        for s in range(3):
-            mask = outcome["stage"] == s
-            if mask.any():
-                out[f"stage{s + 1}_success_rate"] = float(outcome["success"][mask].mean())
-                out[f"stage{s + 1}_pos_error_mean"] = float(err[mask].mean())
-        # Stage-2 jumps by commanded distance (0.2 m bins): the longest bin with >= 80% success (>= 10 episodes).
-        jumps = outcome["stage"] == 1
-        if jumps.any():
-            edges = torch.arange(0.2, 1.2001, 0.2)
-            b = torch.bucketize(outcome["distance"][jumps], edges)
-            best = 0.0
-            for i, hi in enumerate(edges.tolist()):
-                hits = outcome["success"][jumps][b == i]
-                if len(hits) >= 10:
-                    out[f"success_rate_to_{hi:.1f}m"] = float(hits.mean())
-                    if float(hits.mean()) >= 0.8:
-                        best = hi
-            out["max_distance_80"] = round(best, 3)
-        return out
+        """Held-out metrics of one episode per env (``last_outcome`` tensors ``[N]``):
+        :func:`sim2real.tasks.quadruped_jump.outcomes.summarize_outcomes`."""
+        return summarize_outcomes(outcome)
 
     # --- rsl-rl checkpoint hooks ----------------------------------------------------------------------------
     def task_spaces(self) -> dict[str, TaskSpace]:

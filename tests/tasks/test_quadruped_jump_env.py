@@ -335,15 +335,23 @@ def test_no_obstacle_below_stage_2():
 
 
 # --- success ------------------------------------------------------------------------------------------------------
-def _landed(env, offset_xy=(0.0, 0.0), yaw_error=0.0, flight_steps=10, peak=0.1, set_landing=True):
+def _landed(env, offset_xy=(0.0, 0.0), yaw_error=0.0, flight_steps=10, peak=0.1, set_landing=True,
+            first_landing_xy="here"):
     """A state of every env standing upright at its target (plus offsets) with ``flight_steps`` of flight and a
-    peak base height ``peak`` above the settled standing height (``set_landing``: the landing pose too)."""
+    peak base height ``peak`` above the settled standing height (``set_landing``: the landing pose too), its first
+    flight ended there (``first_landing_xy``: "here", None for no flight's touchdown yet, or an offset from the
+    target)."""
     n = env.num_envs
     env.peak_height[:] = env.settled_height + peak
     pos = torch.zeros(n, 3)
     pos[:, :2] = env.target_xy + torch.tensor(offset_xy)
     pos[:, 2] = 0.3
     env.max_airborne_steps[:] = flight_steps
+    if first_landing_xy is None:
+        env.first_landing_xy[:] = float("nan")
+    else:
+        first = (0.0, 0.0) if first_landing_xy == "here" else first_landing_xy
+        env.first_landing_xy[:] = pos[:, :2] if first_landing_xy == "here" else env.target_xy + torch.tensor(first)
     if set_landing:
         env.landing_xy[:], env.landing_yaw[:] = pos[:, :2], env.target_yaw + yaw_error  # the window's end
     z = torch.zeros(n, 3)
@@ -375,6 +383,19 @@ def test_success_criterion_on_constructed_states():
     assert ok(_landed(env, flight_steps=2)) == [False, False]  # 0.04 s: not a jump
     assert ok(_landed(env, peak=0.079)) == [False, False]  # below success.min_peak_height (0.08 m)
     assert ok(_landed(env, peak=0.081)) == [True, True]
+    # One jump (success.first_landing, the default): the first flight's touchdown within the same tolerance; a hop
+    # that landed short and a walk to the target, or no touchdown after a flight yet, fail.
+    assert ok(_landed(env, first_landing_xy=(0.14, 0.0))) == [True, True]
+    assert ok(_landed(env, first_landing_xy=(-0.24, 0.0))) == [False, True]
+    assert ok(_landed(env, first_landing_xy=(-0.8, -0.6))) == [False, False]
+    assert ok(_landed(env, first_landing_xy=None)) == [False, False]
+    env.cfg["success"]["first_landing"] = False  # configs saved before the key: the final landing alone
+    assert ok(_landed(env, first_landing_xy=(-0.8, -0.6))) == [True, True]
+    # Over the box, not onto it (success.clear_obstacle): a foot near the box in the episode fails it.
+    env.box_touched[:] = torch.tensor([True, False])
+    assert ok(_landed(env)) == [False, True]
+    env.cfg["success"]["clear_obstacle"] = False
+    assert ok(_landed(env)) == [True, True]
 
 
 def test_success_and_failure_move_the_curriculum():
@@ -388,6 +409,7 @@ def test_success_and_failure_move_the_curriculum():
     env.target_yaw[:] = yaw_from_quat(state["base_quat_w"])
     env.command[:] = 0.0
     env.max_airborne_steps[:] = torch.tensor([10, 10, 0, 10])
+    env.first_landing_xy[:] = env.target_xy  # (env 2: a touchdown there, but no flight)
     env.peak_height[:] = env.settled_height + 0.1
     env.episode_length_buf[:] = env.max_episode_length - 1
     _, rew, dones, extras = env.step(torch.zeros(4, 12))
@@ -730,3 +752,78 @@ def test_a_world_the_simulator_flags_unstable_earns_only_its_termination_penalty
     assert float(rew[0]) == pytest.approx(env.reward_weights["termination"] * env.cfg["rewards"]["scale"])
     assert env.last_outcome["fall"][0] == 1.0
     assert -1.0 < float(rew[1]) < 1.0
+
+
+# --- what kind of jump: flights, the first landing, the box -------------------------------------------------------
+def test_flights_are_counted_and_the_first_touchdown_is_kept():
+    """A flight phase counts once it lasts env.airborne_min_s (0.06 s: 3 steps at 50 Hz); the base xy at the
+    touchdown that ends the first one is kept through later hops; shorter airborne streaks count nothing."""
+    env = _env(1, "eval.difficulty=2.0", eval_mode=True)
+    env.box_half[:] = 0.0  # (no box)
+    state = _landed(env, first_landing_xy=None)
+    path = [(False, 0.0), (True, 0.1), (True, 0.2), (False, 0.25),  # 2 steps airborne: not a flight
+            (True, 0.3), (True, 0.4), (True, 0.5), (True, 0.6), (False, 0.7),  # 4 steps: a flight, down at 0.7
+            (False, 0.75), (True, 0.8), (True, 0.9), (True, 1.0), (False, 1.1)]  # a second flight
+    flights = []
+    for airborne, x in path:
+        env.airborne_steps[:] = env.airborne_steps + 1 if airborne else 0
+        state.base_pos_w[:, :2] = torch.tensor([x, 0.0])
+        env._track_flights(state, torch.tensor([airborne]))
+        flights.append(int(env.flights))
+    assert flights == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2]
+    assert env.first_landing_xy.tolist() == [pytest.approx([0.7, 0.0])]
+
+
+def test_a_foot_on_or_against_the_box_touches_it_one_above_it_does_not():
+    env = _env(1, "eval.difficulty=3.0", eval_mode=True)
+    env.box_centre[:] = torch.tensor([[1.0, 1.0, 0.075]])  # a 0.15 m high box, 0.1 m long, 1 m wide, turned 90 deg
+    env.box_half[:] = torch.tensor([[0.05, 0.5, 0.075]])
+    env.box_yaw[:] = math.pi / 2
+    state = _landed(env)
+    far = torch.tensor([[5.0, 5.0, 0.02]] * 4)
+
+    def touches(foot):
+        env.box_touched[:] = False
+        feet = far.clone()
+        feet[2] = torch.tensor(foot)
+        env._state["foot_pos_w"] = feet.unsqueeze(0)
+        env._track_flights(state, torch.tensor([False]))
+        return bool(env.box_touch_now[0]) and bool(env.box_touched[0])
+
+    assert touches([1.3, 1.0, 0.17])       # on its top (0.15 m + a 0.02 m foot), 0.3 m along its 1 m width
+    assert touches([1.0, 0.93, 0.05])      # against its near face (along the jump: world y here)
+    assert not touches([1.3, 1.0, 0.19])   # 4 cm above the top: cleared
+    assert not touches([1.0, 0.90, 0.05])  # 5 cm short of the face
+    assert not touches([1.56, 1.0, 0.05])  # beyond its width's end (0.5 + 0.03 m)
+    env.box_half[:] = 0.0  # no box (stages 1 and 2): nothing touches
+    assert not touches([1.0, 1.0, 0.0])
+
+
+def test_first_landing_and_obstacle_touch_terms():
+    from sim2real.tasks.quadruped_jump import rewards as rew
+
+    target = torch.tensor([[1.0, 0.0]] * 3)
+    first = torch.tensor([[float("nan")] * 2, [1.0, 0.0], [0.5, 0.0]])  # no flight yet, on target, 0.5 m short
+    x = rew.JumpRewardInputs(*[None] * 2, target, *[None] * 9, first, torch.tensor([False, True, False]))
+    assert rew.first_landing(x, {}).tolist() == pytest.approx([0.0, 1.0, math.exp(-2.0)])
+    assert rew.obstacle_touch(x, {}).tolist() == [0.0, 1.0, 0.0]
+
+
+def test_the_summary_says_how_far_the_first_flight_went_and_whether_feet_touched_the_box():
+    from sim2real.tasks.quadruped_jump.env import QuadrupedJumpEnv
+
+    nan = float("nan")
+    outcome = {"success": torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0]), "fall": torch.zeros(6),
+               "pos_error": torch.full((6,), 0.1), "yaw_error": torch.zeros(6), "peak_height": torch.full((6,), 0.1),
+               "distance": torch.tensor([0.0, 0.8, 0.8, 1.0, 0.9, 0.0]), "stage": torch.tensor([0.0, 1, 1, 2, 2, 0]),
+               "stand_only": torch.tensor([0.0, 0, 0, 0, 0, 1]),
+               "flights": torch.tensor([1.0, 1, 0, 2, 1, 0]),
+               "first_landing": torch.tensor([0.0, 0.8, nan, 0.2, 0.9, nan]),
+               "one_jump": torch.tensor([1.0, 1, 0, 0, 1, 0]),
+               "box_touch": torch.tensor([nan, nan, nan, 1.0, 0.0, nan])}
+    m = QuadrupedJumpEnv.summarize_outcomes(outcome)
+    assert m["flights_mean"] == pytest.approx(5 / 5)  # the stand-only episode left out
+    assert m["stage2_first_landing_share"] == pytest.approx(0.0)  # median of (1.0, 0: no flight), the lower
+    assert m["stage2_one_jump_success_rate"] == pytest.approx(0.5)
+    assert m["stage3_first_landing_share"] == pytest.approx(0.2)  # median of (0.2, 1.0): torch's lower median
+    assert m["stage3_one_jump_success_rate"] == pytest.approx(0.5) and m["stage3_box_touch_rate"] == 0.5
