@@ -5,7 +5,8 @@ actor's MLP and its observation normaliser, not the critic, the action noise or 
 the actor's weights and normaliser statistics from the ONNX graph, starts the critic fresh, and trains the critic
 alone for ``critic_warmup`` iterations (the actor frozen: a random critic's advantages would otherwise undo the
 policy in its first updates), then trains both with the learning rate reset to ``train.learning_rate``. The action
-noise starts at ``train.init_std``. This is how a run continues from a policy whose checkpoint is not at hand
+noise starts at ``train.init_std`` (a note says when the policy's own noise at export, metadata
+``training.action_std``, differs by more than 1.5x). This is how a run continues from a policy whose checkpoint is not at hand
 (another machine, a shipped policy) with changed settings, e.g. the unreduced model or more domain randomisation.
 """
 
@@ -141,4 +142,21 @@ def warm_start(runner, policy_dir: str | Path, critic_warmup: int) -> str:
                if k in (run_meta.get("gait") or {}) and meta["gait"][k] != run_meta["gait"][k]]
     if changed:  # allowed (a deliberate change of gait), but the actor's clock input now means another gait
         note += "\nnote: this run's gait differs from the policy's (" + ", ".join(changed) + ")"
+    note += _noise_note(meta, actor)
     return note
+
+
+def _noise_note(meta: dict, actor) -> str:
+    """A note line when the policy's action noise at export (metadata ``training.action_std``, mean) and this run's
+    starting noise (``train.init_std``) differ by more than 1.5x: a quadruped-jump actor trained down to 0.19 and
+    restarted at 0.5 fell from 0.98 to 0.3-0.6 training success on the jumps it had learned."""
+    from sim2real.policies.artefact.export import action_std
+
+    theirs, ours = (meta.get("training") or {}).get("action_std"), action_std(actor)
+    if not theirs or not ours:
+        return ""
+    a, b = float(np.mean(theirs)), float(np.mean(ours))
+    if max(a, b) <= 1.5 * min(a, b):
+        return ""
+    return (f"\nnote: the policy's action noise was std {a:.3g} (mean) when exported, this run starts at {b:.3g} "
+            f"(train.init_std): --set train.init_std={a:.2g} continues with the noise it trained with")

@@ -71,6 +71,21 @@ def _make_batch_symbolic(model: onnx.ModelProto) -> None:
     del model.graph.value_info[:]
 
 
+
+def action_std(actor) -> list[float] | None:
+    """The actor's Gaussian action noise, one std per action (rsl-rl's ``distribution.std_param`` or
+    ``log_std_param``, clamped to its range as sampling does), rounded to 1e-4; None for an actor without one.
+    Recorded in an export's ``training.action_std``: ``train --init-from`` compares it with ``train.init_std``."""
+    dist = getattr(actor, "distribution", None)
+    with torch.no_grad():
+        if hasattr(dist, "std_param"):
+            std = dist.std_param.clamp(*dist.std_range)
+        elif hasattr(dist, "log_std_param"):
+            std = dist.log_std_param.clamp(*dist.log_std_range).exp()
+        else:
+            return None
+    return [round(float(x), 4) for x in std.flatten()]
+
 def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown", overwrite: bool = True) -> Path:
     """Export ``checkpoint`` to ``out_dir/policy.onnx`` + ``out_dir/metadata.json``; returns ``out_dir``.
 
@@ -97,6 +112,8 @@ def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown"
     _make_batch_symbolic(model)
     training = {"seed": int(cfg["seed"]), "git_revision": git_revision, "iteration": int(data["iter"]) - 1,
                 "checkpoint": str(Path(checkpoint).resolve())}
+    if (std := action_std(runner.alg.actor)) is not None:
+        training["action_std"] = std
     meta = build_metadata(runner.env, cfg, None, training)
     entry = model.metadata_props.add()
     entry.key, entry.value = EMBEDDED_KEY, json.dumps(embedded_copy(meta), sort_keys=True)

@@ -78,6 +78,20 @@ def test_with_a_fixed_schedule_the_actor_trains_at_the_configured_rate_after_the
     assert runner.alg.learning_rate == pytest.approx(3e-4)
 
 
+def test_the_export_records_the_action_noise_and_a_warm_start_at_other_noise_says_so(tiny_policy):
+    import json
+
+    meta = json.loads((tiny_policy / "metadata.json").read_text())
+    saved = torch.load(meta["training"]["checkpoint"], map_location="cpu", weights_only=False)["actor_state_dict"]
+    std = saved.get("distribution.std_param")
+    std = std if std is not None else saved["distribution.log_std_param"].exp()
+    assert meta["training"]["action_std"] == pytest.approx(std.tolist(), abs=1e-4)
+    mean = float(np.mean(meta["training"]["action_std"]))
+    note = warm_start(_runner([f"train.init_std={3 * mean}"]), tiny_policy, critic_warmup=0)
+    assert f"this run starts at {3 * mean:.3g}" in note and f"--set train.init_std={mean:.2g}" in note
+    assert "action noise" not in warm_start(_runner([f"train.init_std={mean}"]), tiny_policy, critic_warmup=0)
+
+
 def test_a_policy_of_another_observation_layout_is_refused_with_what_differs(tiny_policy):
     runner = _runner(["observations.history_length.last_action=4"])
     with pytest.raises(WarmStartError, match=r"observation term 4: .*'last_action', 36.* this run's \('last_action', 16"):
