@@ -133,6 +133,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.first_landing_xy = torch.full((n, 2), float("nan"), device=device)
         self.box_touched = torch.zeros(n, dtype=torch.bool, device=device)
         self.box_touch_now = torch.zeros(n, dtype=torch.bool, device=device)
+        self.first_touchdown_now = torch.zeros(n, dtype=torch.bool, device=device)
         self.box_centre = torch.zeros(n, 3, device=device)
         self.box_half = torch.zeros(n, 3, device=device)
         self.box_yaw = torch.zeros(n, device=device)
@@ -228,7 +229,8 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
         x = rew.JumpRewardInputs(state, self.last_actions, self.target_xy, self.target_yaw, self.settled_height,
                                  self.sim.joint_torque(), fall, tilt, self.standing(), self.landing_xy,
-                                 self.landing_yaw, self.grounded, self.first_landing_xy, self.box_touch_now)
+                                 self.landing_yaw, self.grounded, self.first_landing_xy, self.box_touch_now,
+                                 self.first_touchdown_now)
         terms = rew.compute(x, self.reward_params)
         stood = self.stood()
         success = time_out & torch.where(self.stand_only, stood[:, 0] == 1.0, self._success(state, tilt))
@@ -294,6 +296,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.flights += (long & ~self.long_flight).long()
         touchdown = self.long_flight & ~airborne & torch.isnan(self.first_landing_xy[:, 0])
         self.first_landing_xy = torch.where(touchdown.unsqueeze(-1), state.base_pos_w[:, :2], self.first_landing_xy)
+        self.first_touchdown_now = touchdown
         self.long_flight = long
         present = self.box_half[:, 2] > 0
         self.box_touch_now = torch.zeros_like(present)

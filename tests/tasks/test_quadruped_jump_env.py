@@ -764,13 +764,15 @@ def test_flights_are_counted_and_the_first_touchdown_is_kept():
     path = [(False, 0.0), (True, 0.1), (True, 0.2), (False, 0.25),  # 2 steps airborne: not a flight
             (True, 0.3), (True, 0.4), (True, 0.5), (True, 0.6), (False, 0.7),  # 4 steps: a flight, down at 0.7
             (False, 0.75), (True, 0.8), (True, 0.9), (True, 1.0), (False, 1.1)]  # a second flight
-    flights = []
+    flights, touchdowns = [], []
     for airborne, x in path:
         env.airborne_steps[:] = env.airborne_steps + 1 if airborne else 0
         state.base_pos_w[:, :2] = torch.tensor([x, 0.0])
         env._track_flights(state, torch.tensor([airborne]))
         flights.append(int(env.flights))
+        touchdowns.append(bool(env.first_touchdown_now))
     assert flights == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2]
+    assert [i for i, t in enumerate(touchdowns) if t] == [8]  # the first flight's touchdown, once
     assert env.first_landing_xy.tolist() == [pytest.approx([0.7, 0.0])]
 
 
@@ -802,11 +804,14 @@ def test_a_foot_on_or_against_the_box_touches_it_one_above_it_does_not():
 def test_first_landing_and_obstacle_touch_terms():
     from sim2real.tasks.quadruped_jump import rewards as rew
 
-    target = torch.tensor([[1.0, 0.0]] * 3)
-    first = torch.tensor([[float("nan")] * 2, [1.0, 0.0], [0.5, 0.0]])  # no flight yet, on target, 0.5 m short
-    x = rew.JumpRewardInputs(*[None] * 2, target, *[None] * 9, first, torch.tensor([False, True, False]))
-    assert rew.first_landing(x, {}).tolist() == pytest.approx([0.0, 1.0, math.exp(-2.0)])
-    assert rew.obstacle_touch(x, {}).tolist() == [0.0, 1.0, 0.0]
+    target = torch.tensor([[1.0, 0.0]] * 4)
+    # no flight yet, down on target now, down 0.5 m short now, down on target at an earlier step
+    first = torch.tensor([[float("nan")] * 2, [1.0, 0.0], [0.5, 0.0], [1.0, 0.0]])
+    now = torch.tensor([False, True, True, False])
+    x = rew.JumpRewardInputs(*[None] * 2, target, *[None] * 9, first, torch.tensor([False, True, False, False]), now)
+    assert rew.first_landing(x, {}).tolist() == pytest.approx([0.0, 1.0, math.exp(-2.0), 0.0])  # once, at touchdown
+    assert "first_landing" in rew.ONCE  # (not multiplied by the control period)
+    assert rew.obstacle_touch(x, {}).tolist() == [0.0, 1.0, 0.0, 0.0]
 
 
 def test_the_summary_says_how_far_the_first_flight_went_and_whether_feet_touched_the_box():
