@@ -16,7 +16,9 @@ Success (at the time-out) of a jump = landing xy within the tolerance of the tar
 at the command window's end with ``env.stand_after_jump``, so standing after the window is not traded for accuracy;
 the final pose without it), yaw within ``success.yaw_tol``, upright,
 at least ``env.airborne_min_s`` of flight, a peak base height at least ``success.min_peak_height`` above the
-settled standing height, and no fall or body contact (with
+settled standing height, with ``success.first_landing`` the touchdown that ended the first such flight within the
+same tolerance (one jump, not a hop and a walk), with ``success.clear_obstacle`` no foot within
+:data:`FOOT_BOX_MARGIN_M` of the box, and no fall or body contact (with
 ``env.takeoff_after_command`` flight and peak count only once every foot touched the ground after the command
 started: a hop carried over from before the command is not the jump); of a stand-only
 episode = it stood (below). Standing (every step outside an active command) is scored per phase, before the command
@@ -124,9 +126,10 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.airborne_steps = torch.zeros(n, dtype=torch.long, device=device)
         self.max_airborne_steps = torch.zeros(n, dtype=torch.long, device=device)
         self.peak_height = torch.zeros(n, device=device)
-        # What kind of jump it was (reported, not rewarded; summarize_outcomes): flight phases of at least
-        # env.airborne_min_s since the command started, the base xy at the touchdown that ended the first one, and
-        # whether a foot came within FOOT_BOX_MARGIN_M of the obstacle box (placed per episode: centre, half sizes,
+        # What kind of jump it was (the one-jump success rule, the first_landing and obstacle_touch terms, and
+        # summarize_outcomes): flight phases of at least env.airborne_min_s since the command started, the base xy
+        # at the touchdown that ended the first one (and whether that was this step), and whether a foot came within
+        # FOOT_BOX_MARGIN_M of the obstacle box (this step; this episode), placed per episode (centre, half sizes,
         # yaw, as obstacle_box gives them).
         self.flights = torch.zeros(n, dtype=torch.long, device=device)
         self.long_flight = torch.zeros(n, dtype=torch.bool, device=device)
@@ -457,6 +460,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.first_landing_xy[ids] = float("nan")
         self.box_touched[ids] = False
         self.box_touch_now[ids] = False
+        self.first_touchdown_now[ids] = False
         self.grounded[ids] = False
         self.peak_height[ids] = self.settled_height
         self.stand_steps[ids] = 0.0
