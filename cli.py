@@ -556,6 +556,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # (train's says where it saved the last completed update)
         print("\n" + (str(exc) or "interrupted"), file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`sim2real list | head -2`): stop quietly, as coreutils do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (Python flushes stdout again at exit: into /dev/null)
+        return 141  # 128 + SIGPIPE
 
 
 def _main(argv: list[str] | None) -> int:

@@ -66,6 +66,16 @@ def test_list_shows_tasks_and_robots():
     assert "quadrotor-hover" in out and "crazyflie2" in out
 
 
+def test_output_into_a_closed_pipe_stops_quietly():
+    """`sim2real list | head -1`: the reader is gone (here before the first write, so the outcome does not hang on
+    timing); no BrokenPipeError traceback, exit 141 (128 + SIGPIPE)."""
+    proc = subprocess.Popen([sys.executable, "-m", "sim2real", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # (the interpreter's start-up alone takes longer than this)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def test_train_writes_run_and_exports(cli_run):
     _, run = cli_run
     assert (run / "policy" / "policy.onnx").is_file() and (run / "policy" / "metadata.json").is_file()
