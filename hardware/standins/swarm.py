@@ -234,7 +234,7 @@ class SimSwarmNode(StandInClock, Node):
         self.watchdog_tripped = torch.zeros(n, dtype=torch.bool)
         self.commands_received = [0] * n
         self.motor_starts = [0] * n  # running commands after none, an idle one or a stale one (per deploy session)
-        self._running = torch.zeros(n, dtype=torch.bool)  # the held command runs the motors
+        self._running = torch.zeros(n, dtype=torch.bool)  # the held command asks for thrust
         self.contact_counts = torch.zeros(n, len(CONTACT_KINDS), dtype=torch.long)
         self._pairs = torch.zeros(n, n, dtype=torch.bool)  # contacts at the previous physics step
         self._touching = torch.zeros(n, len(CONTACT_KINDS) - 1, dtype=torch.bool)  # obstacle, floor, wall
@@ -312,14 +312,17 @@ class SimSwarmNode(StandInClock, Node):
         self.interface[i] = interface
         self.command_time[i] = now
         self.commands_received[i] += 1
-        thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
-        self._running[i] = float(thrust[i].sum()) > 0.0
+        # The command asks for thrust (a motor fraction, or ctbr's collective thrust [N], above 0): read from the
+        # command itself, not through the action term, which would work out every drone's motors per message.
+        asks = values[0] > 0.0 if interface == "ctbr" else max(values) > 0.0
+        self._running[i] = bool(asks)
         if self._running[i] and not was_running:
             self.motor_starts[i] += 1
         if not self.released[i]:
             # Hand launch: the motors spin up to this command in the hand, then it lets go; an idle command (the
             # deploy node's safe command while it waits for its inputs) keeps the drone in the hand.
-            if not self._running[i]:
+            thrust = self.action_terms[interface].apply(self.command, self.dyn).clamp_min(0.0)
+            if float(thrust[i].sum()) <= 0.0:
                 return
             self.dyn.motor_thrust[i] = thrust[i]
             self.released[i] = True
@@ -462,7 +465,7 @@ class SimSwarmNode(StandInClock, Node):
     def report(self) -> dict:
         """Per drone: start and final position [m], contact events by kind, ``collisions`` (drone-drone + column
         events, the task's collision count) and ``boundary`` (floor + wall/ceiling events), released, commands
-        received, ``motor_starts`` (commands that ran the motors after none, an idle or a timed-out one: one per
+        received, ``motor_starts`` (commands asking for thrust after none, an idle or a timed-out one: one per
         deploy session that flew it); the totals; and the world."""
         drones = {}
         for i, name in enumerate(self.names):

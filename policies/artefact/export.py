@@ -71,7 +71,6 @@ def _make_batch_symbolic(model: onnx.ModelProto) -> None:
     del model.graph.value_info[:]
 
 
-
 def action_std(actor) -> list[float] | None:
     """The actor's Gaussian action noise, one std per action (rsl-rl's ``distribution.std_param`` or
     ``log_std_param``, clamped to its range as sampling does), rounded to 1e-4; None for an actor without one.
@@ -85,6 +84,7 @@ def action_std(actor) -> list[float] | None:
         else:
             return None
     return [round(float(x), 4) for x in std.flatten()]
+
 
 def export_policy(checkpoint: Path, out_dir: Path, git_revision: str = "unknown", overwrite: bool = True) -> Path:
     """Export ``checkpoint`` to ``out_dir/policy.onnx`` + ``out_dir/metadata.json``; returns ``out_dir``.

@@ -327,17 +327,27 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         yaw_err = wrap_angle(self.landing_yaw - self.target_yaw).abs()
         return pos_err, yaw_err
 
+    def _position_tol(self) -> torch.Tensor:
+        """``[N]`` landing position tolerance [m]: ``success.position_tol`` plus ``position_tol_per_m`` per commanded
+        metre."""
+        s = self.cfg["success"]
+        return s["position_tol"] + s["position_tol_per_m"] * torch.linalg.vector_norm(self.command[:, :2], dim=-1)
+
+    def _first_landing_hit(self) -> torch.Tensor:
+        """``[N]`` bool: the touchdown that ended the first flight lies within the tolerance of the target (False
+        before any)."""
+        first_err = torch.linalg.vector_norm(self.first_landing_xy - self.target_xy, dim=-1)
+        return torch.nan_to_num(first_err, nan=1e9) < self._position_tol()
+
     def _success(self, state: RobotState, tilt: torch.Tensor) -> torch.Tensor:
         s = self.cfg["success"]
         pos_err, yaw_err = self._landing_errors(state)
-        dist = torch.linalg.vector_norm(self.command[:, :2], dim=-1)
-        tol = s["position_tol"] + s["position_tol_per_m"] * dist
+        tol = self._position_tol()
         flight = self.max_airborne_steps.float() * self.control_dt >= self.cfg["env"]["airborne_min_s"]
         jumped = self.peak_height - self.settled_height >= s["min_peak_height"]
         ok = (pos_err < tol) & (yaw_err < s["yaw_tol"]) & (tilt < s["upright_tilt"]) & flight & jumped
         if s["first_landing"]:  # the first flight's touchdown within the tolerance too: one jump, not a hop and a walk
-            first_err = torch.linalg.vector_norm(self.first_landing_xy - self.target_xy, dim=-1)
-            ok &= torch.nan_to_num(first_err, nan=1e9) < tol
+            ok &= self._first_landing_hit()
         if s["clear_obstacle"]:  # no foot touched the box (FOOT_BOX_MARGIN_M): over it, not onto it
             ok &= ~self.box_touched
         return ok
@@ -359,9 +369,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         delta = self.target_xy[ids] - self.start_xy[ids]
         unit = delta / torch.linalg.vector_norm(delta, dim=-1, keepdim=True).clamp_min(1e-6)
         first = self.first_landing_xy[ids]
-        tol = self.cfg["success"]["position_tol"] + self.cfg["success"]["position_tol_per_m"] * dist
-        first_err = torch.linalg.vector_norm(first - self.target_xy[ids], dim=-1)
-        one_jump = success & (torch.nan_to_num(first_err, nan=1e9) < tol)
+        one_jump = success & self._first_landing_hit()[ids]
         has_box = self.box_half[ids, 2] > 0
         out = {"success": success.float(), "fall": fall.float(), "pos_error": pos_err[ids], "yaw_error": yaw_err[ids],
                "peak_height": self.peak_height[ids] - self.settled_height, "distance": dist, "stage": stage.float(),
