@@ -10,10 +10,17 @@ count, which is stricter than counting losses alone. Of those, "lost" are the on
 the way (its message-lost events on the node's subscription, the node's ``messages_lost``); the rest were
 superseded: delivered to the node's queue, then replaced by a newer message before the callback ran. The sequence
 number travels in ``pose.covariance[35]`` of each message (the policy node reads no covariance).
+
+A platform probe runs beside the node throughout (:func:`_probe_main`, its own process): a thread at the node's
+``SCHED_FIFO`` priority that does nothing but sleep on absolute deadlines every :data:`PROBE_PERIOD_S` and note each
+wake more than :data:`PROBE_STALL_S` late. It holds no lock the node uses (no GIL, no executor, no ROS), so a node
+overrun whose late wake overlaps one of the probe's is a stall of the machine (the hypervisor or the kernel not
+running real-time threads), not of the node; the report counts them (``overruns_machine``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -26,6 +33,10 @@ WARMUP_S = 60.0
 RSS_SAMPLE_S = 2.0
 #: Where the sequence number rides in each odometry message.
 SEQ_INDEX = 35
+#: The platform probe's period [s] (a stall of a few milliseconds covers at least one of its deadlines).
+PROBE_PERIOD_S = 0.002
+#: A probe wake later than this [s] is a stall of the machine.
+PROBE_STALL_S = 0.001
 
 
 def rss_mb() -> float:
@@ -121,17 +132,53 @@ def _feed_main(namespace: str, rate_hz: float, duration_s: float) -> None:
     rclpy.shutdown()
 
 
+def _probe_main(duration_s: float, out_path: str) -> None:
+    """The platform probe's process (see the module docstring): sleep on absolute deadlines every
+    :data:`PROBE_PERIOD_S` at the node's real-time priority for ``duration_s`` [s], then write ``{"scheduling",
+    "wakes", "stalls": [[deadline, late], ...]}`` (CLOCK_MONOTONIC [s], [s]; every wake over :data:`PROBE_STALL_S`
+    late) to ``out_path`` as JSON."""
+    import json
+
+    from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, request_realtime, sleep_until
+
+    scheduling = request_realtime(DEFAULT_RT_PRIORITY)
+    stalls, wakes = [], 0
+    print(f"probe running ({scheduling})", flush=True)
+    deadline = time.monotonic() + PROBE_PERIOD_S
+    end = deadline + duration_s
+    while deadline < end:
+        sleep_until(deadline)
+        late = time.monotonic() - deadline
+        wakes += 1
+        if late > PROBE_STALL_S:
+            stalls.append([deadline, late])
+        deadline += PROBE_PERIOD_S * (1 + math.floor(late / PROBE_PERIOD_S))  # keep the phase, skip what was missed
+    Path(out_path).write_text(json.dumps({"scheduling": scheduling, "wakes": wakes, "stalls": stalls}))
+
+
+def machine_stalled(overrun: dict, stalls) -> bool:
+    """Whether the late wake of ``overrun`` (an :attr:`~sim2real.deploy.control_clock.ControlClock.overrun_log`
+    entry: from ``t - wake_late_ms`` to ``t``) overlaps one of the probe's ``stalls`` (``[deadline, late]`` pairs,
+    from ``deadline`` to ``deadline + late``; all CLOCK_MONOTONIC [s])."""
+    woke = overrun["t"]
+    due = woke - overrun["wake_late_ms"] * 1e-3
+    return any(d < woke and d + late > due for d, late in stalls)
+
+
 def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float = WARMUP_S,
          sensor_rate_hz: float = SENSOR_RATE_HZ) -> dict:
     """Run the soak (see the module docstring) on the quadrotor policy in ``policy_dir``.
 
     Returns:
         ``{"seconds", "sensor_rate_hz", "load", "ticks", "overruns", "period_error_p99_ms", "delivered",
-        "expected", "not_delivered", "lost", "superseded", "received_rate_hz", "fault_ticks", "rss_mb_start", "rss_mb_end",
-        "rss_slope_mb_per_min", "scheduling", "overrun_detail", "cpu_steal_s"}``: ``overrun_detail`` the control
-        clock's record of each overrun (:attr:`~sim2real.deploy.control_clock.ControlClock.overrun_log`),
-        ``cpu_steal_s`` the CPU time the hypervisor took from this machine's cores during the soak (``/proc/stat``;
-        NaN where unreadable).
+        "expected", "not_delivered", "lost", "superseded", "received_rate_hz", "fault_ticks", "rss_mb_start",
+        "rss_mb_end", "rss_slope_mb_per_min", "scheduling", "overrun_detail", "cpu_steal_s", "overruns_machine",
+        "probe"}``:
+        ``overrun_detail`` the control clock's record of each overrun
+        (:attr:`~sim2real.deploy.control_clock.ControlClock.overrun_log`), each with ``"machine"``: whether the
+        platform probe stalled at the same time; ``overruns_machine`` how many did; ``probe`` the probe's
+        ``{"scheduling", "wakes", "stalls", "stalls_over_5ms", "max_stall_ms"}``; ``cpu_steal_s`` the CPU time the
+        hypervisor took from this machine's cores during the soak (``/proc/stat``; NaN where unreadable).
 
     Raises:
         PolicyMismatchError: the policy is missing or damaged. RuntimeError: no odometry arrived within 20 s.
@@ -142,7 +189,10 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
     """
     if not seconds > warmup_s:
         raise ValueError(f"the soak ({seconds:g} s) must outlast its warm-up ({warmup_s:g} s)")
+    import json
+    import subprocess
     import sys
+    import tempfile
 
     import numpy as np
 
@@ -168,10 +218,15 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
 
         node._on_odom = counting_on_odom
 
-    with policy_node_fed_by(policy_dir, feed_argv, load=load, prepare=count_odometry) as node:
+    with policy_node_fed_by(policy_dir, feed_argv, load=load, prepare=count_odometry) as node, \
+            tempfile.TemporaryDirectory(prefix="sim2real-soak-") as scratch:
         counter = SequenceCounter()  # counts from activation on
         lost_before = sum(node.messages_lost.values())
         steal_before = cpu_steal_s()
+        probe_out = Path(scratch) / "probe.json"
+        probe = subprocess.Popen([sys.executable, "-c", "import sys; from sim2real.bench.soak import _probe_main; "
+                                  "_probe_main(float(sys.argv[1]), sys.argv[2])", str(seconds), str(probe_out)],
+                                 stdout=subprocess.DEVNULL)
         start = time.monotonic()
         while (now := time.monotonic()) - start < seconds:
             rss_t.append(now - start)
@@ -180,9 +235,17 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
         counted, counter = counter, None
         steal = cpu_steal_s() - steal_before
         scheduling = node.clock.scheduling
-        overrun_detail = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in o.items()}
-                          for o in node.clock.overrun_log]
         lost = sum(node.messages_lost.values()) - lost_before
+        overruns = list(node.clock.overrun_log)
+        try:
+            probe.wait(timeout=30.0)
+            probed = json.loads(probe_out.read_text())
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            probe.kill()
+            probed = {"scheduling": "no result", "wakes": 0, "stalls": []}
+    stalls = probed["stalls"]
+    overrun_detail = [{**{k: (round(v, 3) if isinstance(v, float) and k != "t" else v) for k, v in o.items()},
+                       "machine": machine_stalled(o, stalls)} for o in overruns]
     ticks = np.asarray(node.tick_times)
     periods = np.diff(ticks)
     nominal = node.period_s
@@ -198,7 +261,11 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
             "fault_ticks": {k: int(v) for k, v in node.tick_faults.items() if k != "ok"},
             "rss_mb_start": float(v[late][0]) if late.any() else float("nan"), "rss_mb_end": float(v[-1]),
             "rss_slope_mb_per_min": slope_per_minute(t[late], v[late]), "scheduling": scheduling,
-            "overrun_detail": overrun_detail, "cpu_steal_s": steal}
+            "overrun_detail": overrun_detail, "cpu_steal_s": steal,
+            "overruns_machine": sum(o["machine"] for o in overrun_detail),
+            "probe": {"scheduling": probed["scheduling"], "wakes": probed["wakes"], "stalls": len(stalls),
+                      "stalls_over_5ms": sum(late > 0.005 for _, late in stalls),
+                      "max_stall_ms": max((late * 1e3 for _, late in stalls), default=0.0)}}
 
 
 #: The shortest soak ``sim2real bench soak`` runs [s] (a memory slope needs samples after the warm-up).
@@ -213,8 +280,10 @@ def overrun_line(o: dict) -> str:
              f"; since then the thread waited {o['runqueue_wait_ms']:.2f} ms for a CPU, ran {o['on_cpu_ms']:.2f} ms "
              f"and was switched in {o['switched_in']} time(s)" + (" (more than once: it also waited for the GIL or "
                                                                    "another lock)" if o["switched_in"] > 1 else ""))
+    machine = {True: "; the platform probe stalled at the same time (the machine's)",
+               False: "; the platform probe woke on time (the node's own)"}.get(o.get("machine"), "")
     return (f"overrun at tick {o['tick']}: period {o['period_ms']:.2f} ms, woke {o['wake_late_ms']:.2f} ms after its "
-            f"deadline; the tick before took {o['compute_ms']:.2f} ms, {collected}{sched}")
+            f"deadline; the tick before took {o['compute_ms']:.2f} ms, {collected}{sched}{machine}")
 
 
 def run(args, task: str) -> dict:
@@ -235,6 +304,11 @@ def run(args, task: str) -> dict:
           f"(fault_ticks) {r['fault_ticks'] or 'none'}; RSS {r['rss_mb_start']:.1f} -> "
           f"{r['rss_mb_end']:.1f} MB, slope "
           f"{r['rss_slope_mb_per_min']:.3f} MB/min after {warmup:g} s; CPU steal {r['cpu_steal_s']:.2f} s")
+    p = r["probe"]
+    print(f"platform probe ({p['scheduling']}, a wake every {PROBE_PERIOD_S * 1e3:g} ms in its own process): "
+          f"{p['stalls']} of {p['wakes']} wakes over {PROBE_STALL_S * 1e3:g} ms late ({p['stalls_over_5ms']} over "
+          f"5 ms, the longest {p['max_stall_ms']:.2f} ms); overruns while it stalled too (the machine's): "
+          f"{r['overruns_machine']} of {r['overruns']}")
     for o in r["overrun_detail"]:
         print("  " + overrun_line(o))
     return r

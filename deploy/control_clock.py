@@ -214,12 +214,14 @@ class ControlClock:
         overruns: periods longer than :data:`OVERRUN_FACTOR` nominal periods since :meth:`start`.
         skipped: deadlines skipped because a tick started more than a period late.
         collections: garbage collections the clock's thread ran (``collect_garbage``).
-        overrun_log: the last :data:`OVERRUN_LOG` overruns, each ``{"tick", "period_ms", "wake_late_ms" (how long
-            after its deadline the thread got to run), "compute_ms", "gc_ms", "gc_generation" (the tick before it
-            and the collection after that tick), "runqueue_wait_ms", "on_cpu_ms", "switched_in" (Linux, from the
-            thread's ``schedstat``, between the end of that collection and this tick's start: time runnable but
-            waiting for a CPU, time running, times switched in; a sleep that ends on time is switched in once, a
-            wait for the GIL after it again; None elsewhere)}``: where the time went.
+        overrun_log: the last :data:`OVERRUN_LOG` overruns, each ``{"tick", "t" (``time.monotonic()`` [s] when the
+            late tick started: CLOCK_MONOTONIC, comparable across the machine's processes), "period_ms",
+            "wake_late_ms" (how long after its deadline the thread got to run), "compute_ms", "gc_ms",
+            "gc_generation" (the tick before it and the collection after that tick), "runqueue_wait_ms",
+            "on_cpu_ms", "switched_in" (Linux, from the thread's ``schedstat``, between the end of that collection
+            and this tick's start: time runnable but waiting for a CPU, time running, times switched in; a sleep
+            that ends on time is switched in once, a wait for the GIL after it again; None elsewhere)}``: where the
+            time went.
         scheduling: what :func:`request_realtime` granted (None before the thread starts).
         error: the exception that stopped the clock, or None.
     """
@@ -302,7 +304,7 @@ class ControlClock:
                     self._periods.append(start - last)
                     if start - last > OVERRUN_FACTOR * period:
                         self.overruns += 1
-                        self.overrun_log.append({"tick": self.ticks, "period_ms": (start - last) * 1e3,
+                        self.overrun_log.append({"tick": self.ticks, "t": start, "period_ms": (start - last) * 1e3,
                                                  "wake_late_ms": late * 1e3, **previous,
                                                  **_sched_delta(sched_before, _read_schedstat(sched_fd))})
                 last = start

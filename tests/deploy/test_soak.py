@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from sim2real.bench.soak import overrun_line, rss_mb, soak
+from sim2real.bench.soak import PROBE_PERIOD_S, machine_stalled, overrun_line, rss_mb, soak
 
 
 def test_a_short_soak_counts_the_feed_and_the_memory(linear_policy):
@@ -21,6 +21,10 @@ def test_a_short_soak_counts_the_feed_and_the_memory(linear_policy):
     assert r["delivered"] <= 500.0 * (4.0 + 20.0)  # never more than the feed published
     assert r["ticks"] > 0 and 0 <= r["overruns"] < r["ticks"]
     assert r["rss_mb_end"] > 10.0 and math.isfinite(r["rss_slope_mb_per_min"])
+    # the platform probe ran beside it for the whole soak, one wake per period at most
+    assert 0.5 * 4.0 / PROBE_PERIOD_S <= r["probe"]["wakes"] <= 4.0 / PROBE_PERIOD_S + 1
+    assert 0 <= r["overruns_machine"] <= r["overruns"]
+    assert all(isinstance(o["machine"], bool) for o in r["overrun_detail"])
 
 
 def test_the_soak_must_outlast_its_warmup(linear_policy):
@@ -46,3 +50,46 @@ def test_an_overrun_is_told_with_where_its_time_went():
     assert "generation-0 garbage collection of 0.01 ms" in gil and gil.endswith("(more than once: it also waited for "
                                                                                 "the GIL or another lock)")
     assert overrun_line({**o, "switched_in": None}).endswith("no garbage collection after it")
+
+
+def test_an_overrun_is_the_machines_when_its_late_wake_overlaps_a_probe_stall():
+    # the node's tick was due at 10.000 s and started at 10.008 s
+    overrun = {"t": 10.008, "wake_late_ms": 8.0}
+    assert machine_stalled(overrun, [[10.004, 0.006]])  # the probe slept through 10.004-10.010
+    assert machine_stalled(overrun, [[9.990, 0.011]])  # 9.990-10.001: overlaps the start of the wait
+    assert not machine_stalled(overrun, [[9.990, 0.009]])  # 9.990-9.999: over before the tick was due
+    assert not machine_stalled(overrun, [[10.009, 0.004]])  # began after the tick started
+    assert not machine_stalled(overrun, [])
+    o = {"tick": 7, "period_ms": 31.0, "wake_late_ms": 18.9, "compute_ms": 2.2, "gc_ms": 0.01, "gc_generation": None}
+    assert overrun_line({**o, "machine": True}).endswith("the platform probe stalled at the same time (the machine's)")
+    assert overrun_line({**o, "machine": False}).endswith("the platform probe woke on time (the node's own)")
+
+
+def test_the_platform_probe_records_a_stall_of_its_process(tmp_path):
+    """A probe process stopped for 80 ms (SIGSTOP, then SIGCONT) wakes about 80 ms late once, and says when."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "probe.json"
+    probe = subprocess.Popen([sys.executable, "-c", "import sys; from sim2real.bench.soak import _probe_main; "
+                              "_probe_main(float(sys.argv[1]), sys.argv[2])", "3.0", str(out)],
+                             stdout=subprocess.PIPE, text=True)
+    assert probe.stdout.readline().startswith("probe running")  # imports done, sleeping on its deadlines
+    stopped = time.monotonic()
+    os.kill(probe.pid, signal.SIGSTOP)
+    time.sleep(0.08)
+    os.kill(probe.pid, signal.SIGCONT)
+    resumed = time.monotonic()
+    assert probe.wait(timeout=30) == 0
+    probe.stdout.close()
+    r = json.loads(out.read_text())
+    assert r["wakes"] > 100
+    long = [(d, late) for d, late in r["stalls"] if late > 0.05]
+    assert len(long) == 1, r["stalls"]
+    deadline, late = long[0]
+    assert stopped - 2 * PROBE_PERIOD_S <= deadline <= resumed  # due while it was stopped ...
+    assert resumed - 0.01 <= deadline + late <= resumed + 0.5  # ... and woke once it could run again
