@@ -180,7 +180,7 @@ def completion_note(what: str, cfg: dict, keys: list[str]) -> str:
 #: config saved before them ran (``train.symmetry``: disabled, as training was before the setting existed; the
 #: humanoid's ``eval.pushes`` / ``eval.push_velocity``: evaluation only, no scheduled push by default; the quadrotors'
 #: ``domain_rand.motor_thrust_scale``: all 1, the rotors as every earlier config simulated them; the jump's
-#: ``command.distance_min_start``: null, ``distance_min`` throughout, as before the key existed).
+#: ``command.distance_min_start``: null, ``distance_min`` throughout, as before the key existed; its legacy default).
 QUIET_ADDITIONS = ("train.symmetry", "eval.pushes", "eval.push_velocity", "domain_rand.motor_thrust_scale",
                    "command.distance_min_start")
 

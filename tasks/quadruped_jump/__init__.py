@@ -23,14 +23,16 @@ SPEC = TaskSpec(
     # configs saved before each key existed, as they were trained: no stand-only episodes, no feet-in-the-air,
     # joint-velocity, action-rate or sharp stillness term while standing, the take-off counted from the command's
     # start, no penalty anneal, best.pt picked on stage 1 alone, the obstacle box centred midway along the jump, a
-    # success judged on the final landing alone (a hop and a walk counted; a foot on the box too)
+    # success judged on the final landing alone (a hop and a walk counted; a foot on the box too), stage 2 entered at
+    # distance_min (distance_start is saved in every config)
     legacy_defaults=(("env.stand_prob", 0.0), ("env.stand_after_jump", False), ("rewards.weights.stand_feet_air", 0.0),
                      ("env.takeoff_after_command", False), ("curriculum.penalty_anneal", "none"),
                      ("rewards.weights.stand_joint_vel", 0.0), ("env.stand_anneal", False),
                      ("rewards.weights.stand_still", 0.0), ("rewards.weights.stand_action_rate", 0.0),
                      ("eval.selection_difficulties", []), ("command.obstacle_near_edge", None),
                      ("success.first_landing", False), ("success.clear_obstacle", False),
-                     ("rewards.weights.first_landing", 0.0), ("rewards.weights.obstacle_touch", 0.0)),
+                     ("rewards.weights.first_landing", 0.0), ("rewards.weights.obstacle_touch", 0.0),
+                     ("command.distance_min_start", None)),
     finetune=FinetuneSpec(gap_metric="success_rate", higher_is_better=True),
     bench=BenchSpec(entries=("train-profile", "throughput", "curricula", "finetune", "gpu"),
                     curricula=CurriculaBenchSpec(space="landing", hand_written="stages",

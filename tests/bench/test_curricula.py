@@ -31,9 +31,11 @@ def test_every_teacher_gets_the_same_budget_and_grid(tmp_path, capsys):
 
 def test_the_grid_covers_the_benchmark_space_evenly():
     grid, dims, first = held_out_grid("quadruped-jump", [], 4)
-    assert dims == ["distance [m]", "direction [rad]"] and first == (0.2, 1.0)
+    assert dims == ["distance [m]", "direction [rad]"] and first == (0.05, 1.0)  # from stage 2's entry
     assert grid.shape == (16, 2)
-    assert float(grid[:, 0].min()) == pytest.approx(0.3) and float(grid[:, 0].max()) == pytest.approx(0.9)
+    cell = (1.0 - 0.05) / 4  # the centres of 4 equal cells over [0.05, 1.0]
+    assert float(grid[:, 0].min()) == pytest.approx(0.05 + cell / 2)
+    assert float(grid[:, 0].max()) == pytest.approx(1.0 - cell / 2)
 
 
 @pytest.mark.parametrize("task, teachers, match", [

@@ -48,7 +48,7 @@ def test_jump_landing_space_commands_the_distance_and_direction():
     torch.testing.assert_close(env.command[:, :2], want)
     assert env.command[:, 2:].abs().max() == 0  # no yaw change, no obstacle
     space = env.task_spaces()["landing"]
-    assert space.low == (0.2, -0.785) and space.high == (1.0, 0.785)
+    assert space.low == (0.05, -0.785) and space.high == (1.0, 0.785)  # from stage 2's entry (distance_min_start)
 
 
 def test_hover_adr_values_reach_the_drones_and_ranges_grow_on_success():

@@ -123,11 +123,11 @@ def test_stage_0_is_an_in_place_jump(command_cfg):
 
 @pytest.mark.parametrize("level", [0.0, 0.5, 1.0])
 def test_stage_1_distances_directions_and_yaw(command_cfg, level):
-    c = command_cfg
+    c = dict(command_cfg, distance_min_start=None, distance_start=0.3)  # the entry of configs saved before 2026-12-07
     cmd = _sample(1, level, c)
     dist = torch.linalg.vector_norm(cmd[:, :2], dim=-1)
-    reach = 0.3 + (1.0 - 0.3) * level  # distance_start + (distance_max - distance_start) * level, from the YAML
-    assert (c["distance_min"], c["distance_start"], c["distance_max"]) == (0.2, 0.3, 1.0)
+    reach = 0.3 + (1.0 - 0.3) * level  # distance_start + (distance_max - distance_start) * level
+    assert (c["distance_min"], c["distance_max"]) == (0.2, 1.0)  # the YAML's top of stage 2
     assert dist.min() >= 0.2 - 1e-6 and dist.max() <= reach + 1e-6
     assert dist.max() > reach - 0.05 and dist.min() < 0.25  # the whole range is used
     direction = torch.atan2(cmd[:, 1], cmd[:, 0])
@@ -141,12 +141,13 @@ def test_stage_1_distances_directions_and_yaw(command_cfg, level):
 
 @pytest.mark.parametrize("level, low, high", [(0.0, 0.05, 0.1), (0.5, 0.125, 0.55), (1.0, 0.2, 1.0)])
 def test_stage_1_lower_bound_grows_from_distance_min_start(command_cfg, level, low, high):
-    c = dict(command_cfg, distance_min_start=0.05, distance_start=0.1)  # an entry a low hop reaches
+    c = command_cfg  # the defaults: an entry a low hop reaches
+    assert (c["distance_min_start"], c["distance_start"]) == (0.05, 0.1)
     dist = torch.linalg.vector_norm(_sample(1, level, c)[:, :2], dim=-1)
     assert dist.min() >= low - 1e-6 and dist.max() <= high + 1e-6
     assert dist.min() < low + 0.02 and dist.max() > high - 0.02  # the whole range is used
-    assert command_cfg["distance_min_start"] is None  # the default: distance_min throughout
-    assert cmds.entry_distance_min(command_cfg) == 0.2 and cmds.entry_distance_min(c) == 0.05
+    assert cmds.entry_distance_min(dict(c, distance_min_start=None)) == 0.2  # null: distance_min throughout
+    assert cmds.entry_distance_min(c) == 0.05
 
 
 @pytest.mark.parametrize("value", [0.3, -0.1, "near"])
@@ -160,15 +161,17 @@ def test_a_distance_min_start_outside_0_to_distance_min_is_refused(value):
 
 def test_an_entry_below_distance_min_is_accepted_and_its_upper_bound_checked():
     from sim2real.configs import ConfigError
-    from sim2real.tasks import task_config
+    from sim2real.tasks import get_task, task_config
 
     # 0.05-0.1 m at level 0 grows to 0.2-1.0 m at level 1 (distance_start below distance_min is fine then)
     cfg = task_config("quadruped-jump", ["command.distance_min_start=0.05", "command.distance_start=0.1"])
     assert (cfg["command"]["distance_min_start"], cfg["command"]["distance_start"]) == (0.05, 0.1)
     with pytest.raises(ConfigError, match=r"command\.distance_start.*0\.1, 0\.05"):
         task_config("quadruped-jump", ["command.distance_min_start=0.1", "command.distance_start=0.05"])
-    with pytest.raises(ConfigError, match=r"command\.distance_min'.*0\.2, 0\.1"):  # no entry: as before
-        task_config("quadruped-jump", ["command.distance_start=0.1"])
+    legacy = task_config("quadruped-jump", ["command.distance_start=0.1"])
+    legacy["command"]["distance_min_start"] = None  # a config saved before the key: no entry, as before
+    with pytest.raises(ConfigError, match=r"command\.distance_min'.*0\.2, 0\.1"):
+        get_task("quadruped-jump").check_config(legacy)
 
 
 @pytest.mark.parametrize("level", [0.0, 0.4, 1.0])
@@ -557,7 +560,10 @@ def test_a_policy_saved_before_the_stand_command_keeps_its_training_settings():
     saved["rewards"]["weights"].pop("stand_joint_vel", None)
     saved["rewards"]["weights"].pop("stand_still", None)
     saved["rewards"]["weights"].pop("stand_action_rate", None)
+    saved["command"].pop("distance_min_start", None)
     cfg, added = complete_saved_config(saved)
+    assert cfg["command"]["distance_min_start"] is None  # stage 2 entered at distance_min, as it trained
+    assert (cfg["command"]["distance_start"], cfg["command"]["distance_min"]) == (0.3, 0.2)  # saved, kept
     assert cfg["env"]["stand_prob"] == 0.0 and cfg["rewards"]["weights"]["stand_feet_air"] == 0.0
     assert cfg["rewards"]["weights"]["stand_joint_vel"] == 0.0 and cfg["rewards"]["weights"]["stand_still"] == 0.0
     assert cfg["rewards"]["weights"]["stand_action_rate"] == 0.0
@@ -612,7 +618,7 @@ def test_metadata_lists_policy_terms_and_joint_names():
     ("curriculum.num_stages=2", "curriculum.num_stages"),
     ("curriculum.review_prob=1.5", "curriculum.review_prob"),
     ("eval.difficulty=3.5", "eval.difficulty"),
-    ("command.distance_min=0.5", "command.distance_min"),
+    ("command.distance_min=1.5", "command.distance_min"),  # beyond distance_max
     ("domain_rand.friction=[0.0,1.0]", "domain_rand"),
     ("env.wait_s=[0.6,0.2]", "env.wait_s"),
     ("env.stand_prob=1.5", "env.stand_prob"),
