@@ -227,22 +227,26 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
         probe = subprocess.Popen([sys.executable, "-c", "import sys; from sim2real.bench.soak import _probe_main; "
                                   "_probe_main(float(sys.argv[1]), sys.argv[2])", str(seconds), str(probe_out)],
                                  stdout=subprocess.DEVNULL)
-        start = time.monotonic()
-        while (now := time.monotonic()) - start < seconds:
-            rss_t.append(now - start)
-            rss_v.append(rss_mb())
-            time.sleep(min(interval, max(0.0, seconds - (time.monotonic() - start))))
-        counted, counter = counter, None
-        steal = cpu_steal_s() - steal_before
-        scheduling = node.clock.scheduling
-        lost = sum(node.messages_lost.values()) - lost_before
-        overruns = list(node.clock.overrun_log)
         try:
-            probe.wait(timeout=30.0)
-            probed = json.loads(probe_out.read_text())
-        except (subprocess.TimeoutExpired, OSError, ValueError):
-            probe.kill()
-            probed = {"scheduling": "no result", "wakes": 0, "stalls": []}
+            start = time.monotonic()
+            while (now := time.monotonic()) - start < seconds:
+                rss_t.append(now - start)
+                rss_v.append(rss_mb())
+                time.sleep(min(interval, max(0.0, seconds - (time.monotonic() - start))))
+            counted, counter = counter, None
+            steal = cpu_steal_s() - steal_before
+            scheduling = node.clock.scheduling
+            lost = sum(node.messages_lost.values()) - lost_before
+            overruns = list(node.clock.overrun_log)
+            try:
+                probe.wait(timeout=30.0)
+                probed = json.loads(probe_out.read_text())
+            except (subprocess.TimeoutExpired, OSError, ValueError):
+                probed = {"scheduling": "no result", "wakes": 0, "stalls": []}
+        finally:  # an interrupted soak leaves no probe behind
+            if probe.poll() is None:
+                probe.kill()
+                probe.wait()
     stalls = probed["stalls"]
     overrun_detail = [{**{k: (round(v, 3) if isinstance(v, float) and k != "t" else v) for k, v in o.items()},
                        "machine": machine_stalled(o, stalls)} for o in overruns]
