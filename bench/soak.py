@@ -135,17 +135,18 @@ def _feed_main(namespace: str, rate_hz: float, duration_s: float) -> None:
 def _probe_main(duration_s: float, out_path: str) -> None:
     """The platform probe's process (see the module docstring): sleep on absolute deadlines every
     :data:`PROBE_PERIOD_S` at the node's real-time priority for ``duration_s`` [s], then write ``{"scheduling",
-    "wakes", "stalls": [[deadline, late], ...]}`` (CLOCK_MONOTONIC [s], [s]; every wake over :data:`PROBE_STALL_S`
-    late) to ``out_path`` as JSON."""
+    "started", "wakes", "stalls": [[deadline, late], ...]}`` (CLOCK_MONOTONIC [s]: its first deadline, and for every
+    wake over :data:`PROBE_STALL_S` late its deadline and lateness [s]) to ``out_path`` as JSON. It prints one line
+    on stdout as its loop starts."""
     import json
 
     from sim2real.deploy.control_clock import DEFAULT_RT_PRIORITY, request_realtime, sleep_until
 
     scheduling = request_realtime(DEFAULT_RT_PRIORITY)
     stalls, wakes = [], 0
-    print(f"probe running ({scheduling})", flush=True)
-    deadline = time.monotonic() + PROBE_PERIOD_S
+    deadline = started = time.monotonic() + PROBE_PERIOD_S
     end = deadline + duration_s
+    print(f"probe running ({scheduling})", flush=True)
     while deadline < end:
         sleep_until(deadline)
         late = time.monotonic() - deadline
@@ -153,15 +154,19 @@ def _probe_main(duration_s: float, out_path: str) -> None:
         if late > PROBE_STALL_S:
             stalls.append([deadline, late])
         deadline += PROBE_PERIOD_S * (1 + math.floor(late / PROBE_PERIOD_S))  # keep the phase, skip what was missed
-    Path(out_path).write_text(json.dumps({"scheduling": scheduling, "wakes": wakes, "stalls": stalls}))
+    Path(out_path).write_text(json.dumps({"scheduling": scheduling, "started": started, "wakes": wakes,
+                                          "stalls": stalls}))
 
 
-def machine_stalled(overrun: dict, stalls) -> bool:
+def machine_stalled(overrun: dict, stalls, started: float | None) -> bool | None:
     """Whether the late wake of ``overrun`` (an :attr:`~sim2real.deploy.control_clock.ControlClock.overrun_log`
     entry: from ``t - wake_late_ms`` to ``t``) overlaps one of the probe's ``stalls`` (``[deadline, late]`` pairs,
-    from ``deadline`` to ``deadline + late``; all CLOCK_MONOTONIC [s])."""
+    from ``deadline`` to ``deadline + late``; all CLOCK_MONOTONIC [s]); None (not known) when the probe's loop had
+    not ``started`` by then or gave no result (``started`` None)."""
     woke = overrun["t"]
     due = woke - overrun["wake_late_ms"] * 1e-3
+    if started is None or due < started:
+        return None
     return any(d < woke and d + late > due for d, late in stalls)
 
 
@@ -173,10 +178,11 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
         ``{"seconds", "sensor_rate_hz", "load", "ticks", "overruns", "period_error_p99_ms", "delivered",
         "expected", "not_delivered", "lost", "superseded", "received_rate_hz", "fault_ticks", "rss_mb_start",
         "rss_mb_end", "rss_slope_mb_per_min", "scheduling", "overrun_detail", "cpu_steal_s", "overruns_machine",
-        "probe"}``:
+        "overruns_unprobed", "probe"}``:
         ``overrun_detail`` the control clock's record of each overrun
         (:attr:`~sim2real.deploy.control_clock.ControlClock.overrun_log`), each with ``"machine"``: whether the
-        platform probe stalled at the same time; ``overruns_machine`` how many did; ``probe`` the probe's
+        platform probe stalled at the same time (None: the probe was not running then); ``overruns_machine`` how
+        many did, ``overruns_unprobed`` how many fell outside the probe's run; ``probe`` the probe's
         ``{"scheduling", "wakes", "stalls", "stalls_over_5ms", "max_stall_ms"}``; ``cpu_steal_s`` the CPU time the
         hypervisor took from this machine's cores during the soak (``/proc/stat``; NaN where unreadable).
 
@@ -242,14 +248,14 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
                 probe.wait(timeout=30.0)
                 probed = json.loads(probe_out.read_text())
             except (subprocess.TimeoutExpired, OSError, ValueError):
-                probed = {"scheduling": "no result", "wakes": 0, "stalls": []}
+                probed = {"scheduling": "no result", "started": None, "wakes": 0, "stalls": []}
         finally:  # an interrupted soak leaves no probe behind
             if probe.poll() is None:
                 probe.kill()
                 probe.wait()
     stalls = probed["stalls"]
     overrun_detail = [{**{k: (round(v, 3) if isinstance(v, float) and k != "t" else v) for k, v in o.items()},
-                       "machine": machine_stalled(o, stalls)} for o in overruns]
+                       "machine": machine_stalled(o, stalls, probed["started"])} for o in overruns]
     ticks = np.asarray(node.tick_times)
     periods = np.diff(ticks)
     nominal = node.period_s
@@ -266,7 +272,8 @@ def soak(policy_dir: str | Path, seconds: float, load: int = 0, warmup_s: float 
             "rss_mb_start": float(v[late][0]) if late.any() else float("nan"), "rss_mb_end": float(v[-1]),
             "rss_slope_mb_per_min": slope_per_minute(t[late], v[late]), "scheduling": scheduling,
             "overrun_detail": overrun_detail, "cpu_steal_s": steal,
-            "overruns_machine": sum(o["machine"] for o in overrun_detail),
+            "overruns_machine": sum(o["machine"] is True for o in overrun_detail),
+            "overruns_unprobed": sum(o["machine"] is None for o in overrun_detail),
             "probe": {"scheduling": probed["scheduling"], "wakes": probed["wakes"], "stalls": len(stalls),
                       "stalls_over_5ms": sum(late > 0.005 for _, late in stalls),
                       "max_stall_ms": max((late * 1e3 for _, late in stalls), default=0.0)}}
@@ -285,7 +292,8 @@ def overrun_line(o: dict) -> str:
              f"and was switched in {o['switched_in']} time(s)" + (" (more than once: it also waited for the GIL or "
                                                                    "another lock)" if o["switched_in"] > 1 else ""))
     machine = {True: "; the platform probe stalled at the same time (the machine's)",
-               False: "; the platform probe woke on time (the node's own)"}.get(o.get("machine"), "")
+               False: "; the platform probe woke on time (the node's own)",
+               None: "; the platform probe was not running then"}.get(o["machine"]) if "machine" in o else ""
     return (f"overrun at tick {o['tick']}: period {o['period_ms']:.2f} ms, woke {o['wake_late_ms']:.2f} ms after its "
             f"deadline; the tick before took {o['compute_ms']:.2f} ms, {collected}{sched}{machine}")
 
@@ -312,7 +320,11 @@ def run(args, task: str) -> dict:
     print(f"platform probe ({p['scheduling']}, a wake every {PROBE_PERIOD_S * 1e3:g} ms in its own process): "
           f"{p['stalls']} of {p['wakes']} wakes over {PROBE_STALL_S * 1e3:g} ms late ({p['stalls_over_5ms']} over "
           f"5 ms, the longest {p['max_stall_ms']:.2f} ms); overruns while it stalled too (the machine's): "
-          f"{r['overruns_machine']} of {r['overruns']}")
+          f"{r['overruns_machine']} of {r['overruns']}"
+          + (f" ({r['overruns_unprobed']} before it ran or without its result)" if r["overruns_unprobed"] else ""))
+    if warmup < WARMUP_S:
+        print(f"  (a soak of {r['seconds']:g} s fits its memory slope after {warmup:g} s, which start-up growth still "
+              f"bends: the goal's slope is that of a 10-minute soak after {WARMUP_S:g} s)")
     for o in r["overrun_detail"]:
         print("  " + overrun_line(o))
     return r

@@ -139,7 +139,19 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+#: Dotted config keys that may also be null, whatever their default's kind (:func:`allow_null`; a task's
+#: ``TaskSpec.nullable``, registered with the task, whose checks give null its meaning).
+NULLABLE_KEYS: set[str] = set()
+
+
+def allow_null(*keys: str) -> None:
+    """Let each dotted config key in ``keys`` take ``null`` (None) besides values of its default's kind."""
+    NULLABLE_KEYS.update(keys)
+
+
 def _check_value(key: str, default: Any, value: Any) -> Any:
+    if value is None and key in NULLABLE_KEYS:
+        return None
     if isinstance(value, str) and _kind(default) == "number":
         try:  # YAML 1.1 reads exponent notation without a dot (1e-3) as a string
             value = float(value) if any(c in value.lower() for c in ".en") else int(value)

@@ -85,7 +85,8 @@ def latest_run(task: str, root: Path | None = None) -> Path:
     root = Path(root or RUNS_ROOT) / task
     runs = sorted((p for p in root.glob("*") if p.is_dir() and list_checkpoints(p)), key=lambda p: p.stat().st_mtime)
     if not runs:
-        raise CheckpointError(f"no run with checkpoints under {root}")
+        raise CheckpointError(f"no run with checkpoints under {root} (runs are looked for under --runs-root, default "
+                              f"$SIM2REAL_RUNS or ./runs; or give --checkpoint PATH)")
     return runs[-1]
 
 

@@ -38,8 +38,11 @@ _DISCOVERED = False
 def register_task(spec: TaskSpec, package: str | None = None, folder: Path | None = None) -> TaskSpec:
     """Register ``spec`` (``package``/``folder``: where its relative hooks and config file resolve; default: the
     spec's own). Registering a name again replaces the earlier spec. Returns the registered spec."""
+    from sim2real.configs import allow_null
+
     spec = replace(spec, package=package or spec.package, folder=Path(folder or spec.folder))
     _REGISTRY[spec.name] = spec
+    allow_null(*spec.nullable)
     return spec
 
 

@@ -185,6 +185,8 @@ class TaskSpec:
         legacy_defaults: ``(dotted key, value)`` pairs for configs saved before the key existed (checkpoints,
             exported policies) where the value that reproduces how they were trained differs from today's default
             (e.g. a physics effect added later, on by default now, absent then).
+        nullable: dotted config keys that may also be set to null (the task's checks and env give it a meaning,
+            e.g. the value of configs saved before the key existed).
         package: the task's Python package (set by the registry when it finds the spec).
         folder: the task's folder (set by the registry).
     """
@@ -204,6 +206,7 @@ class TaskSpec:
     bench: BenchSpec = field(default_factory=BenchSpec)
     symmetry: str | None = None
     legacy_defaults: tuple[tuple[str, object], ...] = ()
+    nullable: tuple[str, ...] = ()
     package: str = ""
     folder: Path | None = None
 

@@ -39,3 +39,11 @@ def test_fixture_resumes_exactly(task, tmp_path):
         for key, value in want[part].items():
             err = float((got[part][key] - value).abs().max())
             assert err <= 1e-6, f"{task}: {part}.{key} differs by {err:.3g}"
+
+
+def test_no_run_under_the_runs_root_says_where_runs_are_looked_for(tmp_path):
+    from sim2real.policies.checkpoints import CheckpointError, latest_run
+
+    with pytest.raises(CheckpointError, match=r"no run with checkpoints under .*quadrotor-hover \(runs are looked for "
+                                              r"under --runs-root, default \$SIM2REAL_RUNS or \./runs"):
+        latest_run("quadrotor-hover", tmp_path)

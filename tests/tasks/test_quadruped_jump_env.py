@@ -159,6 +159,20 @@ def test_a_distance_min_start_outside_0_to_distance_min_is_refused(value):
         task_config("quadruped-jump", [f"command.distance_min_start={value}"])
 
 
+def test_null_is_accepted_where_the_task_gives_it_a_meaning_and_nowhere_else():
+    from sim2real.configs import ConfigError
+    from sim2real.tasks import task_config
+
+    cfg = task_config("quadruped-jump", ["command.distance_min_start=null", "command.distance_start=0.3",
+                                         "command.obstacle_near_edge=null"])  # how configs saved before ran
+    assert cfg["command"]["distance_min_start"] is None and cfg["command"]["obstacle_near_edge"] is None
+    assert cmds.entry_distance_min(cfg["command"]) == 0.2
+    with pytest.raises(ConfigError, match=r"command\.distance_max.*expected a number"):
+        task_config("quadruped-jump", ["command.distance_max=null"])
+    with pytest.raises(ConfigError, match=r"env\.success_pos_tol.*expected a number"):
+        task_config("quadrotor-hover", ["env.success_pos_tol=null"])
+
+
 def test_an_entry_below_distance_min_is_accepted_and_its_upper_bound_checked():
     from sim2real.configs import ConfigError
     from sim2real.tasks import get_task, task_config
