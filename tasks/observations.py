@@ -57,6 +57,17 @@ def pos_error_w(s: RobotState) -> torch.Tensor:
     return s.base_pos_w - s.command[:, :3]
 
 
+#: m, the scale of ``pos_error_fine_w``: the hover's success tolerance (5 cm).
+FINE_POS_SCALE_M = 0.05
+
+
+@obs_term("pos_error_fine_w", 3, "1", "world",
+          f"tanh(pos_error_w / {FINE_POS_SCALE_M} m): the position error at the success tolerance's scale, steep "
+          "within a few centimetres of the goal and saturated beyond")
+def pos_error_fine_w(s: RobotState) -> torch.Tensor:
+    return torch.tanh((s.base_pos_w - s.command[:, :3]) / FINE_POS_SCALE_M)
+
+
 @obs_term("rot_matrix_w", 9, "1", "world", "body-to-world rotation matrix R_wb, row-major")
 def rot_matrix_w(s: RobotState) -> torch.Tensor:
     return quat_to_rotmat(s.base_quat_w).reshape(-1, 9)

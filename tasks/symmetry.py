@@ -197,7 +197,7 @@ _Y = _fixed(signs(1, -1, 1))
 #: Mirror rules of the shared observation terms (:data:`sim2real.tasks.observations.OBS_TERMS`), one frame each.
 TERM_MIRRORS: dict[str, TermMirror] = {
     "projected_gravity_b": _Y,                      # g_b' = M g_b
-    "lin_vel_b": _Y, "lin_vel_w": _Y, "pos_error_w": _Y,
+    "lin_vel_b": _Y, "lin_vel_w": _Y, "pos_error_w": _Y, "pos_error_fine_w": _Y,  # tanh is odd
     "ang_vel_b": _fixed(signs(-1, 1, -1)),          # pseudovector: w' = det(M) M w
     "rot_matrix_w": _fixed(signs(*(a * b for a in (1, -1, 1) for b in (1, -1, 1)))),  # R' = M R M, row-major
     "base_height": _fixed(signs(1)),

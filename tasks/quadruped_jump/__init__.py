@@ -24,7 +24,7 @@ SPEC = TaskSpec(
     # joint-velocity, action-rate or sharp stillness term while standing, the take-off counted from the command's
     # start, no penalty anneal, best.pt picked on stage 1 alone, the obstacle box centred midway along the jump, a
     # success judged on the final landing alone (a hop and a walk counted; a foot on the box too), stage 2 entered at
-    # distance_min (distance_start is saved in every config)
+    # distance_min (distance_start is saved in every config), the landing xy followed to the window's end
     legacy_defaults=(("env.stand_prob", 0.0), ("env.stand_after_jump", False), ("rewards.weights.stand_feet_air", 0.0),
                      ("env.takeoff_after_command", False), ("curriculum.penalty_anneal", "none"),
                      ("rewards.weights.stand_joint_vel", 0.0), ("env.stand_anneal", False),
@@ -32,7 +32,7 @@ SPEC = TaskSpec(
                      ("eval.selection_difficulties", []), ("command.obstacle_near_edge", None),
                      ("success.first_landing", False), ("success.clear_obstacle", False),
                      ("rewards.weights.first_landing", 0.0), ("rewards.weights.obstacle_touch", 0.0),
-                     ("command.distance_min_start", None)),
+                     ("command.distance_min_start", None), ("env.hold_first_landing", False)),
     # null: stage 2 entered at distance_min; the box centred midway along the jump (how those configs trained)
     nullable=("command.distance_min_start", "command.obstacle_near_edge"),
     finetune=FinetuneSpec(gap_metric="success_rate", higher_is_better=True),

@@ -314,11 +314,16 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
 
     def _track_landing(self, state: RobotState) -> None:
         """Follow the base's pose while the command's window runs and hold it after (``landing_xy``/``_yaw``);
-        without ``env.stand_after_jump`` (the command lasts to the end) the pose is always the current one."""
+        without ``env.stand_after_jump`` (the command lasts to the end) the pose is always the current one. With
+        ``env.hold_first_landing`` the xy is held from the first flight's touchdown on (``first_landing_xy``), so
+        the ``position`` term and the success rule score the jump, not a walk after it."""
         follow = self.time_s() < JUMP_WINDOW_S
         if not self.cfg["env"]["stand_after_jump"]:
             follow = torch.ones_like(follow)
         self.landing_xy = torch.where(follow.unsqueeze(-1), state.base_pos_w[:, :2], self.landing_xy)
+        if self.cfg["env"]["hold_first_landing"]:  # the jump's own touchdown, not where a walk after it ended
+            landed = ~torch.isnan(self.first_landing_xy[:, :1])
+            self.landing_xy = torch.where(landed, self.first_landing_xy, self.landing_xy)
         self.landing_yaw = torch.where(follow, yaw_from_quat(state.base_quat_w), self.landing_yaw)
 
     def _landing_errors(self, state: RobotState) -> tuple[torch.Tensor, torch.Tensor]:

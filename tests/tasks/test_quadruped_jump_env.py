@@ -413,6 +413,24 @@ def test_success_criterion_on_constructed_states():
     assert ok(_landed(env)) == [True, True]
 
 
+@pytest.mark.parametrize("hold", [True, False])
+def test_landing_xy_is_the_first_touchdown_with_hold_first_landing(hold):
+    """env.hold_first_landing: after the first flight's touchdown, the landing xy the position term and the success
+    rule score stays there (a hop and a walk earn nothing for the walk); without it (configs saved before) it follows
+    the base to the command window's end."""
+    env = _env(2, f"env.hold_first_landing={str(hold).lower()}")
+    env.step(torch.zeros(2, 12))
+    env.wait_steps[:] = 10
+    env.episode_length_buf[:] = 15  # inside the command's window
+    env.first_landing_xy[:] = float("nan")
+    env.first_landing_xy[0] = torch.tensor([7.0, -3.0])  # env 0 touched down there; env 1 has not landed yet
+    env.step(torch.zeros(2, 12))
+    base_xy = env._state["base_pos_w"][:, :2]
+    torch.testing.assert_close(env.landing_xy[1], base_xy[1])
+    torch.testing.assert_close(env.landing_xy[0], torch.tensor([7.0, -3.0]) if hold else base_xy[0])
+    assert bool(torch.isnan(env.first_landing_xy[1]).all())
+
+
 def test_success_and_failure_move_the_curriculum():
     env = _env(4, "curriculum.initial=0.5", "curriculum.review_prob=0.0")
     assert (env.difficulty == 0.5).all()
@@ -420,11 +438,11 @@ def test_success_and_failure_move_the_curriculum():
     state = env._state
     # Land where each robot stands (envs 0, 1, 2), with flight for 0, 1 and 3; env 3 far from its target.
     env.target_xy[:] = state["base_pos_w"][:, :2]
+    env.first_landing_xy[:] = env.target_xy  # the touchdowns where they stand (env 2: one there, but no flight)
     env.target_xy[3] += 1.0
     env.target_yaw[:] = yaw_from_quat(state["base_quat_w"])
     env.command[:] = 0.0
     env.max_airborne_steps[:] = torch.tensor([10, 10, 0, 10])
-    env.first_landing_xy[:] = env.target_xy  # (env 2: a touchdown there, but no flight)
     env.peak_height[:] = env.settled_height + 0.1
     env.episode_length_buf[:] = env.max_episode_length - 1
     _, rew, dones, extras = env.step(torch.zeros(4, 12))
@@ -690,10 +708,11 @@ def test_the_selection_score_ranks_standing_after_landing_without_hiding_the_jum
 def test_the_landing_pose_is_held_from_the_windows_end_so_a_later_hop_buys_no_accuracy():
     """With env.stand_after_jump the landing terms and the success rule score the base's pose at the command
     window's end (1.6 s): moving the base after it changes neither; inside the window the pose follows the base.
-    A config without the stand command scores the current pose (as it was trained)."""
+    A config without the stand command scores the current pose (as it was trained). (The window rule alone:
+    env.hold_first_landing, which holds the xy from the first touchdown on, has its own test.)"""
     from sim2real.tasks.quadruped_jump import rewards as rew
 
-    env = _env(2, "eval.difficulty=2.0", eval_mode=True)
+    env = _env(2, "eval.difficulty=2.0", "env.hold_first_landing=false", eval_mode=True)
     env.target_xy[:] = torch.tensor([[0.5, 0.0], [0.5, 0.0]])
     env.target_yaw[:] = 0.0
     env.wait_steps[:] = 0
