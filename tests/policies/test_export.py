@@ -158,7 +158,7 @@ def test_missing_or_invalid_metadata_is_refused(tiny_policy, tmp_path):
 def test_onnx_policy_runs_batches(tiny_policy):
     pol = OnnxPolicy(tiny_policy, load_robot("crazyflie2"))
     meta = json.loads((tiny_policy / "metadata.json").read_text())
-    dim = 18 + 4 * 9  # the hover's state terms and its last 9 actions
+    dim = 21 + 4 * 9  # the hover's state terms (pos_error_fine_w's 3 among them) and its last 9 actions
     assert pol.obs_dim == meta["observation"]["dim"] == dim
     out1 = pol(np.zeros((1, dim), np.float32))
     out8 = pol(np.zeros((8, dim), np.float32))

@@ -94,7 +94,7 @@ def test_the_export_records_the_action_noise_and_a_warm_start_at_other_noise_say
 
 def test_a_policy_of_another_observation_layout_is_refused_with_what_differs(tiny_policy):
     runner = _runner(["observations.history_length.last_action=4"])
-    with pytest.raises(WarmStartError, match=r"observation term 4: .*'last_action', 36.* this run's \('last_action', 16"):
+    with pytest.raises(WarmStartError, match=r"observation term 5: .*'last_action', 36.* this run's \('last_action', 16"):
         warm_start(runner, tiny_policy, critic_warmup=0)
 
 

@@ -113,6 +113,7 @@ def test_joint_mirror_refuses_a_joint_without_counterpart_and_an_asymmetric_pose
 COMMAND_MIRRORS = {  # each command-reading term's command layout, mirrored
     "footstep_targets": mirror_footstep_command,
     "pos_error_w": lambda c: torch.cat((flip_y(c[:, :3]), c[:, 3:]), -1),       # goal position (world)
+    "pos_error_fine_w": lambda c: torch.cat((flip_y(c[:, :3]), c[:, 3:]), -1),
     "jump_command": lambda c: torch.cat((c[:, :1], -c[:, 1:3], c[:, 3:]), -1),  # dx, dy, dyaw, height, length
     "jump_target": lambda c: torch.cat((c[:, :1], -c[:, 1:3], c[:, 3:]), -1),
 }

@@ -31,8 +31,10 @@ PINNED = [
     "robot.linear_drag=[0.0,0.0,0.0]",
 ]
 IDENTITY = (1.0, 0.0, 0.0, 0.0)
-# Policy observation terms of the task config and their sizes (3 + 9 + 3 + 3 + 4 = 22).
-TERM_SIZES = {"pos_error_w": 3, "rot_matrix_w": 9, "lin_vel_w": 3, "ang_vel_b": 3, "last_action": 4}
+# Policy observation terms of the task config and their sizes (3 + 3 + 9 + 3 + 3 + 4 = 25).
+TERM_SIZES = {"pos_error_w": 3, "pos_error_fine_w": 3, "rot_matrix_w": 9, "lin_vel_w": 3, "ang_vel_b": 3,
+              "last_action": 4}
+STATE = 21  # the state terms' values: all but last_action
 
 
 def _env(num_envs: int, *overrides: str, seed: int = 0):
@@ -236,13 +238,15 @@ def _clean_observation(env) -> torch.Tensor:
         ),
         dim=-1,
     )
-    return torch.cat((d.pos_w - env.goal_w, rot, d.lin_vel_w, d.ang_vel_b, env.last_actions), dim=-1)
+    err = d.pos_w - env.goal_w
+    fine = torch.tanh(err / 0.05)  # pos_error_fine_w: the error at the 5 cm success tolerance's scale
+    return torch.cat((err, fine, rot, d.lin_vel_w, d.ang_vel_b, env.last_actions), dim=-1)
 
 
 def _current(policy: torch.Tensor) -> torch.Tensor:
-    """The current value of each policy term ``[N, 22]``: the policy group is the 18 state values, then the last 9
+    """The current value of each policy term ``[N, 25]``: the policy group is the 21 state values, then the last 9
     actions oldest first (``observations.history_length``), so the current last action is its last 4 columns."""
-    return torch.cat((policy[:, :18], policy[:, -4:]), dim=-1)
+    return torch.cat((policy[:, :STATE], policy[:, -4:]), dim=-1)
 
 
 def test_observation_noise_has_the_configured_std() -> None:
@@ -258,7 +262,7 @@ def test_observation_noise_has_the_configured_std() -> None:
     torch.testing.assert_close(critic_clean, _clean_observation(env), rtol=1e-6, atol=1e-7)
     diff = _current(obs["policy"]) - critic_clean
     noisy = std > 0
-    assert int(noisy.sum()) == 18  # every term but last_action is noisy in the task config
+    assert int(noisy.sum()) == 18  # every term but pos_error_fine_w and last_action is noisy in the task config
     torch.testing.assert_close(diff.std(dim=0)[noisy], std[noisy], rtol=0.05, atol=0.0)
     assert bool((diff.mean(dim=0)[noisy].abs() < 5.0 * std[noisy] / math.sqrt(n)).all())
     assert bool((diff[:, ~noisy] == 0).all())
@@ -269,12 +273,13 @@ def test_observation_noise_has_the_configured_std() -> None:
 
 
 def test_zero_observation_noise_gives_the_clean_observation() -> None:
-    zero = "observations.noise={pos_error_w: 0.0, rot_matrix_w: 0.0, lin_vel_w: 0.0, ang_vel_b: 0.0, last_action: 0.0}"
+    zero = ("observations.noise={pos_error_w: 0.0, pos_error_fine_w: 0.0, rot_matrix_w: 0.0, lin_vel_w: 0.0, "
+            "ang_vel_b: 0.0, last_action: 0.0}")
     env, _ = _env(256, zero)
     obs = env.get_observations()
     dim = sum(TERM_SIZES.values())
-    assert obs["policy"].shape == (256, 18 + 9 * 4)
+    assert obs["policy"].shape == (256, STATE + 9 * 4)
     assert torch.equal(_current(obs["policy"]), obs["critic"][:, :dim])
     torch.testing.assert_close(_current(obs["policy"]), _clean_observation(env), rtol=1e-6, atol=1e-7)
     # Just reset: the history repeats the reset action.
-    torch.testing.assert_close(obs["policy"][:, 18:], obs["policy"][:, -4:].repeat(1, 9))
+    torch.testing.assert_close(obs["policy"][:, STATE:], obs["policy"][:, -4:].repeat(1, 9))

@@ -16,7 +16,7 @@ def test_vecenv_contract_shapes():
     obs = env.get_observations()
     assert obs.batch_size == torch.Size([16])
     # policy: 18 state values and the last 9 actions; critic: the state, the last action and 14 privileged values.
-    assert obs["policy"].shape == (16, 18 + 9 * 4) and obs["critic"].shape == (16, 22 + 14)
+    assert obs["policy"].shape == (16, 21 + 9 * 4) and obs["critic"].shape == (16, 25 + 14)
     obs, rew, dones, extras = env.step(torch.zeros(16, 4))
     assert rew.shape == (16,) and dones.shape == (16,) and extras["time_outs"].shape == (16,)
     assert env.max_episode_length == 500 and env.episode_length_buf.dtype == torch.long
