@@ -25,7 +25,9 @@ def require(ok: bool, key: str, message: str) -> None:
 
 def check_observations(obs: dict) -> None:
     """``observations.policy`` names registered terms; noise stds are >= 0; scales (if any) are finite; history
-    lengths (if any) are integers >= 1 of listed terms."""
+    lengths (if any) are integers >= 1 of listed terms, or 1 (the current value only: a no-op) for a registered
+    term the list leaves out, so that a term dropped from ``observations.policy`` with ``--set`` (which merges into
+    the task's ``history_length`` map, never removes a key) needs no second edit."""
     for name in obs["policy"]:
         require(name in OBS_TERMS, "observations.policy",
                 f"unknown observation term {name!r} (known: {', '.join(sorted(OBS_TERMS))})")
@@ -35,7 +37,9 @@ def check_observations(obs: dict) -> None:
         require(name in obs["policy"], f"observations.scales.{name}", "is not a term of observations.policy")
         require(scale == scale and abs(scale) != float("inf"), f"observations.scales.{name}", "must be finite")
     for name, length in obs.get("history_length", {}).items():
-        require(name in obs["policy"], f"observations.history_length.{name}", "is not a term of observations.policy")
+        unlisted_noop = name in OBS_TERMS and length == 1 and not isinstance(length, bool)
+        require(name in obs["policy"] or unlisted_noop, f"observations.history_length.{name}",
+                "is not a term of observations.policy")
         require(isinstance(length, int) and not isinstance(length, bool) and length >= 1,
                 f"observations.history_length.{name}", f"must be an integer >= 1, got {length!r}")
     for name, stds in (obs.get("fixed_std") or {}).items():

@@ -75,3 +75,24 @@ def test_metadata_whose_history_does_not_match_its_sizes_is_refused(tmp_path):
     index = len(meta["observation"]["policy"]) - 1
     with pytest.raises(PolicyMismatchError, match=rf"observation.policy\[{index}\].size"):
         validate_metadata(meta, robot)
+
+
+def test_a_term_dropped_from_the_policy_list_needs_no_second_edit():
+    """--set merges into the task's history_length map and cannot remove a key: a history of 1 (a no-op) for a
+    registered term the list leaves out is accepted, and the built observation lacks that term; a longer history
+    for an unlisted term, or an unknown term, is still refused."""
+    from sim2real.configs import ConfigError
+    from sim2real.tasks import make_env, task_config
+
+    dropped = "observations.policy=[pos_error_w,rot_matrix_w,lin_vel_w,ang_vel_b,last_action]"
+    cfg = task_config("quadrotor-hover", [dropped])
+    assert cfg["observations"]["history_length"]["pos_error_fine_w"] == 1
+    env = make_env(cfg, num_envs=2)
+    assert [t["name"] for t in env.obs_builder.layout()] == ["pos_error_w", "rot_matrix_w", "lin_vel_w",
+                                                              "ang_vel_b", "last_action"]
+    assert env.obs_builder.dim == 3 + 9 + 3 + 3 + 9 * 4
+    with pytest.raises(ConfigError, match="history_length.pos_error_fine_w': is not a term of observations.policy"):
+        task_config("quadrotor-hover", [dropped, "observations.history_length.pos_error_fine_w=3"])
+    with pytest.raises(ConfigError, match="ang_vel_b"):
+        task_config("quadrotor-hover", ["observations.policy=[pos_error_w,rot_matrix_w,lin_vel_w,last_action]",
+                                        "observations.history_length.ang_vel_b=2"])
