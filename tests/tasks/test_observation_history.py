@@ -96,3 +96,5 @@ def test_a_term_dropped_from_the_policy_list_needs_no_second_edit():
     with pytest.raises(ConfigError, match="ang_vel_b"):
         task_config("quadrotor-hover", ["observations.policy=[pos_error_w,rot_matrix_w,lin_vel_w,last_action]",
                                         "observations.history_length.ang_vel_b=2"])
+    with pytest.raises(ConfigError, match="not_a_term"):
+        task_config("quadrotor-hover", ["observations.history_length.not_a_term=1"])
