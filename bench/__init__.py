@@ -64,7 +64,7 @@ class Bench:
 
 BENCHES: dict[str, Bench] = {
     "throughput": Bench("throughput", overrides=True),
-    "hover-time": Bench("hover_time"),
+    "hover-time": Bench("hover_time", overrides=True),
     "train-profile": Bench("train_profile", in_all=False, overrides=True),
     "inference": Bench("inference", extra="deploy"),
     "soak": Bench("soak", in_all=False, extra="deploy"),

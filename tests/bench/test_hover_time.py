@@ -47,3 +47,27 @@ def test_an_unreached_target_stops_at_the_budget_after_regular_evaluations(monke
     assert r["train_wall_s"] > 1.5
     assert len(r["evaluations"]) >= 2 and r["evaluations"][-1]["iteration"] == r["iterations"]
     assert all("confirm_success_rate" not in e for e in r["evaluations"])
+
+
+def test_set_reaches_every_seed_of_the_bench(monkeypatch):
+    """``sim2real bench hover-time --set K=V`` trains each seed with the override (a recipe probed through the
+    bench's own evaluations and confirmation); an unknown key is refused before any training."""
+    from sim2real.bench import hover_time
+    from sim2real.cli import main
+
+    seen = []
+
+    def fake_one_seed(task, seed, target, budget_s, eval_every_s, overrides=None):
+        from sim2real.tasks import task_config
+
+        task_config(task, [*(overrides or []), f"seed={seed}"])  # what the real one resolves first
+        seen.append((seed, list(overrides or [])))
+        return {"seed": seed, "reached": True, "train_wall_s": 10.0 + seed, "env_steps": 1, "iterations": 1,
+                "time_sim_s": 1.0, "time_inference_s": 1.0, "time_update_s": 1.0, "time_eval_s": 0.0,
+                "num_envs": 64}
+
+    monkeypatch.setattr(hover_time, "hover_time_one_seed", fake_one_seed)
+    assert main(["bench", "hover-time", "--seeds", "2", "--set", "train.num_learning_epochs=3"]) == 0
+    assert seen == [(1, ["train.num_learning_epochs=3"]), (2, ["train.num_learning_epochs=3"])]
+    assert main(["bench", "hover-time", "--set", "train.num_learning_epochz=3"]) == 2
+    assert seen[2:] == []
