@@ -65,7 +65,7 @@ FINE_POS_SCALE_M = 0.05
           f"tanh(pos_error_w / {FINE_POS_SCALE_M} m): the position error at the success tolerance's scale, steep "
           "within a few centimetres of the goal and saturated beyond")
 def pos_error_fine_w(s: RobotState) -> torch.Tensor:
-    return torch.tanh((s.base_pos_w - s.command[:, :3]) / FINE_POS_SCALE_M)
+    return torch.tanh(pos_error_w(s) / FINE_POS_SCALE_M)
 
 
 @obs_term("rot_matrix_w", 9, "1", "world", "body-to-world rotation matrix R_wb, row-major")
