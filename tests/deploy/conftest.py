@@ -20,7 +20,8 @@ SLICES = {"pos_error_w": slice(0, 3), "rot_matrix_w": slice(3, 12), "lin_vel_w":
 def expand_to_layout(weight: np.ndarray, layout: list[dict]) -> np.ndarray:
     """Weights ``[22, 4]`` over one value of each hover term (:data:`SLICES`) as weights ``[D, 4]`` over the task's
     observation ``layout`` (metadata ``observation.policy``): each term's rows go to its current value (the last
-    columns of a term with a history); the rows of past values and of terms outside :data:`SLICES` are zero. A ``[D, 4]`` weight is returned as is."""
+    columns of a term with a history); the rows of past values and of terms outside :data:`SLICES` are zero. A
+    ``[D, 4]`` weight is returned as is."""
     weight = np.asarray(weight, dtype=np.float64)
     dim = sum(t["size"] for t in layout)
     if weight.shape[0] == dim:
