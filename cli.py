@@ -536,6 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learner", choices=["ppo", "td3", "sac"], default="ppo",
                    help="hover-time: ppo (rsl-rl-lib, the task's training) or an off-policy learner from "
                         "stable-baselines3 on 32 envs (the comparison of docs/benchmarks.md)")
+    p.add_argument("--eval-every", dest="eval_every", type=positive_float, default=None, metavar="S",
+                   help="hover-time: the most training seconds between evaluations (default 5, issue 20's bound; "
+                        "smaller: the crossing time measured more finely, evaluations still excluded)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (gpu: a tiny CPU version, "
                                                         "4 envs, where there is no CUDA)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -170,6 +170,8 @@ def run_bench(args) -> int:
     for flag, value in (("--load", getattr(args, "load", 0)), ("--seconds", getattr(args, "seconds", None))):
         if value and any(name not in ("inference", "soak") for name, _ in runs):
             raise ConfigError(f"{flag} applies to inference and soak only")
+    if getattr(args, "eval_every", None) and any(name != "hover-time" for name, _ in runs):
+        raise ConfigError("--eval-every applies to hover-time only")
     if getattr(args, "curve", False) and any(name != "swarm" for name, _ in runs):
         raise ConfigError("--curve applies to swarm only")
     if getattr(args, "policy", None) and any(name not in ("swarm", "finetune") for name, _ in runs):

@@ -222,4 +222,5 @@ def bench_hover_time(task: str, quick: bool = False, target: float = 0.9, budget
 def run(args, task: str) -> dict:
     seeds = tuple(range(1, int(args.seeds or 3) + 1))
     return bench_hover_time(task, quick=args.quick, seeds=seeds, learner=getattr(args, "learner", None) or "ppo",
-                            overrides=list(getattr(args, "overrides", []) or []))
+                            overrides=list(getattr(args, "overrides", []) or []),
+                            eval_every_s=float(getattr(args, "eval_every", None) or 5.0))

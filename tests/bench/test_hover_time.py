@@ -55,13 +55,14 @@ def test_set_reaches_every_seed_of_the_bench(monkeypatch):
     from sim2real.bench import hover_time
     from sim2real.cli import main
 
-    seen = []
+    seen, every = [], []
 
     def fake_one_seed(task, seed, target, budget_s, eval_every_s, overrides=None):
         from sim2real.tasks import task_config
 
         task_config(task, [*(overrides or []), f"seed={seed}"])  # what the real one resolves first
         seen.append((seed, list(overrides or [])))
+        every.append(eval_every_s)
         return {"seed": seed, "reached": True, "train_wall_s": 10.0 + seed, "env_steps": 1, "iterations": 1,
                 "time_sim_s": 1.0, "time_inference_s": 1.0, "time_update_s": 1.0, "time_eval_s": 0.0,
                 "num_envs": 64}
@@ -71,3 +72,7 @@ def test_set_reaches_every_seed_of_the_bench(monkeypatch):
     assert seen == [(1, ["train.num_learning_epochs=3"]), (2, ["train.num_learning_epochs=3"])]
     assert main(["bench", "hover-time", "--set", "train.num_learning_epochz=3"]) == 2
     assert seen[2:] == []
+    assert every == [5.0, 5.0]  # issue 20's bound by default
+    assert main(["bench", "hover-time", "--seeds", "1", "--eval-every", "2.5"]) == 0
+    assert every[2:] == [2.5]
+    assert main(["bench", "throughput", "--eval-every", "2.5"]) == 2  # hover-time only
