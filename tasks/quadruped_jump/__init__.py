@@ -32,7 +32,8 @@ SPEC = TaskSpec(
                      ("eval.selection_difficulties", []), ("command.obstacle_near_edge", None),
                      ("success.first_landing", False), ("success.clear_obstacle", False),
                      ("rewards.weights.first_landing", 0.0), ("rewards.weights.obstacle_touch", 0.0),
-                     ("command.distance_min_start", None), ("env.hold_first_landing", False)),
+                     ("command.distance_min_start", None), ("env.hold_first_landing", False),
+                     ("rewards.weights.ballistic_landing", 0.0)),
     # null: stage 2 entered at distance_min; the box centred midway along the jump (how those configs trained)
     nullable=("command.distance_min_start", "command.obstacle_near_edge"),
     finetune=FinetuneSpec(gap_metric="success_rate", higher_is_better=True),

@@ -105,6 +105,29 @@ def first_landing(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     return x.first_touchdown.float() * torch.exp(-torch.nan_to_num(err, nan=1e3) / 0.25)
 
 
+#: m/s^2, gravity of the ballistic landing prediction (the models' own ``opt.gravity``).
+GRAVITY = 9.81
+
+
+def ballistic_landing(x: JumpRewardInputs, p: dict) -> torch.Tensor:
+    """``exp(-|predicted landing xy - target| / 0.25)`` in every step of the command's first flight within the
+    take-off window: the base's projectile path from its position and world-frame velocity, ``xy + v_xy t`` with
+    ``t`` the fall time back to the settled height ``(v_z + sqrt(v_z^2 + 2 g h)) / g`` (``h`` the base's height
+    above it, clipped at 0). It pays for the take-off velocity that carries the jump to the target from the first
+    airborne step, where ``first_landing`` pays once at the touchdown: the projectile-motion reward densification of
+    Olsen, Pettersen and Alexis (2025, "Towards Quadrupedal Jumping and Walking for Dynamic Locomotion using
+    Reinforcement Learning", arXiv:2510.24584). ``[N]``, unitless."""
+    if x.first_landing_xy is None:
+        return torch.zeros_like(x.state.time_s)
+    vel = x.state.base_lin_vel_w
+    h = (x.state.base_pos_w[:, 2] - x.settled_height).clamp(min=0.0)
+    t_fall = (vel[:, 2] + torch.sqrt(vel[:, 2].square() + 2.0 * GRAVITY * h)) / GRAVITY
+    pred = x.state.base_pos_w[:, :2] + vel[:, :2] * t_fall.unsqueeze(-1)
+    err = torch.linalg.vector_norm(pred - x.target_xy, dim=-1)
+    first_flight = torch.isnan(x.first_landing_xy[:, 0]).float()
+    return _takeoff_window(x) * _airborne(x) * first_flight * torch.exp(-err / 0.25)
+
+
 def obstacle_touch(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     """1 while a foot touches the obstacle box or stands on it (``x.box_touch``): the jump is over the box."""
     return x.box_touch.float()
@@ -204,7 +227,8 @@ def termination(x: JumpRewardInputs, p: dict) -> torch.Tensor:
 
 
 #: Every term but ``success``, which the env sets at time-out from the task's success rule.
-STEP_TERMS = {"position": position, "first_landing": first_landing, "obstacle_touch": obstacle_touch, "yaw": yaw, "flight": flight, "height": height, "rise": rise,
+STEP_TERMS = {"position": position, "first_landing": first_landing, "ballistic_landing": ballistic_landing,
+              "obstacle_touch": obstacle_touch, "yaw": yaw, "flight": flight, "height": height, "rise": rise,
               "land_still": land_still, "wait_still": wait_still, "stand_still": stand_still,
               "stand_feet_air": stand_feet_air, "stand_joint_vel": stand_joint_vel,
               "stand_action_rate": stand_action_rate, "upright": upright,

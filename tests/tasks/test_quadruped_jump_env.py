@@ -851,6 +851,31 @@ def test_first_landing_and_obstacle_touch_terms():
     assert rew.obstacle_touch(x, {}).tolist() == [0.0, 1.0, 0.0, 0.0]
 
 
+def test_ballistic_landing_scores_the_projectile_landing_of_the_first_flight():
+    from sim2real.tasks.quadruped_jump import rewards as rew
+
+    # Base 0.2 m above its settled height at x = 0.1 m, moving 2 m/s forward and 1 m/s up: back at the settled
+    # height after t with 0.2 + t - g t^2 / 2 = 0, t = (1 + sqrt(1 + 0.4 g)) / g = 0.3213 s -> lands at x = 0.7426 m.
+    g = 9.81
+    t = (1.0 + math.sqrt(1.0 + 0.4 * g)) / g
+    land_x = 0.1 + 2.0 * t
+    n = 5
+    pos = torch.tensor([[0.1, 0.0, 0.5]] * n)
+    vel = torch.tensor([[2.0, 0.0, 1.0]] * n)
+    contact = torch.zeros(n, 4)
+    contact[3] = 1.0  # a foot down: not in flight
+    time_s = torch.tensor([0.3, 0.3, 0.9, 0.3, 0.3])  # env 2: after the take-off window
+    state = RobotState(base_pos_w=pos, base_quat_w=None, base_lin_vel_w=vel, base_ang_vel_b=None, last_action=None,
+                       command=None, foot_contact=contact, time_s=time_s)
+    target = torch.tensor([[land_x, 0.0], [land_x + 0.25, 0.0], [land_x, 0.0], [land_x, 0.0], [land_x, 0.0]])
+    first = torch.full((n, 2), float("nan"))
+    first[4] = 0.3  # env 4: its first flight already ended
+    x = rew.JumpRewardInputs(state, None, target, None, torch.full((n,), 0.3), *[None] * 6, torch.ones(n, dtype=bool),
+                             first)
+    assert rew.ballistic_landing(x, {}).tolist() == pytest.approx([1.0, math.exp(-1.0), 0.0, 0.0, 0.0], abs=1e-5)
+    assert "ballistic_landing" not in rew.ONCE  # per second, in flight
+
+
 def test_the_summary_says_how_far_the_first_flight_went_and_whether_feet_touched_the_box():
     from sim2real.tasks.quadruped_jump.env import QuadrupedJumpEnv
 
