@@ -855,7 +855,7 @@ def test_ballistic_landing_scores_the_projectile_landing_of_the_first_flight():
     from sim2real.tasks.quadruped_jump import rewards as rew
 
     # Base 0.2 m above its settled height at x = 0.1 m, moving 2 m/s forward and 1 m/s up: back at the settled
-    # height after t with 0.2 + t - g t^2 / 2 = 0, t = (1 + sqrt(1 + 0.4 g)) / g = 0.3213 s -> lands at x = 0.7426 m.
+    # height after t with 0.2 + t - g t^2 / 2 = 0, t = (1 + sqrt(1 + 0.4 g)) / g = 0.3281 s -> lands at x = 0.7563 m.
     g = 9.81
     t = (1.0 + math.sqrt(1.0 + 0.4 * g)) / g
     land_x = 0.1 + 2.0 * t
