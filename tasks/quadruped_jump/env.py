@@ -462,7 +462,9 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         joint_pos = self.settled_joint_pos + noise
         pos = torch.zeros(m, 3, device=dev)
         pos[:, 2] = self.settled_height + e["init_height_offset"]
-        self.sim.reset(ids, pos, quat_mul(quat_from_yaw(yaw), self.settled_tilt_quat.expand(m, 4)), joint_pos)
+        in_flight, vel = self._reference_state_init(ids, stand_only, pos)
+        self.sim.reset(ids, pos, quat_mul(quat_from_yaw(yaw), self.settled_tilt_quat.expand(m, 4)), joint_pos,
+                       base_lin_vel_w=vel)
         self._refresh_state(ids)
         self.actions[ids] = 0.0
         self.last_actions[ids] = 0.0
@@ -482,6 +484,22 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
         self.stand_air_steps[ids] = 0.0
         self.episode_length_buf[ids] = 0
         self.episode_steps[ids] = self._episode_steps(stand_scale)
+        if in_flight is not None:  # the command started at the reset, the take-off behind it
+            self.wait_steps[ids] = torch.where(in_flight, 0, self.wait_steps[ids])
+            self.grounded[ids] = in_flight
+
+    def _reference_state_init(self, ids: torch.Tensor, stand_only: torch.Tensor, pos: torch.Tensor):
+        """Training's in-flight starts (``env.rsi_prob``, :func:`~sim2real.tasks.quadruped_jump.commands.
+        flight_start`): raises ``pos`` ``[M, 3]`` in place; returns ``(in_flight [M], base velocity [M, 3])``, or
+        ``(None, None)`` when off (``env.rsi_prob`` 0, evaluation: no random draw)."""
+        e = self.cfg["env"]
+        if self.eval_mode or float(e["rsi_prob"]) <= 0.0:
+            return None, None
+        d = self.target_xy[ids] - self.start_xy[ids]
+        in_flight, vel, dz = cmds.flight_start(d, stand_only, float(e["rsi_prob"]), e["rsi_vz"],
+                                               float(e["rsi_height"]), rew.GRAVITY)
+        pos[:, 2] += dz
+        return in_flight, vel
 
     def _episode_steps(self, stand_scale: float) -> int:
         """Length [steps] of an episode holding ``stand_scale`` of the full standing after the window."""

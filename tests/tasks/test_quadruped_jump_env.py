@@ -876,6 +876,32 @@ def test_ballistic_landing_scores_the_projectile_landing_of_the_first_flight():
     assert "ballistic_landing" not in rew.ONCE  # per second, in flight
 
 
+def test_reference_state_init_starts_jumps_in_flight_on_the_ballistic_path_to_the_target():
+    """``env.rsi_prob``: a stage-2 episode starts in flight, the command running, and a passive robot's first
+    touchdown lands near its target: the start velocity is the projectile's that reaches it (computed here
+    independently from the distance and the drawn upward speed)."""
+    env = _env(16, "env.rsi_prob=1.0", "curriculum.initial=1.8", "curriculum.review_prob=0.0",
+               "observations.noise={projected_gravity_b: 0.0, ang_vel_b: 0.0, joint_pos_rel: 0.0, joint_vel: 0.0, "
+               "last_action: 0.0, jump_target: 0.0, jump_clock: 0.0}")
+    d = env.target_xy - env.start_xy
+    dist = torch.linalg.vector_norm(d, dim=-1)
+    assert (dist > 0.1).all()  # stage 2 at level 0.8
+    assert (env.wait_steps == 0).all() and env.grounded.all()
+    v = env.robot_state().base_lin_vel_w
+    assert ((v[:, 2] >= 1.0) & (v[:, 2] <= 2.0)).all()
+    g, h = 9.81, 0.05
+    t = (v[:, 2] + torch.sqrt(v[:, 2] ** 2 + 2 * g * h)) / g
+    torch.testing.assert_close(v[:, :2], d / t.unsqueeze(-1), atol=1e-4, rtol=1e-4)
+    for _ in range(40):
+        env.step(torch.zeros(16, 12))
+    landed = ~torch.isnan(env.first_landing_xy[:, 0])
+    assert landed.float().mean() >= 0.9
+    err = torch.linalg.vector_norm(env.first_landing_xy[landed] - env.target_xy[landed], dim=-1)
+    assert float(err.max()) < 0.15, err  # the first touchdown of the flight it started in
+    evaluation = _env(4, "env.rsi_prob=1.0", "curriculum.initial=1.8", eval_mode=True)
+    assert (evaluation.wait_steps > 0).all() and not evaluation.grounded.any()  # never in evaluation
+
+
 def test_the_summary_says_how_far_the_first_flight_went_and_whether_feet_touched_the_box():
     from sim2real.tasks.quadruped_jump.env import QuadrupedJumpEnv
 
