@@ -542,7 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (gpu: a tiny CPU version, "
                                                         "4 envs, where there is no CUDA)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="task config override for the throughput, swarm, train-profile, curricula and gpu benches, "
+                   help="task config override for the throughput, swarm, train-profile, hover-time, curricula and gpu "
+                        "benches, "
                         "e.g. "
                         "robot.mjcf=PATH; finetune: a fine-tuning config override (configs/finetune.yaml)")
     p.add_argument("--output", help="write the results as JSON here (one key per bench, NAME/TASK where a bench "

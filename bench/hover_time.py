@@ -212,8 +212,8 @@ def bench_hover_time(task: str, quick: bool = False, target: float = 0.9, budget
     shown = ", ".join(f"{t:.1f}" if t != float("inf") else "not reached" for t in times)
     print(f"{task} ({learner}): median time to held-out success >= {target}: "
           f"{f'{median:.1f} s' if reached else f'not reached within {budget_s:.0f} s'} over seeds "
-          f"{', '.join(str(s) for s in seeds)} ({shown}); {runs[0]['num_envs']} envs, evaluated at least every "
-          f"{eval_every_s:g} s of training, each crossing confirmed on a fresh held-out set "
+          f"{', '.join(str(s) for s in seeds)} ({shown}); {runs[0]['num_envs']} envs, at most "
+          f"{eval_every_s:g} s of training between evaluations, each crossing confirmed on a fresh held-out set "
           f"(reference: Learning to Fly in Seconds, 18 s on a laptop)")
     return {"target": target, "median_train_wall_s": median if reached else None, "reached": reached, "seeds": runs,
             "learner": learner}
