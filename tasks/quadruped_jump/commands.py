@@ -94,8 +94,18 @@ def max_distance_bins(cfg: dict, width: float = 0.1) -> torch.Tensor:
     return torch.arange(1, n + 1, dtype=torch.float32) * width
 
 
-def flight_start(d: torch.Tensor, stand_only: torch.Tensor, prob: float, vz_range, height: float,
-                 gravity: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+#: m/s^2, gravity of the ballistic predictions (the models' own ``opt.gravity``).
+GRAVITY = 9.81
+
+
+def fall_time(vz: torch.Tensor, height: torch.Tensor | float) -> torch.Tensor:
+    """Time [s] until a projectile ``height`` [m] above a level, moving up at ``vz`` [m/s], falls back to it:
+    ``(v_z + sqrt(v_z^2 + 2 g h)) / g`` (``g`` = :data:`GRAVITY`); ``[M]`` like ``vz``."""
+    return (vz + torch.sqrt(vz.square() + 2.0 * GRAVITY * height)) / GRAVITY
+
+
+def flight_start(d: torch.Tensor, stand_only: torch.Tensor, prob: float, vz_range,
+                 height: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Reference-state initialisation (Olsen, Pettersen and Alexis 2025, arXiv:2510.24584): which of ``M`` new
     episodes start in flight, the command already running, on the ballistic path that lands on their target, so
     the landings of long jumps are practised before the policy can take off for them.
@@ -105,17 +115,16 @@ def flight_start(d: torch.Tensor, stand_only: torch.Tensor, prob: float, vz_rang
             or ``stand_only`` ``[M]`` never starts in flight; each other one does with probability ``prob``.
         vz_range: ``(low, high)`` upward speed [m/s], uniform.
         height: base height above the spawn height at such a start [m].
-        gravity: [m/s^2].
 
     Returns:
         ``in_flight`` ``[M]`` bool; the base's linear velocity ``[M, 3]`` [m/s, world frame]: the upward speed and
-        the horizontal one that covers ``d`` in the flight time back to the spawn height,
-        ``t = (v_z + sqrt(v_z^2 + 2 g h)) / g`` (zeros where not in flight); the height offset ``[M]`` [m].
+        the horizontal one that covers ``d`` in the flight time back to the spawn height (:func:`fall_time`; zeros
+        where not in flight); the height offset ``[M]`` [m].
     """
     m, dev = d.shape[0], d.device
     in_flight = (torch.rand(m, device=dev) < prob) & ~stand_only & (torch.linalg.vector_norm(d, dim=-1) > 0.05)
     lo, hi = vz_range
     vz = lo + (hi - lo) * torch.rand(m, device=dev)
-    t_flight = (vz + torch.sqrt(vz.square() + 2.0 * gravity * height)) / gravity
+    t_flight = fall_time(vz, height)
     vel = torch.cat((d / t_flight.unsqueeze(-1), vz.unsqueeze(-1)), dim=-1) * in_flight.unsqueeze(-1)
     return in_flight, vel, height * in_flight.float()

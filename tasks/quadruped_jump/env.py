@@ -497,7 +497,7 @@ class QuadrupedJumpEnv(LeggedTaskEnv):
             return None, None
         d = self.target_xy[ids] - self.start_xy[ids]
         in_flight, vel, dz = cmds.flight_start(d, stand_only, float(e["rsi_prob"]), e["rsi_vz"],
-                                               float(e["rsi_height"]), rew.GRAVITY)
+                                               float(e["rsi_height"]))
         pos[:, 2] += dz
         return in_flight, vel
 

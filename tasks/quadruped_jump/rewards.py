@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from sim2real.sim.rotations import wrap_angle
+from sim2real.tasks.quadruped_jump.commands import fall_time
 from sim2real.tasks.rewards import compute_terms
 from sim2real.tasks.state import RobotState
 
@@ -105,10 +106,6 @@ def first_landing(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     return x.first_touchdown.float() * torch.exp(-torch.nan_to_num(err, nan=1e3) / 0.25)
 
 
-#: m/s^2, gravity of the ballistic landing prediction (the models' own ``opt.gravity``).
-GRAVITY = 9.81
-
-
 def ballistic_landing(x: JumpRewardInputs, p: dict) -> torch.Tensor:
     """``exp(-|predicted landing xy - target| / 0.25)`` in every step of the command's first flight within the
     take-off window: the base's projectile path from its position and world-frame velocity, ``xy + v_xy t`` with
@@ -121,8 +118,7 @@ def ballistic_landing(x: JumpRewardInputs, p: dict) -> torch.Tensor:
         return torch.zeros_like(x.state.time_s)
     vel = x.state.base_lin_vel_w
     h = (x.state.base_pos_w[:, 2] - x.settled_height).clamp(min=0.0)
-    t_fall = (vel[:, 2] + torch.sqrt(vel[:, 2].square() + 2.0 * GRAVITY * h)) / GRAVITY
-    pred = x.state.base_pos_w[:, :2] + vel[:, :2] * t_fall.unsqueeze(-1)
+    pred = x.state.base_pos_w[:, :2] + vel[:, :2] * fall_time(vel[:, 2], h).unsqueeze(-1)
     err = torch.linalg.vector_norm(pred - x.target_xy, dim=-1)
     first_flight = torch.isnan(x.first_landing_xy[:, 0]).float()
     return _takeoff_window(x) * _airborne(x) * first_flight * torch.exp(-err / 0.25)
